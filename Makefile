@@ -1,0 +1,33 @@
+# `make run`: a fresh clone to a serving gateway on SQLite with the offline demo provider.
+# `make test`: lint, then the whole suite (SQLite by default; DATABASE_URL/REDIS_URL point it elsewhere).
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: run test lint format migrate clean
+
+$(BIN)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $@
+
+run: $(BIN)/.installed
+	DEBUG=$${DEBUG:-1} $(BIN)/python scripts/run_demo.py
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+
+format: $(BIN)/.installed
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+test: lint
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+migrate: $(BIN)/.installed
+	$(BIN)/python manage.py migrate
+
+clean:
+	rm -rf $(VENV) db.sqlite3 artifacts .pytest_cache .ruff_cache

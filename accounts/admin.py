@@ -1,0 +1,39 @@
+from django.contrib import admin
+from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
+
+from accounts.models import Account, User
+from accounts.services import account_create_for_user
+
+
+@admin.register(User)
+class UserAdmin(DjangoUserAdmin):
+    pass
+
+
+@admin.register(Account)
+class AccountAdmin(admin.ModelAdmin):
+    list_display = ("user", "current_group", "balance", "created_at")
+    list_filter = ("current_group", "allowed_groups")
+    search_fields = ("user__username", "user__email")
+    filter_horizontal = ("allowed_groups",)
+    list_select_related = ("user", "current_group", "wallet")
+    autocomplete_fields = ("user",)
+
+    @admin.display(description="Balance")
+    def balance(self, obj: Account):
+        wallet = getattr(obj, "wallet", None)
+        return wallet.balance if wallet is not None else "—"
+
+    def get_readonly_fields(self, request, obj=None):
+        return ("user",) if obj is not None else ()
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        # New accounts come with their wallet, through the service.
+        account = account_create_for_user(user=form.cleaned_data["user"])
+        account.current_group = form.cleaned_data.get("current_group")
+        account.save(update_fields=["current_group"])
+        obj.pk = account.pk
+        obj._state.adding = False

@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.db import transaction
+
+from accounts.models import Account, User
+from billing.services import wallet_create
+from groups.models import Group
+
+
+def account_create(
+    *, username: str, email: str = "", password: str | None = None, is_staff: bool = False
+) -> Account:
+    """Create a user with its account and (empty) wallet. Without a password the user cannot sign in."""
+    with transaction.atomic():
+        user = User(username=username, email=email, is_staff=is_staff)
+        if password:
+            user.set_password(password)
+        else:
+            user.set_unusable_password()
+        user.save()
+        return account_create_for_user(user=user)
+
+
+def account_create_for_user(*, user: User) -> Account:
+    """Give an existing user (e.g. one made with createsuperuser) its account and wallet."""
+    with transaction.atomic():
+        account, _ = Account.objects.get_or_create(user=user)
+        wallet_create(account=account)
+        return account
+
+
+def account_set_groups(
+    *, account: Account, allowed_groups: Iterable[Group], current_group: Group | None
+) -> bool:
+    """Set the allowed groups and the current group (which must be one of them). True if anything changed."""
+    allowed = {group.pk: group for group in allowed_groups}
+    if current_group is not None and current_group.pk not in allowed:
+        raise ValueError(f"current group {current_group.name!r} is not among the allowed groups")
+    changed = False
+    existing = set(account.allowed_groups.values_list("pk", flat=True))
+    if existing != set(allowed):
+        account.allowed_groups.set(allowed.values())
+        changed = True
+    new_current = current_group.pk if current_group is not None else None
+    if account.current_group_id != new_current:
+        account.current_group = current_group
+        account.save(update_fields=["current_group"])
+        changed = True
+    return changed

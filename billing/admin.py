@@ -1,0 +1,158 @@
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.template.response import TemplateResponse
+
+from billing.models import LedgerEntry, Subscription, Wallet
+from billing.money import MoneyError, money_parse
+from billing.services import wallet_adjust, wallet_top_up
+
+
+class MoneyMovementForm(forms.Form):
+    amount = forms.CharField(help_text="¥, e.g. 10.00 (adjustments may be negative).")
+    note = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
+
+    def __init__(self, *args, allow_negative: bool, note_required: bool, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.allow_negative = allow_negative
+        self.fields["note"].required = note_required
+
+    def clean_amount(self):
+        try:
+            return money_parse(
+                self.cleaned_data["amount"], allow_negative=self.allow_negative, allow_zero=False
+            )
+        except MoneyError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
+@admin.register(Wallet)
+class WalletAdmin(admin.ModelAdmin):
+    list_display = ("account", "balance", "held", "available_amount", "updated_at")
+    search_fields = ("account__user__username", "account__user__email")
+    list_select_related = ("account__user",)
+    readonly_fields = ("account", "balance", "held", "updated_at")
+    actions = ("top_up", "adjust")
+
+    @admin.display(description="Available")
+    def available_amount(self, obj: Wallet):
+        return obj.available
+
+    def has_add_permission(self, request):
+        return False  # wallets are created with their account
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.action(description="Top up selected wallets…")
+    def top_up(self, request, queryset):
+        return self._money_action(
+            request,
+            queryset,
+            action="top_up",
+            title="Top up wallets",
+            allow_negative=False,
+            note_required=False,
+        )
+
+    @admin.action(description="Adjust selected wallets…")
+    def adjust(self, request, queryset):
+        return self._money_action(
+            request,
+            queryset,
+            action="adjust",
+            title="Adjust wallets",
+            allow_negative=True,
+            note_required=True,
+        )
+
+    def _money_action(self, request, queryset, *, action, title, allow_negative, note_required):
+        """Ask for amount and note on a confirmation page; on confirm, write one ledger entry per wallet."""
+        if "apply" in request.POST:
+            form = MoneyMovementForm(request.POST, allow_negative=allow_negative, note_required=note_required)
+            if form.is_valid():
+                amount, note = form.cleaned_data["amount"], form.cleaned_data["note"]
+                done = 0
+                for wallet in queryset.select_related("account"):
+                    try:
+                        if action == "top_up":
+                            wallet_top_up(
+                                account=wallet.account,
+                                amount=amount,
+                                note=note,
+                                reference="admin:top-up",
+                                created_by=request.user,
+                            )
+                        else:
+                            wallet_adjust(
+                                account=wallet.account,
+                                amount=amount,
+                                note=note,
+                                reference="admin:adjustment",
+                                created_by=request.user,
+                            )
+                        done += 1
+                    except MoneyError as exc:
+                        self.message_user(request, f"{wallet.account}: {exc}", messages.ERROR)
+                if done:
+                    self.message_user(
+                        request, f"{title}: {amount} written to {done} wallet(s).", messages.SUCCESS
+                    )
+                return None
+        else:
+            form = MoneyMovementForm(allow_negative=allow_negative, note_required=note_required)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": title,
+            "form": form,
+            "wallets": queryset.select_related("account__user"),
+            "action": action,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "opts": self.model._meta,
+        }
+        return TemplateResponse(request, "admin/billing/wallet/money_action.html", context)
+
+
+@admin.register(LedgerEntry)
+class LedgerEntryAdmin(admin.ModelAdmin):
+    list_display = (
+        "id",
+        "wallet",
+        "kind",
+        "amount",
+        "balance_after",
+        "reference",
+        "created_by",
+        "created_at",
+    )
+    list_filter = ("kind", "created_at")
+    search_fields = ("reference", "note", "wallet__account__user__username")
+    list_select_related = ("wallet__account__user", "created_by")
+    date_hierarchy = "created_at"
+
+    # Append-only: staff read the ledger; entries are written only by billing services.
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Subscription)
+class SubscriptionAdmin(admin.ModelAdmin):
+    list_display = (
+        "account",
+        "group",
+        "daily_limit",
+        "weekly_limit",
+        "monthly_limit",
+        "total_limit",
+        "starts_at",
+        "expires_at",
+    )
+    list_filter = ("group", "expires_at")
+    search_fields = ("account__user__username",)
+    list_select_related = ("account__user", "group")

@@ -1,0 +1,25 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from accounts.models import Account
+from accounts.selectors import account_get_by_username
+from billing.money import MoneyError, money_str
+from billing.services import wallet_top_up
+
+
+class Command(BaseCommand):
+    help = "Credit USERNAME's wallet with AMOUNT (e.g. 10.00), writing a ledger entry."
+
+    def add_arguments(self, parser):
+        parser.add_argument("username")
+        parser.add_argument("amount")
+        parser.add_argument("--note", default="")
+
+    def handle(self, *args, username, amount, note, **options):
+        try:
+            account = account_get_by_username(username=username)
+            entry = wallet_top_up(account=account, amount=amount, note=note, reference="command:topup")
+        except (Account.DoesNotExist, MoneyError) as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(
+            f"Topped up {username} by {money_str(entry.amount)}; balance {money_str(entry.balance_after)}"
+        )

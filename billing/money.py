@@ -1,0 +1,42 @@
+"""Exact money: Decimal with a fixed number of places, parsed strictly, formatted as strings."""
+
+from __future__ import annotations
+
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+
+from django.conf import settings
+
+MAX_AMOUNT = Decimal("100000000000000")  # fits max_digits=18, decimal_places=4
+
+
+class MoneyError(ValueError):
+    pass
+
+
+def money_parse(value: object, *, allow_negative: bool = False, allow_zero: bool = True) -> Decimal:
+    """Parse a str/int/Decimal amount exactly. Floats are refused: they cannot say 0.15 exactly."""
+    if isinstance(value, bool | float):
+        raise MoneyError(f'amount {value!r} must be a string like "0.15" or a whole number, not a float')
+    if not isinstance(value, str | int | Decimal):
+        raise MoneyError(f"amount {value!r} is not a number")
+    try:
+        amount = Decimal(str(value).strip())
+    except InvalidOperation:
+        raise MoneyError(f"amount {value!r} is not a number") from None
+    if not amount.is_finite():
+        raise MoneyError(f"amount {value!r} is not a finite number")
+    quantized = amount.quantize(settings.MONEY_QUANTUM, rounding=ROUND_HALF_EVEN)
+    if quantized != amount:
+        raise MoneyError(f"amount {value!r} has more than {settings.MONEY_DECIMAL_PLACES} decimal places")
+    if not allow_negative and quantized < 0:
+        raise MoneyError(f"amount {value!r} must not be negative")
+    if not allow_zero and quantized == 0:
+        raise MoneyError(f"amount {value!r} must not be zero")
+    if abs(quantized) >= MAX_AMOUNT:
+        raise MoneyError(f"amount {value!r} is too large")
+    return quantized
+
+
+def money_str(amount: Decimal) -> str:
+    """Format for the API: a plain decimal string with the fixed places, e.g. "10.1500"."""
+    return str(amount.quantize(settings.MONEY_QUANTUM))

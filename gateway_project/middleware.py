@@ -1,0 +1,88 @@
+"""Request ids, and JSON errors for every /v1 answer that is not produced by a DRF view."""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Callable
+
+from django.http import HttpRequest, HttpResponse
+
+from gateway_project.errors import (
+    TYPE_FOR_STATUS,
+    ApiError,
+    InternalError,
+    MethodNotAllowed,
+    NotFound,
+    api_error_from_exception,
+    error_response,
+)
+
+logger = logging.getLogger("gateway.request")
+
+_SANE_REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+API_PREFIX = "/v1/"
+
+
+def new_request_id() -> str:
+    return f"req_{uuid.uuid4().hex}"
+
+
+class RequestIdMiddleware:
+    """Take the caller's X-Request-Id when it is sane (else make one) and echo it on every response."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        offered = request.headers.get("X-Request-Id", "")
+        request.request_id = offered if _SANE_REQUEST_ID.fullmatch(offered) else new_request_id()
+        response = self.get_response(request)
+        response["X-Request-Id"] = request.request_id
+        return response
+
+
+class ApiErrorMiddleware:
+    """No /v1 path ever answers HTML: 404s from the resolver, 405s, 400s and crashes become JSON errors."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if not _is_api(request) or response.status_code < 400:
+            return response
+        if response.get("Content-Type", "").startswith(("application/json", "text/event-stream")):
+            return response
+        return error_response(_error_for_status(request, response.status_code), request=request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if not _is_api(request):
+            return None
+        error = api_error_from_exception(exception)
+        if error is None:
+            logger.exception(
+                "unhandled error on %s %s request_id=%s",
+                request.method,
+                request.path,
+                getattr(request, "request_id", "-"),
+            )
+            error = InternalError("The gateway hit an internal error; it has been logged.")
+        return error_response(error, request=request)
+
+
+def _is_api(request: HttpRequest) -> bool:
+    return request.path == "/v1" or request.path.startswith(API_PREFIX)
+
+
+def _error_for_status(request: HttpRequest, status: int) -> ApiError:
+    if status == 404:
+        return NotFound(f"No such route: {request.method} {request.path}.", code="route_not_found")
+    if status == 405:
+        return MethodNotAllowed(f"Method {request.method} is not allowed on {request.path}.")
+    if status >= 500:
+        return InternalError("The gateway hit an internal error; it has been logged.")
+    return ApiError(
+        "The request was refused.", status=status, type=TYPE_FOR_STATUS.get(status, "invalid_request_error")
+    )

@@ -1,0 +1,120 @@
+from decimal import Decimal
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
+from django.db import models
+
+from images.capabilities import validate_capabilities
+
+RESPONSE_FORMATS = ("url", "b64_json")
+
+
+class Upstream(models.Model):
+    """A provider endpoint. Its API key lives in the environment variable it names, never in the database."""
+
+    class Kind(models.TextChoices):
+        OPENAI = "openai", "OpenAI-compatible"
+        GEMINI = "gemini", "Gemini"
+        DEMO = "demo", "Built-in demo (offline)"
+
+    name = models.CharField(max_length=100, unique=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    base_url = models.URLField(max_length=500, blank=True, help_text="Not used by the demo kind.")
+    api_key_env = models.CharField(
+        max_length=100, blank=True, help_text="Name of the environment variable holding the provider key."
+    )
+    timeout_seconds = models.PositiveIntegerField(default=120, validators=[MinValueValidator(1)])
+    priority = models.IntegerField(default=0, help_text="Lower is tried first.")
+    weight = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["priority", "name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(kind__in=["openai", "gemini", "demo"]), name="upstream_kind_valid"
+            ),
+            models.CheckConstraint(condition=models.Q(weight__gte=1), name="upstream_weight_positive"),
+            models.CheckConstraint(
+                condition=models.Q(timeout_seconds__gte=1), name="upstream_timeout_positive"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind})"
+
+    def clean(self) -> None:
+        if self.kind != self.Kind.DEMO and not self.base_url:
+            raise ValidationError({"base_url": "Required for every kind but demo."})
+
+
+class ImageModel(models.Model):
+    """An image model offered in one group, its fixed price per successful call and its capabilities.
+
+    A model id is unique within its group; the same id may be offered by several groups (callers with
+    OAuth tokens pick one with `<group_id>:<model>`).
+    """
+
+    model_id = models.CharField(max_length=200, help_text="The id callers send as `model`.")
+    group = models.ForeignKey("groups.Group", on_delete=models.PROTECT, related_name="image_models")
+    price = models.DecimalField(
+        max_digits=18,
+        decimal_places=4,
+        validators=[MinValueValidator(Decimal("0"))],
+        help_text="¥ per successful call.",
+    )
+    upstream_model = models.CharField(
+        max_length=200, blank=True, help_text="Name sent upstream; blank = model id."
+    )
+    upstreams = models.ManyToManyField(Upstream, related_name="image_models")
+    sizes = models.JSONField(default=list, blank=True, help_text='e.g. ["1024x1024", "auto"]')
+    qualities = models.JSONField(default=list, blank=True)
+    styles = models.JSONField(default=list, blank=True)
+    backgrounds = models.JSONField(default=list, blank=True)
+    output_formats = models.JSONField(default=list, blank=True)
+    output_compression_min = models.PositiveSmallIntegerField(null=True, blank=True)
+    output_compression_max = models.PositiveSmallIntegerField(null=True, blank=True)
+    max_n = models.PositiveSmallIntegerField(default=1, validators=[MinValueValidator(1)])
+    edits_supported = models.BooleanField(default=False)
+    stream_supported = models.BooleanField(default=False)
+    default_response_format = models.CharField(
+        max_length=16, choices=[(f, f) for f in RESPONSE_FORMATS], default="b64_json"
+    )
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["group_id", "model_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["group", "model_id"], name="image_model_unique_in_group"),
+            models.CheckConstraint(condition=models.Q(price__gte=0), name="image_model_price_not_negative"),
+            models.CheckConstraint(condition=models.Q(max_n__gte=1), name="image_model_max_n_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model_id} [{self.group_id}]"
+
+    @property
+    def upstream_model_name(self) -> str:
+        return self.upstream_model or self.model_id
+
+    @property
+    def output_compression_range(self) -> tuple[int, int] | None:
+        if self.output_compression_min is None or self.output_compression_max is None:
+            return None
+        return (self.output_compression_min, self.output_compression_max)
+
+    def clean(self) -> None:
+        errors = validate_capabilities(
+            sizes=self.sizes,
+            qualities=self.qualities,
+            styles=self.styles,
+            backgrounds=self.backgrounds,
+            output_formats=self.output_formats,
+            output_compression=(self.output_compression_min, self.output_compression_max),
+        )
+        if errors:
+            raise ValidationError(errors)

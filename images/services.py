@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+from collections.abc import Sequence
+from decimal import Decimal
+
+from gateway_project.modelutils import model_upsert
+from groups.models import Group
+from images.models import ImageModel, Upstream
+
+
+def upstream_upsert(
+    *,
+    name: str,
+    kind: str,
+    base_url: str,
+    api_key_env: str,
+    timeout_seconds: int,
+    priority: int,
+    weight: int,
+    enabled: bool,
+) -> tuple[Upstream, str]:
+    return model_upsert(
+        Upstream,
+        lookup={"name": name},
+        values={
+            "kind": kind,
+            "base_url": base_url,
+            "api_key_env": api_key_env,
+            "timeout_seconds": timeout_seconds,
+            "priority": priority,
+            "weight": weight,
+            "enabled": enabled,
+        },
+    )
+
+
+def image_model_upsert(
+    *,
+    model_id: str,
+    group: Group,
+    price: Decimal,
+    upstreams: Sequence[Upstream],
+    upstream_model: str,
+    sizes: list[str],
+    qualities: list[str],
+    styles: list[str],
+    backgrounds: list[str],
+    output_formats: list[str],
+    output_compression: tuple[int, int] | None,
+    max_n: int,
+    edits_supported: bool,
+    stream_supported: bool,
+    default_response_format: str,
+    enabled: bool,
+) -> tuple[ImageModel, str]:
+    low, high = output_compression if output_compression else (None, None)
+    image_model, outcome = model_upsert(
+        ImageModel,
+        lookup={"model_id": model_id, "group": group},
+        values={
+            "price": price,
+            "upstream_model": upstream_model,
+            "sizes": sizes,
+            "qualities": qualities,
+            "styles": styles,
+            "backgrounds": backgrounds,
+            "output_formats": output_formats,
+            "output_compression_min": low,
+            "output_compression_max": high,
+            "max_n": max_n,
+            "edits_supported": edits_supported,
+            "stream_supported": stream_supported,
+            "default_response_format": default_response_format,
+            "enabled": enabled,
+        },
+    )
+    wanted = {upstream.pk for upstream in upstreams}
+    if set(image_model.upstreams.values_list("pk", flat=True)) != wanted:
+        image_model.upstreams.set(upstreams)
+        outcome = "created" if outcome == "created" else "updated"
+    return image_model, outcome

@@ -1,0 +1,58 @@
+from django.contrib import admin, messages
+from django.utils.html import format_html
+
+from keys.models import ApiKey
+from keys.services import api_key_create, api_key_revoke
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    list_display = (
+        "prefix",
+        "label",
+        "account",
+        "group",
+        "key_status",
+        "created_at",
+        "last_used_at",
+        "expires_at",
+    )
+    list_filter = ("group", "revoked_at", "expires_at")
+    search_fields = ("prefix", "label", "account__user__username")
+    list_select_related = ("account__user", "group")
+    actions = ("revoke_keys",)
+    fields = ("account", "group", "label", "expires_at", "prefix", "created_at", "last_used_at", "revoked_at")
+    readonly_fields = ("prefix", "created_at", "last_used_at", "revoked_at")
+
+    @admin.display(description="Status")
+    def key_status(self, obj: ApiKey) -> str:
+        return obj.status
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is not None:
+            # A key's owner and group are fixed at creation: make a new key instead.
+            return (*self.readonly_fields, "account", "group")
+        return self.readonly_fields
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        api_key, secret = api_key_create(
+            account=form.cleaned_data["account"],
+            group=form.cleaned_data["group"],
+            label=form.cleaned_data.get("label", ""),
+            expires_at=form.cleaned_data.get("expires_at"),
+        )
+        for f in ApiKey._meta.concrete_fields:
+            setattr(obj, f.attname, getattr(api_key, f.attname))
+        obj._state.adding = False
+        messages.warning(
+            request,
+            format_html("New key (shown once, copy it now): <code>{}</code>", secret),
+        )
+
+    @admin.action(description="Revoke selected keys")
+    def revoke_keys(self, request, queryset):
+        revoked = sum(api_key_revoke(api_key=key) for key in queryset)
+        self.message_user(request, f"Revoked {revoked} key(s).", messages.SUCCESS)

@@ -1,0 +1,113 @@
+"""Shared fixtures: a few named people (alice owns things, bob is another account, staff runs the
+admin) and the spec's two image groups, built through the project's own services."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from accounts.services import account_create, account_set_groups
+from billing.services import wallet_top_up
+from groups.services import group_upsert
+from images.services import image_model_upsert, upstream_upsert
+
+
+@pytest.fixture
+def demo_upstream(db):
+    upstream, _ = upstream_upsert(
+        name="demo",
+        kind="demo",
+        base_url="",
+        api_key_env="",
+        timeout_seconds=60,
+        priority=0,
+        weight=1,
+        enabled=True,
+    )
+    return upstream
+
+
+@pytest.fixture
+def alpha_group(db):
+    group, _ = group_upsert(
+        group_id=1,
+        name="Alpha-Image",
+        status="active",
+        image_enabled=True,
+        billing="balance",
+        allow_group_override=True,
+        rpm=0,
+        concurrency=0,
+    )
+    return group
+
+
+@pytest.fixture
+def beta_group(db):
+    group, _ = group_upsert(
+        group_id=2,
+        name="Beta-API",
+        status="active",
+        image_enabled=True,
+        billing="subscription",
+        allow_group_override=False,
+        rpm=0,
+        concurrency=0,
+    )
+    return group
+
+
+@pytest.fixture
+def alpha_model(alpha_group, demo_upstream):
+    model, _ = image_model_upsert(
+        model_id="alpha-image-2",
+        group=alpha_group,
+        price=Decimal("0.15"),
+        upstreams=[demo_upstream],
+        upstream_model="",
+        sizes=["1024x1024", "1024x1536", "auto"],
+        qualities=["low", "high"],
+        styles=[],
+        backgrounds=["transparent", "opaque"],
+        output_formats=["png", "jpeg", "webp"],
+        output_compression=(0, 100),
+        max_n=4,
+        edits_supported=True,
+        stream_supported=False,
+        default_response_format="b64_json",
+        enabled=True,
+    )
+    return model
+
+
+@pytest.fixture
+def alice(alpha_group):
+    account = account_create(username="alice", email="alice@example.com", password="alice-password-1")
+    account_set_groups(account=account, allowed_groups=[alpha_group], current_group=alpha_group)
+    wallet_top_up(account=account, amount="10.00", reference="fixture")
+    return account
+
+
+@pytest.fixture
+def bob(alpha_group):
+    account = account_create(username="bob", email="bob@example.com", password="bob-password-1")
+    account_set_groups(account=account, allowed_groups=[alpha_group], current_group=alpha_group)
+    return account
+
+
+@pytest.fixture
+def staff(db):
+    account = account_create(
+        username="staff", email="staff@example.com", password="staff-password-1", is_staff=True
+    )
+    user = account.user
+    user.is_superuser = True
+    user.save(update_fields=["is_superuser"])
+    return user
+
+
+@pytest.fixture
+def staff_client(client, staff):
+    client.force_login(staff)
+    return client

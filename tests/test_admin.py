@@ -1,0 +1,117 @@
+from decimal import Decimal
+
+import pytest
+from django.contrib import admin
+from django.urls import reverse
+
+from billing.models import LedgerEntry, Wallet
+from keys.models import ApiKey
+from keys.secrets import api_key_hash
+
+pytestmark = pytest.mark.django_db
+
+REGISTERED = sorted(
+    (model._meta.app_label, model._meta.model_name, model_admin)
+    for model, model_admin in admin.site._registry.items()
+)
+
+
+@pytest.mark.parametrize(
+    ("app", "model", "model_admin"), REGISTERED, ids=[f"{a}.{m}" for a, m, _ in REGISTERED]
+)
+def test_every_changelist_and_add_page_loads_for_staff(
+    staff_client, alice, alpha_model, app, model, model_admin
+):
+    assert staff_client.get(reverse(f"admin:{app}_{model}_changelist")).status_code == 200
+    add = staff_client.get(reverse(f"admin:{app}_{model}_add"))
+    # Wallets come with accounts and the ledger is append-only: their add pages are refused by design.
+    assert add.status_code == (
+        403 if (app, model) in {("billing", "wallet"), ("billing", "ledgerentry")} else 200
+    )
+
+
+def test_every_change_page_loads_for_staff(staff_client, alice, alpha_model):
+    for model, _ in admin.site._registry.items():
+        obj = model.objects.first()
+        if obj is None:
+            continue
+        url = reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_change", args=[obj.pk])
+        assert staff_client.get(url).status_code == 200, url
+
+
+def test_the_admin_needs_a_staff_user(client, alice):
+    client.force_login(alice.user)
+    response = client.get(reverse("admin:billing_wallet_changelist"))
+    assert response.status_code == 302
+    assert "/admin/login/" in response["Location"]
+
+
+def test_it_tops_up_a_wallet_through_a_confirmed_action_that_writes_the_ledger(staff_client, staff, alice):
+    url = reverse("admin:billing_wallet_changelist")
+    wallet = Wallet.objects.get(account=alice)
+    confirm = staff_client.post(url, {"action": "top_up", "_selected_action": [wallet.pk]})
+    assert confirm.status_code == 200
+    assert b"Confirm" in confirm.content
+    assert Wallet.objects.get(pk=wallet.pk).balance == Decimal("10")  # nothing moved before confirming
+    done = staff_client.post(
+        url,
+        {
+            "action": "top_up",
+            "_selected_action": [wallet.pk],
+            "apply": "1",
+            "amount": "5.25",
+            "note": "invoice 7",
+        },
+    )
+    assert done.status_code == 302
+    wallet.refresh_from_db()
+    assert wallet.balance == Decimal("15.25")
+    entry = LedgerEntry.objects.filter(wallet=wallet).latest("id")
+    assert (entry.kind, entry.amount, entry.created_by, entry.note) == (
+        "top_up",
+        Decimal("5.25"),
+        staff,
+        "invoice 7",
+    )
+
+
+def test_an_adjustment_needs_a_note_and_cannot_overdraw(staff_client, alice):
+    url = reverse("admin:billing_wallet_changelist")
+    wallet = Wallet.objects.get(account=alice)
+    no_note = staff_client.post(
+        url, {"action": "adjust", "_selected_action": [wallet.pk], "apply": "1", "amount": "-1", "note": ""}
+    )
+    assert no_note.status_code == 200  # the form comes back with the error
+    staff_client.post(
+        url,
+        {"action": "adjust", "_selected_action": [wallet.pk], "apply": "1", "amount": "-11", "note": "oops"},
+    )
+    wallet.refresh_from_db()
+    assert wallet.balance == Decimal("10")
+    assert LedgerEntry.objects.filter(wallet=wallet).count() == 1
+
+
+def test_the_wallet_balance_is_not_editable(staff_client, alice):
+    wallet = Wallet.objects.get(account=alice)
+    url = reverse("admin:billing_wallet_change", args=[wallet.pk])
+    staff_client.post(url, {"balance": "999"})
+    assert Wallet.objects.get(pk=wallet.pk).balance == Decimal("10")
+
+
+def test_adding_a_key_in_the_admin_shows_the_secret_once_and_stores_its_hash(
+    staff_client, alice, alpha_group
+):
+    response = staff_client.post(
+        reverse("admin:keys_apikey_add"),
+        {"account": alice.pk, "group": alpha_group.pk, "label": "from admin"},
+        follow=True,
+    )
+    assert response.status_code == 200
+    api_key = ApiKey.objects.get()
+    secret = next(m.message for m in response.context["messages"] if "shown once" in m.message)
+    secret = secret.split("<code>")[1].split("</code>")[0]
+    assert api_key.key_hash == api_key_hash(secret)
+    # The change page never shows it again.
+    page = staff_client.get(reverse("admin:keys_apikey_change", args=[api_key.pk]))
+    assert secret not in page.content.decode()
+    assert api_key.prefix in page.content.decode()

@@ -1,0 +1,92 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from gateway_project.env import database_from_url, env_bool, env_int, env_public_url, env_timezone
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_it_reads_sqlite_and_postgres_urls(tmp_path):
+    assert database_from_url("DATABASE_URL", "sqlite:///db.sqlite3", base_dir=tmp_path)["NAME"] == str(
+        tmp_path / "db.sqlite3"
+    )
+    pg = database_from_url(
+        "DATABASE_URL", "postgres://u:p%40ss@db.internal:6543/gw?sslmode=require", base_dir=tmp_path
+    )
+    assert (pg["ENGINE"], pg["NAME"], pg["USER"], pg["PASSWORD"], pg["HOST"], pg["PORT"]) == (
+        "django.db.backends.postgresql",
+        "gw",
+        "u",
+        "p@ss",
+        "db.internal",
+        "6543",
+    )
+    assert pg["OPTIONS"] == {"sslmode": "require"}
+    assert (
+        database_from_url("DATABASE_URL", "postgres://u@%2Ftmp%2Fpg/gw", base_dir=tmp_path)["HOST"]
+        == "/tmp/pg"
+    )
+
+
+def test_it_refuses_unsupported_database_urls_without_echoing_passwords(tmp_path):
+    with pytest.raises(ImproperlyConfigured) as info:
+        database_from_url("DATABASE_URL", "mysql://root:hunter2@db/gw", base_dir=tmp_path)
+    assert "hunter2" not in str(info.value)
+    assert "DATABASE_URL" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("reader", "name", "value"),
+    [
+        (lambda: env_bool("X_BOOL"), "X_BOOL", "maybe"),
+        (lambda: env_int("X_INT", 1, minimum=1), "X_INT", "0"),
+        (lambda: env_int("X_INT", 1), "X_INT", "1.5"),
+        (lambda: env_timezone("X_TZ"), "X_TZ", "Mars/Olympus"),
+        (lambda: env_public_url("X_URL", "http://x"), "X_URL", "gateway.example.com"),
+    ],
+)
+def test_each_reader_names_the_variable_when_the_value_is_bad(monkeypatch, reader, name, value):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ImproperlyConfigured, match=name):
+        reader()
+
+
+def _check(env: dict) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "GATEWAY_KEY_PEPPER", "DEBUG")}
+    clean.update(env, DJANGO_SETTINGS_MODULE="gateway_project.settings")
+    return subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_production_refuses_to_start_without_a_secret_key():
+    result = _check({"DEBUG": "0", "GATEWAY_KEY_PEPPER": "p"})
+    assert result.returncode == 2
+    assert "SECRET_KEY is not set" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_production_refuses_to_start_without_a_key_pepper():
+    result = _check({"DEBUG": "0", "SECRET_KEY": "s"})
+    assert result.returncode == 2
+    assert "GATEWAY_KEY_PEPPER is not set" in result.stderr
+
+
+def test_a_bad_value_fails_at_start_with_a_clear_message():
+    result = _check({"DEBUG": "1", "GATEWAY_TIMEZONE": "Nowhere/Land"})
+    assert result.returncode == 2
+    assert "GATEWAY_TIMEZONE='Nowhere/Land' is invalid" in result.stderr
+
+
+def test_debug_starts_with_development_defaults():
+    assert _check({"DEBUG": "1"}).returncode == 0
