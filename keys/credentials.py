@@ -1,0 +1,43 @@
+"""The authenticated caller, as every later step of the pipeline sees it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from accounts.models import Account
+    from groups.models import Group
+
+# Every scope an OAuth token can hold; a manual API key acts for its own account in full.
+SCOPES = {
+    "profile:read": "Read your user profile",
+    "account:read": "Read your account, current group and allowed groups",
+    "account:balance:read": "Read your balance",
+}
+
+
+@dataclass(frozen=True)
+class Credential:
+    """A verified API key or OAuth access token.
+
+    kind: "api_key" or "oauth"; id: the ApiKey / AccessToken primary key.
+    bound_group: the key's group (API keys); None for OAuth tokens, which act in the account's
+    current group unless the request selects another with `<group_id>:<model>`.
+    scopes: the token's scopes; empty for API keys (which are not scope-limited).
+    """
+
+    kind: Literal["api_key", "oauth"]
+    id: int
+    account: Account
+    bound_group: Group | None
+    scopes: frozenset[str] = frozenset()
+    label: str = ""
+
+    @property
+    def limit_key(self) -> str:
+        """Stable string naming this credential, for rate/concurrency counters and usage records."""
+        return f"{self.kind}:{self.id}"
+
+    def has_scope(self, scope: str) -> bool:
+        return self.kind == "api_key" or scope in self.scopes
