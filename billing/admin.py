@@ -3,9 +3,17 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
 
-from billing.models import LedgerEntry, Subscription, Wallet
+from billing.models import (
+    Hold,
+    IdempotencyRecord,
+    LedgerEntry,
+    Subscription,
+    SubscriptionUsage,
+    UsageRecord,
+    Wallet,
+)
 from billing.money import MoneyError, money_parse
-from billing.services import wallet_adjust, wallet_top_up
+from billing.services import holds_release_stale, wallet_adjust, wallet_top_up
 
 
 class MoneyMovementForm(forms.Form):
@@ -150,9 +158,85 @@ class SubscriptionAdmin(admin.ModelAdmin):
         "weekly_limit",
         "monthly_limit",
         "total_limit",
+        "model_ids",
         "starts_at",
         "expires_at",
     )
     list_filter = ("group", "expires_at")
     search_fields = ("account__user__username",)
     list_select_related = ("account__user", "group")
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows written only by billing services: staff read them, never edit them."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Hold)
+class HoldAdmin(ReadOnlyAdmin):
+    list_display = ("id", "kind", "wallet", "subscription", "amount", "status", "reference", "expires_at")
+    list_filter = ("status", "kind", "created_at")
+    search_fields = ("reference",)
+    list_select_related = ("wallet__account__user", "subscription__account__user", "subscription__group")
+    date_hierarchy = "created_at"
+    actions = ("release_stale",)
+
+    @admin.action(description="Release stale holds (expired ones among the selected)")
+    def release_stale(self, request, queryset):
+        released = holds_release_stale(hold_ids=queryset.values_list("pk", flat=True))
+        self.message_user(request, f"Released {released} stale hold(s).", messages.SUCCESS)
+
+    def get_actions(self, request):
+        # The action releases money reservations: offered to staff who may change holds' wallets.
+        actions = super().get_actions(request)
+        if not request.user.has_perm("billing.change_wallet"):
+            actions.pop("release_stale", None)
+        return actions
+
+
+@admin.register(SubscriptionUsage)
+class SubscriptionUsageAdmin(ReadOnlyAdmin):
+    list_display = ("subscription", "window", "window_start", "used", "updated_at")
+    list_filter = ("window", "subscription__group")
+    search_fields = ("subscription__account__user__username",)
+    list_select_related = ("subscription__account__user", "subscription__group")
+
+
+@admin.register(UsageRecord)
+class UsageRecordAdmin(ReadOnlyAdmin):
+    list_display = (
+        "created_at",
+        "request_id",
+        "account",
+        "credential",
+        "group",
+        "model_id",
+        "endpoint",
+        "status",
+        "error_code",
+        "amount",
+        "upstream",
+        "latency_ms",
+    )
+    list_filter = ("status", "model_id", "endpoint", "billing", "group", "account")
+    search_fields = ("request_id", "credential", "account__user__username", "error_code")
+    list_select_related = ("account__user", "group")
+    date_hierarchy = "created_at"
+    show_full_result_count = False  # a COUNT(*) over the whole log on every page is slow
+
+
+@admin.register(IdempotencyRecord)
+class IdempotencyRecordAdmin(ReadOnlyAdmin):
+    list_display = ("account", "key", "status", "response_status", "created_at", "expires_at")
+    list_filter = ("status",)
+    search_fields = ("key", "account__user__username")
+    list_select_related = ("account__user",)
+    exclude = ("response_body",)

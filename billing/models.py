@@ -86,7 +86,8 @@ class LedgerEntry(models.Model):
 
 class Subscription(models.Model):
     """An account's plan for a subscription-billed group: calls count against its caps, in ¥ at the
-    model's price. A blank cap means no cap for that window."""
+    model's price. A blank cap means no cap for that window. `model_ids` restricts the plan to some
+    of the group's models (a call for another model is SUBSCRIPTION_INVALID); empty covers them all."""
 
     account = models.ForeignKey("accounts.Account", on_delete=models.CASCADE, related_name="subscriptions")
     group = models.ForeignKey("groups.Group", on_delete=models.PROTECT, related_name="subscriptions")
@@ -94,6 +95,11 @@ class Subscription(models.Model):
     weekly_limit = models.DecimalField(null=True, blank=True, **MONEY)
     monthly_limit = models.DecimalField(null=True, blank=True, **MONEY)
     total_limit = models.DecimalField(null=True, blank=True, **MONEY)
+    model_ids = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Model ids the plan covers, e.g. ["beta-imagine-image"]; empty = every model of the group.',
+    )
     starts_at = models.DateTimeField()
     expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -115,3 +121,184 @@ class Subscription(models.Model):
 
     def __str__(self) -> str:
         return f"{self.account} @ {self.group}"
+
+
+class Hold(models.Model):
+    """Money (or subscription quota) reserved for one call in flight.
+
+    A hold is opened before the upstream call and resolved exactly once: captured when the call
+    succeeded (a ledger charge, or the subscription usage kept), released when it failed, expired by
+    `release_stale_holds` when its worker died. Every resolution is a status transition guarded by
+    `status = open` in the WHERE clause, so racing resolutions cannot both take effect.
+    """
+
+    class Kind(models.TextChoices):
+        WALLET = "wallet", "Wallet"
+        SUBSCRIPTION = "subscription", "Subscription"
+
+    class Status(models.TextChoices):
+        OPEN = "open", "Open"
+        CAPTURED = "captured", "Captured"
+        RELEASED = "released", "Released"
+        EXPIRED = "expired", "Expired"
+
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    wallet = models.ForeignKey(Wallet, null=True, blank=True, on_delete=models.PROTECT, related_name="holds")
+    subscription = models.ForeignKey(
+        Subscription, null=True, blank=True, on_delete=models.CASCADE, related_name="holds"
+    )
+    amount = models.DecimalField(**MONEY)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
+    reference = models.CharField(max_length=200, blank=True, help_text="Request id of the call.")
+    # The calendar windows a subscription hold counts in (local dates in GATEWAY_TIMEZONE), so that a
+    # release gives the quota back to exactly the counters it was taken from, even after midnight.
+    day_start = models.DateField(null=True, blank=True)
+    week_start = models.DateField(null=True, blank=True)
+    month_start = models.DateField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            # release_stale_holds scans only open holds by expiry.
+            models.Index(
+                fields=["expires_at"], condition=models.Q(status="open"), name="hold_open_expiry_idx"
+            ),
+            models.Index(fields=["reference"], name="hold_reference_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(amount__gte=0), name="hold_amount_not_negative"),
+            models.CheckConstraint(
+                condition=models.Q(status__in=["open", "captured", "released", "expired"]),
+                name="hold_status_valid",
+            ),
+            models.CheckConstraint(
+                condition=(
+                    models.Q(kind="wallet", wallet__isnull=False, subscription__isnull=True)
+                    | models.Q(
+                        kind="subscription",
+                        wallet__isnull=True,
+                        subscription__isnull=False,
+                        day_start__isnull=False,
+                        week_start__isnull=False,
+                        month_start__isnull=False,
+                    )
+                ),
+                name="hold_target_matches_kind",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"hold #{self.pk} {self.kind} {self.amount} {self.status}"
+
+
+class SubscriptionUsage(models.Model):
+    """How much of a subscription's cap one calendar window has used, open holds included.
+
+    Reservations add to `used` with a conditional UPDATE (`used + price <= cap`), releases subtract;
+    the total window has one row with a fixed start and never resets.
+    """
+
+    class Window(models.TextChoices):
+        DAY = "day", "Day"
+        WEEK = "week", "Week"
+        MONTH = "month", "Month"
+        TOTAL = "total", "Total"
+
+    subscription = models.ForeignKey(Subscription, on_delete=models.CASCADE, related_name="usage")
+    window = models.CharField(max_length=8, choices=Window.choices)
+    window_start = models.DateField(help_text="Local date in GATEWAY_TIMEZONE; fixed for the total.")
+    used = models.DecimalField(default=0, **MONEY)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["subscription_id", "window", "-window_start"]
+        verbose_name_plural = "subscription usage"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["subscription", "window", "window_start"], name="subscription_usage_one_per_window"
+            ),
+            models.CheckConstraint(condition=models.Q(used__gte=0), name="subscription_usage_not_negative"),
+            models.CheckConstraint(
+                condition=models.Q(window__in=["day", "week", "month", "total"]),
+                name="subscription_usage_window_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subscription} {self.window} from {self.window_start}: {self.used}"
+
+
+class UsageRecord(models.Model):
+    """One call of a billed endpoint, successful or not (the usage log staff read in the admin)."""
+
+    request_id = models.CharField(max_length=200)
+    account = models.ForeignKey("accounts.Account", on_delete=models.CASCADE, related_name="usage_records")
+    credential = models.CharField(max_length=64, help_text="Credential.limit_key, e.g. api_key:12.")
+    group = models.ForeignKey(
+        "groups.Group", null=True, blank=True, on_delete=models.SET_NULL, related_name="usage_records"
+    )
+    model_id = models.CharField(max_length=200, blank=True)
+    endpoint = models.CharField(max_length=100)
+    billing = models.CharField(max_length=16, blank=True, help_text="balance or subscription; blank if none.")
+    status = models.PositiveSmallIntegerField(help_text="HTTP status answered.")
+    error_code = models.CharField(max_length=100, blank=True)
+    amount = models.DecimalField(default=0, help_text="Charged; 0 when not charged.", **MONEY)
+    upstream = models.CharField(max_length=100, blank=True)
+    latency_ms = models.PositiveIntegerField()
+    created_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["account", "created_at"], name="usage_account_created_idx"),
+            models.Index(fields=["model_id", "created_at"], name="usage_model_created_idx"),
+            models.Index(fields=["status", "created_at"], name="usage_status_created_idx"),
+            models.Index(fields=["request_id"], name="usage_request_id_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.request_id} {self.endpoint} {self.status}"
+
+
+class IdempotencyRecord(models.Model):
+    """The first response to an `Idempotency-Key`, replayed for the same key and body for a while.
+
+    A row is claimed (inserted `in_progress`) before the work starts; the unique (account, key)
+    constraint makes exactly one of several concurrent requests the owner. `owner` and `locked_until`
+    let a later request take over a row whose worker died mid-call, and keep a slow former owner from
+    overwriting the new owner's result.
+    """
+
+    class Status(models.TextChoices):
+        IN_PROGRESS = "in_progress", "In progress"
+        COMPLETED = "completed", "Completed"
+
+    account = models.ForeignKey(
+        "accounts.Account", on_delete=models.CASCADE, related_name="idempotency_records"
+    )
+    key = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=128)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.IN_PROGRESS)
+    owner = models.CharField(max_length=32)
+    locked_until = models.DateTimeField()
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    response_body = models.BinaryField(null=True, blank=True)
+    response_content_type = models.CharField(max_length=200, blank=True)
+    response_headers = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["account", "key"], name="idempotency_one_per_account_key"),
+            models.CheckConstraint(
+                condition=models.Q(status__in=["in_progress", "completed"]), name="idempotency_status_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.account} {self.key!r} {self.status}"

@@ -1,17 +1,29 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
-from django.db.models import Q, Sum
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import DecimalField, OuterRef, Q, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from billing.models import LedgerEntry, Subscription, Wallet
+from billing.models import Hold, LedgerEntry, Subscription, SubscriptionUsage, Wallet
+from billing.money import money_str
+from billing.windows import TOTAL_WINDOW_START
+
+
+def money_exact(value: Decimal | None) -> Decimal:
+    """A money sum read from the database, at the money places. PostgreSQL sums NUMERIC exactly;
+    SQLite sums decimal columns in floating point (0.0998999999999999 for 0.0999), so round back."""
+    return (value if value is not None else Decimal("0")).quantize(settings.MONEY_QUANTUM)
 
 
 def wallet_ledger_sum(*, wallet: Wallet) -> Decimal:
     total = LedgerEntry.objects.filter(wallet=wallet).aggregate(total=Sum("amount"))["total"]
-    return total if total is not None else Decimal("0")
+    return money_exact(total)
 
 
 def subscription_get_active(
@@ -24,3 +36,108 @@ def subscription_get_active(
         .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=moment))
         .first()
     )
+
+
+@dataclass(frozen=True)
+class LedgerProblem:
+    subject: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.subject}: {self.message}"
+
+
+def ledger_check() -> list[LedgerProblem]:
+    """Every broken billing invariant, read from one consistent snapshot of the database.
+
+    For every wallet: balance = sum of its ledger entries = the last entry's balance_after;
+    held = sum of its open holds; available = balance - held >= 0. For every subscription counter:
+    used = sum of its open and captured holds in that window, and used >= 0.
+    """
+    with transaction.atomic():
+        if connection.vendor == "postgresql" and len(connection.atomic_blocks) == 1:
+            # One snapshot for all the queries below, so money moving meanwhile cannot look like a
+            # broken invariant. Must be the transaction's first statement (not possible when nested).
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        return _wallet_problems() + _subscription_usage_problems()
+
+
+def _wallet_problems() -> list[LedgerProblem]:
+    money = DecimalField(max_digits=18, decimal_places=4)
+    zero = Value(Decimal("0"), output_field=money)
+    entries_sum = (
+        LedgerEntry.objects.filter(wallet=OuterRef("pk"))
+        .values("wallet")
+        .annotate(total=Sum("amount"))
+        .values("total")
+    )
+    open_holds = (
+        Hold.objects.filter(wallet=OuterRef("pk"), status=Hold.Status.OPEN)
+        .values("wallet")
+        .annotate(total=Sum("amount"))
+        .values("total")
+    )
+    last_after = LedgerEntry.objects.filter(wallet=OuterRef("pk")).order_by("-pk").values("balance_after")[:1]
+    wallets = Wallet.objects.select_related("account__user").annotate(
+        ledger_sum=Coalesce(Subquery(entries_sum, output_field=money), zero),
+        open_held=Coalesce(Subquery(open_holds, output_field=money), zero),
+        last_balance_after=Subquery(last_after, output_field=money),
+    )
+    problems = []
+    for wallet in wallets.order_by("pk"):
+        subject = f"wallet #{wallet.pk} ({wallet.account})"
+        wallet.ledger_sum, wallet.open_held = money_exact(wallet.ledger_sum), money_exact(wallet.open_held)
+        balance, held = money_str(wallet.balance), money_str(wallet.held)
+        if wallet.balance != wallet.ledger_sum:
+            problems.append(
+                LedgerProblem(
+                    subject, f"balance {balance} != sum of ledger entries {money_str(wallet.ledger_sum)}"
+                )
+            )
+        if wallet.last_balance_after is not None and wallet.last_balance_after != wallet.balance:
+            last = money_str(wallet.last_balance_after)
+            problems.append(
+                LedgerProblem(subject, f"balance {balance} != the last entry's balance_after {last}")
+            )
+        if wallet.held != wallet.open_held:
+            problems.append(
+                LedgerProblem(subject, f"held {held} != sum of open holds {money_str(wallet.open_held)}")
+            )
+        if wallet.balance - wallet.held < 0:
+            available = money_str(wallet.balance - wallet.held)
+            problems.append(LedgerProblem(subject, f"available balance {available} is negative"))
+    return problems
+
+
+def _subscription_usage_problems() -> list[LedgerProblem]:
+    counted = (Hold.Status.OPEN, Hold.Status.CAPTURED)
+    holds = Hold.objects.filter(kind=Hold.Kind.SUBSCRIPTION, status__in=counted)
+    expected: dict[tuple[int, str, object], Decimal] = {}
+    for window, start_field in (("day", "day_start"), ("week", "week_start"), ("month", "month_start")):
+        for row in holds.values("subscription_id", start_field).annotate(total=Sum("amount")):
+            expected[(row["subscription_id"], window, row[start_field])] = money_exact(row["total"])
+    for row in holds.values("subscription_id").annotate(total=Sum("amount")):
+        expected[(row["subscription_id"], "total", TOTAL_WINDOW_START)] = money_exact(row["total"])
+    problems = []
+    seen = set()
+    for usage in SubscriptionUsage.objects.order_by("pk"):
+        identity = (usage.subscription_id, usage.window, usage.window_start)
+        seen.add(identity)
+        want = expected.get(identity, Decimal("0"))
+        if usage.used != want or usage.used < 0:
+            problems.append(
+                LedgerProblem(
+                    f"subscription #{usage.subscription_id} {usage.window} window from {usage.window_start}",
+                    f"used {money_str(usage.used)} != sum of its open and captured holds {money_str(want)}",
+                )
+            )
+    for identity, want in expected.items():
+        if identity not in seen and want != 0:
+            problems.append(
+                LedgerProblem(
+                    f"subscription #{identity[0]} {identity[1]} window from {identity[2]}",
+                    f"no usage counter, but holds of {money_str(want)} count in it",
+                )
+            )
+    return problems

@@ -29,7 +29,7 @@ from billing.services import subscription_upsert, wallet_top_up
 from groups.models import Group
 from groups.services import group_upsert
 from images.capabilities import validate_capabilities
-from images.models import RESPONSE_FORMATS, Upstream
+from images.models import RESPONSE_FORMATS, ImageModel, Upstream
 from images.services import image_model_upsert, upstream_upsert
 
 SECTIONS = ("upstreams", "groups", "models", "accounts", "subscriptions")
@@ -199,6 +199,7 @@ SCHEMA: dict[str, list[tuple[str, Callable[[Any], Any], Any]]] = {
         ("weekly_limit", _money, None),
         ("monthly_limit", _money, None),
         ("total_limit", _money, None),
+        ("models", _str_list, []),
         ("starts_at", _datetime, None),
         ("expires_at", _datetime, None),
     ],
@@ -337,6 +338,13 @@ def _check(parsed: dict[str, list[dict[str, Any]]], problems: list[str]) -> None
         starts, expires = entry.get("starts_at"), entry.get("expires_at")
         if starts is not None and expires is not None and expires <= starts:
             problems.append(f"{label}: expires_at must be after starts_at")
+        if entry.get("models") and group_name is not None:
+            offered = {e.get("id") for e in parsed["models"] if e.get("group") == group_name} | set(
+                ImageModel.objects.filter(group__name=group_name).values_list("model_id", flat=True)
+            )
+            for model_id in entry["models"]:
+                if model_id not in offered:
+                    problems.append(f"{label}: model {model_id!r} is not a model of group {group_name!r}")
 
 
 def config_parse(*, path: Path) -> dict[str, list[dict[str, Any]]]:
@@ -452,6 +460,7 @@ def config_load(*, path: Path) -> Summary:
                 weekly_limit=e["weekly_limit"],
                 monthly_limit=e["monthly_limit"],
                 total_limit=e["total_limit"],
+                model_ids=e["models"],
                 # Without starts_at a new subscription starts now and an existing one keeps its start.
                 starts_at=e["starts_at"] or existing_start or timezone.now(),
                 expires_at=e["expires_at"],

@@ -76,6 +76,21 @@ def env_int(name: str, default: int, *, minimum: int | None = None, maximum: int
     return number
 
 
+def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    try:
+        number = float(value.strip())
+    except ValueError:
+        raise _fail(name, value, "expected a number such as 1.5") from None
+    if number != number or number in (float("inf"), float("-inf")):
+        raise _fail(name, value, "expected a finite number")
+    if minimum is not None and number < minimum:
+        raise _fail(name, value, f"must be at least {minimum}")
+    return number
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     value = os.environ.get(name)
     if value is None or value.strip() == "":

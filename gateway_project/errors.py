@@ -27,6 +27,32 @@ logger = logging.getLogger("gateway.errors")
 
 Shape = Literal["compatible", "native", "google"]
 
+# Business codes (spec, "Gateway business error codes"), for the `code` of the errors that carry them.
+GROUP_DELETED = "GROUP_DELETED"  # 403: the bound/current group has been deleted
+GROUP_DISABLED = "GROUP_DISABLED"  # 403: the bound/current group has been disabled
+GROUP_NOT_ALLOWED = "GROUP_NOT_ALLOWED"  # 403: the selected group is not among the account's groups
+GROUP_OVERRIDE_UNSUPPORTED = "GROUP_OVERRIDE_UNSUPPORTED"  # 409: no `<group_id>:<model>` here
+GROUP_UNAVAILABLE = "GROUP_UNAVAILABLE"  # 400: the group is missing or unavailable
+SUBSCRIPTION_NOT_FOUND = "SUBSCRIPTION_NOT_FOUND"  # 403: no subscription, or it has expired
+SUBSCRIPTION_INVALID = "SUBSCRIPTION_INVALID"  # 403: the plan does not match the request
+USAGE_LIMIT_EXCEEDED = "USAGE_LIMIT_EXCEEDED"  # 429: daily/weekly/monthly/total cap reached
+INSUFFICIENT_BALANCE = "INSUFFICIENT_BALANCE"  # 402/403: balance too low
+
+# Credential codes (401 authentication_error unless noted).
+MISSING_API_KEY = "missing_api_key"
+INVALID_API_KEY = "invalid_api_key"
+REVOKED_API_KEY = "revoked_api_key"
+EXPIRED_API_KEY = "expired_api_key"
+MULTIPLE_CREDENTIALS = "multiple_credentials"  # 400 invalid_request_error
+API_KEY_IN_QUERY_DEPRECATED = "api_key_in_query_deprecated"  # 400 invalid_request_error
+INSUFFICIENT_SCOPE = "insufficient_scope"  # 403 permission_error
+
+# Model and capability codes.
+MODEL_NOT_FOUND = "model_not_found"  # 404
+MODEL_NOT_ALLOWED = "model_not_allowed"  # 403 permission_error
+IMAGE_GROUP_REQUIRED = "image_group_required"  # 403 permission_error
+MISSING_REQUIRED_PARAMETER = "missing_required_parameter"  # 400
+
 # Paths whose errors use the native shape; everything else under /v1 uses the compatible shape.
 NATIVE_SHAPE_PREFIXES = ("/v1/messages",)
 
@@ -198,11 +224,13 @@ def native_body(error: ApiError, *, request_id: str | None) -> dict[str, Any]:
 
 
 def google_body(error: ApiError, *, request_id: str | None) -> dict[str, Any]:
+    # The spec writes the status in lowercase (permission_denied, resource_exhausted, ...). Upstream
+    # bodies passed through (PassthroughError) keep whatever case the upstream used.
     return {
         "error": {
             "code": error.status,
             "message": _with_request_id(error.message, request_id),
-            "status": GOOGLE_STATUS.get(error.status, "UNKNOWN"),
+            "status": GOOGLE_STATUS.get(error.status, "UNKNOWN").lower(),
         }
     }
 
@@ -228,6 +256,8 @@ def error_response(
         response["x-error-code"] = error.code
     if error.status in (429, 503) and "Retry-After" not in response:
         response["Retry-After"] = "1"
+    if error.status == 401 and "WWW-Authenticate" not in response:
+        response["WWW-Authenticate"] = 'Bearer realm="api"'
     return response
 
 
@@ -247,8 +277,10 @@ def api_error_from_exception(exc: BaseException) -> ApiError | None:
         )
     if isinstance(exc, drf_exceptions.MethodNotAllowed):
         return MethodNotAllowed(str(exc.detail))
-    if isinstance(exc, drf_exceptions.NotAuthenticated | drf_exceptions.AuthenticationFailed):
-        return AuthenticationFailed(str(exc.detail), code="invalid_api_key")
+    if isinstance(exc, drf_exceptions.NotAuthenticated):
+        return AuthenticationFailed(str(exc.detail), code=MISSING_API_KEY)
+    if isinstance(exc, drf_exceptions.AuthenticationFailed):
+        return AuthenticationFailed(str(exc.detail), code=INVALID_API_KEY)
     if isinstance(exc, drf_exceptions.PermissionDenied):
         return PermissionDenied(str(exc.detail), code="permission_denied")
     if isinstance(exc, drf_exceptions.NotFound):
@@ -269,4 +301,6 @@ def drf_exception_handler(exc: Exception, context: dict[str, Any]) -> JsonRespon
     error = api_error_from_exception(exc)
     if error is None:
         return None  # unexpected: let ApiErrorMiddleware log it and answer 500
-    return error_response(error, request=django_request)
+    # A view picks its body shape with `error_shape` (gateway_project.api.GatewayAPIView); else the path.
+    shape = getattr(context.get("view"), "error_shape", None)
+    return error_response(error, request=django_request, shape=shape)

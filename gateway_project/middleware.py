@@ -7,6 +7,7 @@ import re
 import uuid
 from collections.abc import Callable
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
 from gateway_project.errors import (
@@ -15,6 +16,7 @@ from gateway_project.errors import (
     InternalError,
     MethodNotAllowed,
     NotFound,
+    PayloadTooLarge,
     api_error_from_exception,
     error_response,
 )
@@ -50,6 +52,14 @@ class ApiErrorMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        if _is_api(request) and _body_too_large(request):
+            return error_response(
+                PayloadTooLarge(
+                    f"The request body is larger than this endpoint accepts "
+                    f"({settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes)."
+                ),
+                request=request,
+            )
         response = self.get_response(request)
         if not _is_api(request) or response.status_code < 400:
             return response
@@ -74,6 +84,23 @@ class ApiErrorMiddleware:
 
 def _is_api(request: HttpRequest) -> bool:
     return request.path == "/v1" or request.path.startswith(API_PREFIX)
+
+
+def _body_too_large(request: HttpRequest) -> bool:
+    """A declared non-multipart body over DATA_UPLOAD_MAX_MEMORY_SIZE.
+
+    DRF's parsers read the body as a stream, so Django's own size check never runs for JSON; this is
+    where such bodies are refused, before anything reads them. Multipart bodies are left to Django's
+    multipart parser and the upload limits of the endpoints that take files.
+    """
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    if limit is None or request.META.get("CONTENT_TYPE", "").startswith("multipart/"):
+        return False
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return False
+    return length > limit
 
 
 def _error_for_status(request: HttpRequest, status: int) -> ApiError:

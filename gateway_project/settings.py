@@ -5,6 +5,7 @@ A bad value stops the process at start with a message naming the variable.
 
 from __future__ import annotations
 
+import importlib.util
 from decimal import Decimal
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from gateway_project.env import (
     database_from_url,
     env_bool,
+    env_float,
     env_int,
     env_list,
     env_public_url,
@@ -21,6 +23,7 @@ from gateway_project.env import (
     env_url,
     load_dotenv,
 )
+from keys.credentials import SCOPES as OAUTH_SCOPES
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 load_dotenv(BASE_DIR / ".env")
@@ -59,6 +62,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "oauth2_provider",
     # The project package holds cross-app operator commands (loadconfig) and the error model.
     "gateway_project",
     "accounts",
@@ -142,9 +146,71 @@ STATIC_URL = "static/"
 STATIC_ROOT = Path(env_str("STATIC_ROOT", str(BASE_DIR / "staticfiles")) or BASE_DIR / "staticfiles")
 MEDIA_ROOT = Path(env_str("MEDIA_ROOT", str(BASE_DIR / "media")) or BASE_DIR / "media")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-FORMS_URLFIELD_ASSUME_HTTPS = True  # Django 6 behaviour now; silences the transition warning
+
+# Image requests, uploads and hosted results (docs/images.md).
+GATEWAY_MAX_PROMPT_CHARS = env_int("GATEWAY_MAX_PROMPT_CHARS", 32_000, minimum=1)
+# A JSON body, or the text fields of a multipart form (files are not counted): larger is refused with 413.
+GATEWAY_MAX_JSON_BODY_BYTES = env_int("GATEWAY_MAX_JSON_BODY_BYTES", 1024 * 1024, minimum=1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = GATEWAY_MAX_JSON_BODY_BYTES
+# Each uploaded file (image, image[], mask): larger is refused with 413 while it is being received.
+GATEWAY_MAX_UPLOAD_BYTES = env_int("GATEWAY_MAX_UPLOAD_BYTES", 25 * 1024 * 1024, minimum=1024)
+# Width x height of an uploaded image; Pillow's decompression-bomb guard is turned into an error as well.
+GATEWAY_MAX_IMAGE_PIXELS = env_int("GATEWAY_MAX_IMAGE_PIXELS", 4096 * 4096, minimum=1)
+GATEWAY_MAX_EDIT_IMAGES = env_int("GATEWAY_MAX_EDIT_IMAGES", 16, minimum=1, maximum=100)
+# Uploads larger than this spool to a temporary file, so memory stays bounded whatever is sent.
+FILE_UPLOAD_MAX_MEMORY_SIZE = env_int("FILE_UPLOAD_MAX_MEMORY_SIZE", 256 * 1024, minimum=0)
+FILE_UPLOAD_HANDLERS = [
+    "images.uploads.UploadLimitHandler",  # refuses an oversized file or too many files mid-upload
+    "django.core.files.uploadhandler.MemoryFileUploadHandler",
+    "django.core.files.uploadhandler.TemporaryFileUploadHandler",
+]
+# Hosted results: signed links valid this long; the stored image is deleted by purge_images after this.
+GATEWAY_IMAGE_URL_TTL_SECONDS = env_int("GATEWAY_IMAGE_URL_TTL_SECONDS", 3600, minimum=60)
+GATEWAY_IMAGE_RETENTION_HOURS = env_int("GATEWAY_IMAGE_RETENTION_HOURS", 24, minimum=1)
+# Downloading an upstream's image URL (for response_format=b64_json): size cap and total time limit.
+GATEWAY_FETCH_MAX_BYTES = env_int("GATEWAY_FETCH_MAX_BYTES", 32 * 1024 * 1024, minimum=1024)
+GATEWAY_FETCH_TIMEOUT_SECONDS = env_int("GATEWAY_FETCH_TIMEOUT_SECONDS", 60, minimum=1)
+# Where hosted images are stored: the file system under MEDIA_ROOT, or an S3-compatible bucket
+# (needs `pip install "django-storages[s3]"`; credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY).
+GATEWAY_IMAGE_STORAGE = env_str("GATEWAY_IMAGE_STORAGE", "filesystem") or "filesystem"
+if GATEWAY_IMAGE_STORAGE == "filesystem":
+    _DEFAULT_STORAGE: dict = {"BACKEND": "django.core.files.storage.FileSystemStorage"}
+elif GATEWAY_IMAGE_STORAGE == "s3":
+    if importlib.util.find_spec("storages") is None:
+        raise ImproperlyConfigured(
+            'GATEWAY_IMAGE_STORAGE=s3 needs django-storages: pip install "django-storages[s3]".'
+        )
+    _S3_BUCKET = env_str("GATEWAY_S3_BUCKET")
+    if not _S3_BUCKET:
+        raise ImproperlyConfigured("GATEWAY_IMAGE_STORAGE=s3 needs GATEWAY_S3_BUCKET (the bucket name).")
+    _S3_OPTIONS: dict = {"bucket_name": _S3_BUCKET, "default_acl": "private", "file_overwrite": False}
+    if env_url("GATEWAY_S3_ENDPOINT_URL"):
+        _S3_OPTIONS["endpoint_url"] = env_url("GATEWAY_S3_ENDPOINT_URL")
+    if env_str("GATEWAY_S3_REGION"):
+        _S3_OPTIONS["region_name"] = env_str("GATEWAY_S3_REGION")
+    _DEFAULT_STORAGE = {"BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": _S3_OPTIONS}
+else:
+    raise ImproperlyConfigured(
+        f"Environment variable GATEWAY_IMAGE_STORAGE={GATEWAY_IMAGE_STORAGE!r} is invalid: "
+        "expected filesystem or s3"
+    )
+STORAGES = {
+    "default": _DEFAULT_STORAGE,
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
 
 SESSION_COOKIE_AGE = env_int("SESSION_COOKIE_AGE", 60 * 60 * 12, minimum=60)
+# The web console (docs/console.md): its sign-in page, its CSS/JS, and password reset mails, offered
+# only when EMAIL_HOST is set.
+LOGIN_REDIRECT_URL = "console:overview"
+LOGOUT_REDIRECT_URL = "login"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+EMAIL_HOST = env_str("EMAIL_HOST", "") or ""
+EMAIL_PORT = env_int("EMAIL_PORT", 587, minimum=1, maximum=65535)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "") or ""
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "") or ""
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", True)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "Image Gateway <noreply@localhost>")
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SECURE = GATEWAY_PUBLIC_URL.startswith("https://")
@@ -159,9 +225,38 @@ REST_FRAMEWORK = {
     "UNAUTHENTICATED_USER": None,
 }
 
+# OAuth 2 authorization server (django-oauth-toolkit): authorization code + PKCE (S256), rotating
+# refresh tokens. Tokens are stored only as SHA-256 checksums (RFC 9700 token storage); access tokens
+# are `sk_oauth_…` (keys/secrets.py). See docs/authentication.md.
+OAUTH2_PROVIDER = {
+    "SCOPES": OAUTH_SCOPES,
+    "DEFAULT_SCOPES": ["profile:read"],
+    "ACCESS_TOKEN_GENERATOR": "keys.secrets.oauth_access_token_generate",
+    "REFRESH_TOKEN_GENERATOR": "keys.secrets.oauth_refresh_token_generate",
+    "ACCESS_TOKEN_EXPIRE_SECONDS": env_int("OAUTH_ACCESS_TOKEN_EXPIRE_SECONDS", 3600, minimum=60),
+    "REFRESH_TOKEN_EXPIRE_SECONDS": env_int(
+        "OAUTH_REFRESH_TOKEN_EXPIRE_SECONDS", 60 * 60 * 24 * 30, minimum=60
+    ),
+    "PKCE_REQUIRED": True,
+    "ROTATE_REFRESH_TOKEN": True,
+    "REFRESH_TOKEN_REUSE_PROTECTION": True,
+    "COMPLIANT_BCP_RFC9700_TOKEN_STORAGE": True,
+    "COMPLIANT_BCP_RFC9700_PKCE_METHOD": True,
+    "COMPLIANT_BCP_RFC9700_IMPLICIT_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PASSWORD_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_ACCESS_TOKEN_TRANSPORT": True,
+}
+LOGIN_URL = "oauth_login"
+
 # Money: every amount is a Decimal with this many places (¥0.0001).
 MONEY_DECIMAL_PLACES = 4
 MONEY_QUANTUM = Decimal(1).scaleb(-MONEY_DECIMAL_PLACES)
+
+# Billing (docs/billing.md). A hold, and a concurrency slot, lives this long before release_stale_holds
+# may void it: it must exceed the longest upstream call (upstream timeouts, GUNICORN_TIMEOUT).
+GATEWAY_HOLD_TTL_SECONDS = env_int("GATEWAY_HOLD_TTL_SECONDS", 900, minimum=60)
+GATEWAY_USAGE_RETENTION_DAYS = env_int("GATEWAY_USAGE_RETENTION_DAYS", 30, minimum=1)
+GATEWAY_IDEMPOTENCY_TTL_SECONDS = env_int("GATEWAY_IDEMPOTENCY_TTL_SECONDS", 24 * 60 * 60, minimum=60)
 
 LOGGING = {
     "version": 1,
@@ -171,4 +266,16 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO") or "INFO"},
     # Django logs every 4xx as a warning; the gateway's own answers are expected, not noise.
     "loggers": {"django.request": {"level": "ERROR"}},
+}
+
+# Upstream retries, failover and circuit breaking (images/resilience.py); an upstream's own fields,
+# when set, override these for calls where it is the primary upstream.
+GATEWAY_RETRY = {
+    "base_delay": env_float("GATEWAY_RETRY_BASE_SECONDS", 1.0, minimum=0),
+    "max_wait": env_float("GATEWAY_RETRY_MAX_WAIT_SECONDS", 30.0, minimum=0),
+    "max_retries": env_int("GATEWAY_RETRY_MAX", 5, minimum=0),
+    "deadline": env_float("GATEWAY_RETRY_DEADLINE_SECONDS", 60.0, minimum=0),
+    "jitter": 0.2,
+    "circuit_threshold": env_int("GATEWAY_CIRCUIT_THRESHOLD", 5, minimum=1),
+    "circuit_cooldown": env_float("GATEWAY_CIRCUIT_COOLDOWN_SECONDS", 30.0, minimum=1),
 }

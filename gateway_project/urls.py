@@ -1,10 +1,17 @@
 from django.conf import settings
 from django.contrib import admin
 from django.contrib.staticfiles.urls import staticfiles_urlpatterns
-from django.urls import path
+from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    # Signed links to hosted images: outside /v1, no API key (images/hosting.py).
+    path("files/", include("images.urls_files")),
+    path("v1/", include("keys.urls")),
+    path("v1/", include("images.urls")),
+    path("oauth/", include("keys.oauth_urls")),
+    # The web console (/console/), its sign-in pages (/accounts/) and / → console (docs/console.md).
+    path("", include("accounts.urls")),
 ]
 
 if settings.DEBUG:

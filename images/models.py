@@ -1,8 +1,10 @@
+import uuid
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
+from django.utils import timezone
 
 from images.capabilities import validate_capabilities
 
@@ -118,3 +120,34 @@ class ImageModel(models.Model):
         )
         if errors:
             raise ValidationError(errors)
+
+
+class HostedImage(models.Model):
+    """An image the gateway stores to answer `response_format=url` when the upstream gave base64.
+
+    Served through a signed, expiring link (images/hosting.py); deleted after the retention period by
+    `python manage.py purge_images`. The stored file's name is never shown to callers.
+    """
+
+    class ContentType(models.TextChoices):
+        PNG = "image/png", "PNG"
+        JPEG = "image/jpeg", "JPEG"
+        WEBP = "image/webp", "WebP"
+
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    storage_name = models.CharField(max_length=300, help_text="Name in the default storage.")
+    content_type = models.CharField(max_length=32, choices=ContentType.choices)
+    size_bytes = models.PositiveIntegerField()
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(content_type__in=["image/png", "image/jpeg", "image/webp"]),
+                name="hosted_image_content_type_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.public_id} ({self.content_type}, {self.size_bytes} bytes)"

@@ -21,13 +21,14 @@ SCOPES = {
 class Credential:
     """A verified API key or OAuth access token.
 
-    kind: "api_key" or "oauth"; id: the ApiKey / AccessToken primary key.
+    kind: "api_key" or "oauth"; id: the ApiKey / AccessToken primary key. "console" is the signed-in
+    user of the web console (id: the Account's primary key), acting in the group of the model chosen.
     bound_group: the key's group (API keys); None for OAuth tokens, which act in the account's
     current group unless the request selects another with `<group_id>:<model>`.
     scopes: the token's scopes; empty for API keys (which are not scope-limited).
     """
 
-    kind: Literal["api_key", "oauth"]
+    kind: Literal["api_key", "oauth", "console"]
     id: int
     account: Account
     bound_group: Group | None
@@ -40,4 +41,4 @@ class Credential:
         return f"{self.kind}:{self.id}"
 
     def has_scope(self, scope: str) -> bool:
-        return self.kind == "api_key" or scope in self.scopes
+        return self.kind in ("api_key", "console") or scope in self.scopes

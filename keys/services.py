@@ -1,14 +1,34 @@
+"""Every write to API keys and OAuth tokens goes through these functions.
+
+Credential lookups are not cached: each request reads its key or token with one indexed query, so a
+revocation committed here is refused by every process on its very next request (no cache to evict).
+"""
+
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Iterable
+from datetime import datetime, timedelta
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
+from oauth2_provider.models import AccessToken, RefreshToken, set_token_value
+from oauth2_provider.settings import oauth2_settings
 
 from accounts.models import Account
 from groups.models import Group
+from keys.credentials import SCOPES
 from keys.models import ApiKey
-from keys.secrets import api_key_display_prefix, api_key_generate, api_key_hash
+from keys.secrets import (
+    api_key_display_prefix,
+    api_key_generate,
+    api_key_hash,
+    oauth_access_token_generate,
+)
+
+# `last_used_at` is written at most this often per key: a write per request would turn every API
+# call into a row update (lock + WAL) on a hot row.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
 def api_key_create(
@@ -28,7 +48,10 @@ def api_key_create(
 
 
 def api_key_revoke(*, api_key: ApiKey) -> bool:
-    """Revoke a key; True if this call revoked it, False if it already was."""
+    """Revoke a key; True if this call revoked it, False if it already was.
+
+    Takes effect on every process at once: authentication reads the key row on every request.
+    """
     with transaction.atomic():
         changed = ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(
             revoked_at=timezone.now()
@@ -36,3 +59,71 @@ def api_key_revoke(*, api_key: ApiKey) -> bool:
     if changed:
         api_key.refresh_from_db(fields=["revoked_at"])
     return bool(changed)
+
+
+def api_key_mark_used(*, api_key: ApiKey, now: datetime | None = None) -> bool:
+    """Record that the key was used; writes at most once per LAST_USED_RESOLUTION. True if written."""
+    moment = now or timezone.now()
+    threshold = moment - LAST_USED_RESOLUTION
+    if api_key.last_used_at is not None and api_key.last_used_at > threshold:
+        return False  # recent enough, as far as this request saw: no query at all
+    # Conditional UPDATE: of many concurrent requests (threads, processes) only one writes.
+    written = (
+        ApiKey.objects.filter(pk=api_key.pk)
+        .filter(Q(last_used_at__isnull=True) | Q(last_used_at__lte=threshold))
+        .update(last_used_at=moment)
+    )
+    if written:
+        api_key.last_used_at = moment
+    return bool(written)
+
+
+def oauth_scopes_validate(*, scopes: Iterable[str]) -> frozenset[str]:
+    """The scopes as a set; ValueError naming any unknown scope."""
+    wanted = frozenset(scopes)
+    unknown = sorted(wanted - SCOPES.keys())
+    if unknown:
+        raise ValueError(f"unknown scope(s) {', '.join(unknown)}; known: {', '.join(SCOPES)}")
+    return wanted
+
+
+def oauth_token_create(
+    *, account: Account, scopes: Iterable[str], expires_in_seconds: int | None = None
+) -> tuple[AccessToken, str]:
+    """Issue an access token for the account's user outside the OAuth flow (operators: createtoken).
+
+    Returns the token row and its secret; only the secret's SHA-256 is stored.
+    """
+    wanted = oauth_scopes_validate(scopes=scopes)
+    lifetime = (
+        expires_in_seconds if expires_in_seconds is not None else oauth2_settings.ACCESS_TOKEN_EXPIRE_SECONDS
+    )
+    if lifetime < 1:
+        raise ValueError("expires_in_seconds must be at least 1")
+    secret = oauth_access_token_generate()
+    access_token = AccessToken(
+        user=account.user,
+        application=None,
+        scope=" ".join(sorted(wanted)),
+        expires=timezone.now() + timedelta(seconds=lifetime),
+    )
+    # Leaves `token` blank and stores the checksum only (COMPLIANT_BCP_RFC9700_TOKEN_STORAGE).
+    set_token_value(access_token, secret)
+    access_token.save(force_insert=True)
+    return access_token, secret
+
+
+def oauth_token_revoke(*, access_token: AccessToken) -> bool:
+    """Revoke an access token and the refresh token issued with it; True if anything was revoked.
+
+    django-oauth-toolkit revokes an access token by deleting its row, so the next request carrying it
+    is refused by every process.
+    """
+    with transaction.atomic():
+        refresh_tokens = list(
+            RefreshToken.objects.filter(access_token_id=access_token.pk, revoked__isnull=True)
+        )
+        for refresh_token in refresh_tokens:
+            refresh_token.revoke()  # also deletes the access token
+        deleted, _ = AccessToken.objects.filter(pk=access_token.pk).delete()
+    return bool(refresh_tokens) or bool(deleted)

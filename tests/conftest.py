@@ -3,9 +3,13 @@ admin) and the spec's two image groups, built through the project's own services
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
+import requests
 
 from accounts.services import account_create, account_set_groups
 from billing.services import wallet_top_up
@@ -66,7 +70,7 @@ def alpha_model(alpha_group, demo_upstream):
         price=Decimal("0.15"),
         upstreams=[demo_upstream],
         upstream_model="",
-        sizes=["1024x1024", "1024x1536", "auto"],
+        sizes=["1024x1024", "1024x1536", "64x64", "auto"],
         qualities=["low", "high"],
         styles=[],
         backgrounds=["transparent", "opaque"],
@@ -111,3 +115,66 @@ def staff(db):
 def staff_client(client, staff):
     client.force_login(staff)
     return client
+
+
+class FakeUpstream:
+    """Client of the fake upstream process (tests/fake_upstream.py)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+        self._root = f"http://127.0.0.1:{port}"
+
+    def script(self, path: str, *answers: dict) -> None:
+        requests.post(f"{self._root}/_script", json={"path": path, "answers": list(answers)}, timeout=5)
+
+    def requests(self) -> list[dict]:
+        return requests.get(f"{self._root}/_requests", timeout=5).json()
+
+    def reset(self) -> None:
+        requests.post(f"{self._root}/_reset", timeout=5)
+
+
+def _start_fake_upstream():
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.fake_upstream", "--port", "0"],
+        cwd=Path(__file__).resolve().parent.parent,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    line = process.stdout.readline()
+    if not line.startswith("listening on "):
+        process.kill()
+        raise RuntimeError(f"fake upstream did not start: {line!r}")
+    return process, FakeUpstream(int(line.split()[-1]))
+
+
+@pytest.fixture(scope="session")
+def fake_upstream_process():
+    """The fake upstream as a real process on 127.0.0.1, started once per test session."""
+    process, upstream = _start_fake_upstream()
+    yield upstream
+    process.terminate()
+    process.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def second_fake_upstream_process():
+    process, upstream = _start_fake_upstream()
+    yield upstream
+    process.terminate()
+    process.wait(timeout=10)
+
+
+@pytest.fixture
+def second_fake_upstream(second_fake_upstream_process):
+    second_fake_upstream_process.reset()
+    yield second_fake_upstream_process
+    second_fake_upstream_process.reset()
+
+
+@pytest.fixture
+def fake_upstream(fake_upstream_process):
+    fake_upstream_process.reset()
+    yield fake_upstream_process
+    fake_upstream_process.reset()

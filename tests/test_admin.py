@@ -16,6 +16,22 @@ REGISTERED = sorted(
 )
 
 
+# Models whose rows only services write: their add pages are refused by design.
+ADD_REFUSED = {
+    ("billing", "wallet"),  # created with the account
+    ("billing", "ledgerentry"),  # append-only, written by billing services
+    ("billing", "hold"),
+    ("billing", "usagerecord"),
+    ("billing", "subscriptionusage"),
+    ("billing", "idempotencyrecord"),
+    ("images", "hostedimage"),  # written by image calls
+    ("oauth2_provider", "accesstoken"),  # issued by the OAuth flow or createtoken
+    ("oauth2_provider", "refreshtoken"),
+    ("oauth2_provider", "grant"),
+    ("oauth2_provider", "idtoken"),
+}
+
+
 @pytest.mark.parametrize(
     ("app", "model", "model_admin"), REGISTERED, ids=[f"{a}.{m}" for a, m, _ in REGISTERED]
 )
@@ -24,10 +40,7 @@ def test_every_changelist_and_add_page_loads_for_staff(
 ):
     assert staff_client.get(reverse(f"admin:{app}_{model}_changelist")).status_code == 200
     add = staff_client.get(reverse(f"admin:{app}_{model}_add"))
-    # Wallets come with accounts and the ledger is append-only: their add pages are refused by design.
-    assert add.status_code == (
-        403 if (app, model) in {("billing", "wallet"), ("billing", "ledgerentry")} else 200
-    )
+    assert add.status_code == (403 if (app, model) in ADD_REFUSED else 200)
 
 
 def test_every_change_page_loads_for_staff(staff_client, alice, alpha_model):
@@ -115,3 +128,25 @@ def test_adding_a_key_in_the_admin_shows_the_secret_once_and_stores_its_hash(
     page = staff_client.get(reverse("admin:keys_apikey_change", args=[api_key.pk]))
     assert secret not in page.content.decode()
     assert api_key.prefix in page.content.decode()
+
+
+def test_the_upstream_admin_shows_circuit_state_and_recent_errors(staff_client, demo_upstream):
+    from django.core.cache import cache
+
+    from images.circuit import circuit_record_failure, circuit_record_success
+
+    cache.clear()
+    circuit_record_success(upstream_id=demo_upstream.pk)
+    for _ in range(5):
+        circuit_record_failure(upstream_id=demo_upstream.pk, threshold=5, cooldown=30)
+    page = staff_client.get(reverse("admin:images_upstream_changelist")).content.decode()
+    assert "open" in page
+    assert "5/6 (83%)" in page
+    staff_client.post(
+        reverse("admin:images_upstream_changelist"),
+        {"action": "close_circuits", "_selected_action": [demo_upstream.pk]},
+    )
+    assert "closed (0 consecutive failures)" in staff_client.get(
+        reverse("admin:images_upstream_changelist")
+    ).content.decode()
+    cache.clear()

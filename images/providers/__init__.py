@@ -6,15 +6,22 @@ from typing import TYPE_CHECKING
 
 from images.providers.base import Adapter
 from images.providers.demo import DemoAdapter
+from images.providers.gemini import GeminiAdapter
+from images.providers.openai import OpenAIAdapter
 
 if TYPE_CHECKING:
     from images.models import Upstream
 
-ADAPTERS: dict[str, type[Adapter]] = {DemoAdapter.kind: DemoAdapter}
+ADAPTERS: dict[str, type[Adapter]] = {
+    DemoAdapter.kind: DemoAdapter,
+    GeminiAdapter.kind: GeminiAdapter,
+    OpenAIAdapter.kind: OpenAIAdapter,
+}
 
 
-def adapter_for(upstream: Upstream) -> Adapter:
+def adapter_for(upstream: Upstream, *, deadline: float | None = None) -> Adapter:
     try:
-        return ADAPTERS[upstream.kind](upstream)
+        adapter_class = ADAPTERS[upstream.kind]
     except KeyError:
         raise LookupError(f"no adapter for upstream kind {upstream.kind!r}") from None
+    return adapter_class(upstream, deadline=deadline)

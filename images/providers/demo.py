@@ -12,10 +12,19 @@ import hashlib
 import io
 import textwrap
 import time
+from collections.abc import Iterator
 
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
-from images.providers.base import Adapter, ImageItem, ImageRequest, ImageResult, UpstreamError
+from images.providers.base import (
+    Adapter,
+    ImageItem,
+    ImageRequest,
+    ImageResult,
+    StreamEvent,
+    UpstreamError,
+    stream_event_names,
+)
 
 DEFAULT_SIZE = (1024, 1024)
 MAX_SIDE = 4096
@@ -108,6 +117,42 @@ class DemoAdapter(Adapter):
             _draw_caption(image, request.prompt, index, request.n)
             items.append(self._item(image, request))
         return ImageResult(created=int(time.time()), items=tuple(items))
+
+    def stream(self, request: ImageRequest) -> Iterator[StreamEvent]:
+        """Blurry partial images (as many as `partial_images` asks), then each finished image."""
+        partial_type, completed_type = stream_event_names(request.operation)
+        result = self.generate(request) if request.operation == "generate" else self.edit(request)
+        partials = int(request.options.get("partial_images") or 0)
+        output_format = request.output_format or "png"
+        for index, item in enumerate(result.items):
+            with Image.open(io.BytesIO(base64.b64decode(item.b64_json or ""))) as finished:
+                finished.load()
+                for step in range(partials):
+                    blurred = finished.filter(ImageFilter.GaussianBlur(radius=24 // (step + 1)))
+                    data = _encode(blurred, output_format, request.options.get("output_compression"))
+                    yield StreamEvent(
+                        type=partial_type,
+                        data={
+                            "type": partial_type,
+                            "b64_json": base64.b64encode(data).decode("ascii"),
+                            "partial_image_index": step,
+                            "image_index": index,
+                            "created_at": result.created,
+                            "output_format": output_format,
+                        },
+                    )
+            yield StreamEvent(
+                type=completed_type,
+                data={
+                    "type": completed_type,
+                    "b64_json": item.b64_json,
+                    "image_index": index,
+                    "created_at": result.created,
+                    "output_format": output_format,
+                    "revised_prompt": item.revised_prompt,
+                },
+                final=True,
+            )
 
     @staticmethod
     def _item(image: Image.Image, request: ImageRequest) -> ImageItem:

@@ -1,0 +1,366 @@
+"""Read-only queries behind the web console's pages.
+
+Every function takes the signed-in user's account and reads only what belongs to it: an id that is not
+the account's is simply not found, so guessing ids shows nothing of another account. Writes go through
+the owning app's services (keys.services), never through this module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
+from zoneinfo import ZoneInfo
+
+from django.conf import settings
+from django.db.models import Q, Sum
+from django.db.models.functions import TruncDate
+from django.utils import timezone
+from oauth2_provider.models import AccessToken, Application, RefreshToken
+from oauth2_provider.settings import oauth2_settings
+
+from accounts.models import Account, User
+from billing.models import Hold, LedgerEntry, Subscription, SubscriptionUsage, UsageRecord, Wallet
+from billing.windows import TOTAL_WINDOW_START, window_end, window_starts_at
+from groups.models import Group
+from images.models import ImageModel
+from keys.models import ApiKey
+
+SPEND_DAYS = 30
+LATEST_CALLS = 20
+# Windows in the order the overview shows them, with the Subscription field holding each cap.
+CAP_WINDOWS = (
+    (SubscriptionUsage.Window.DAY, "daily_limit", "Today"),
+    (SubscriptionUsage.Window.WEEK, "weekly_limit", "This week"),
+    (SubscriptionUsage.Window.MONTH, "monthly_limit", "This month"),
+    (SubscriptionUsage.Window.TOTAL, "total_limit", "In total"),
+)
+
+
+def yen(amount: Decimal) -> str:
+    """An amount for people: ¥ with at least two and at most the ledger's four decimal places."""
+    exact = amount.quantize(settings.MONEY_QUANTUM)
+    text = f"{exact:f}"
+    whole, _, fraction = text.partition(".")
+    fraction = fraction.rstrip("0").ljust(2, "0")
+    return f"¥{whole}.{fraction}"
+
+
+def account_for_user(*, user: User) -> Account | None:
+    """The signed-in user's account with its groups and wallet, or None (e.g. a bare superuser)."""
+    return (
+        Account.objects.select_related("user", "current_group", "wallet")
+        .prefetch_related("allowed_groups")
+        .filter(user=user)
+        .first()
+    )
+
+
+# --- API keys ----------------------------------------------------------------------------------------
+
+
+def api_keys_for_account(*, account: Account) -> list[ApiKey]:
+    return list(ApiKey.objects.filter(account=account).select_related("group").order_by("-created_at", "-id"))
+
+
+def api_key_for_account(*, account: Account, api_key_id: int) -> ApiKey | None:
+    """The account's key with this id; None for another account's key, exactly as for a missing one."""
+    return ApiKey.objects.filter(account=account, pk=api_key_id).select_related("group").first()
+
+
+def key_groups_for_account(*, account: Account) -> list[Group]:
+    """The groups a new key may be bound to: the account's allowed groups that are active."""
+    return list(account.allowed_groups.filter(status=Group.Status.ACTIVE).order_by("pk"))
+
+
+# --- Overview ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WalletState:
+    balance: Decimal
+    held: Decimal
+    open_holds: int
+
+    @property
+    def available(self) -> Decimal:
+        return self.balance - self.held
+
+    @property
+    def shown(self) -> dict[str, str]:
+        return {"balance": yen(self.balance), "held": yen(self.held), "available": yen(self.available)}
+
+
+@dataclass(frozen=True)
+class CapUsage:
+    label: str
+    used: Decimal
+    cap: Decimal
+    resets_at: datetime | None
+
+    @property
+    def percent(self) -> int:
+        if self.cap <= 0:
+            return 100
+        return min(100, int(self.used * 100 / self.cap))
+
+    @property
+    def used_shown(self) -> str:
+        return yen(self.used)
+
+    @property
+    def cap_shown(self) -> str:
+        return yen(self.cap)
+
+
+@dataclass(frozen=True)
+class SubscriptionState:
+    subscription: Subscription
+    state: str  # "active", "not started" or "expired"
+    caps: list[CapUsage]
+
+
+@dataclass(frozen=True)
+class SpendDay:
+    day: date
+    amount: Decimal
+
+
+def wallet_state_for_account(*, account: Account) -> WalletState:
+    wallet = Wallet.objects.filter(account=account).first()
+    if wallet is None:
+        return WalletState(balance=Decimal(0), held=Decimal(0), open_holds=0)
+    open_holds = Hold.objects.filter(
+        Q(wallet=wallet) | Q(subscription__account=account), status=Hold.Status.OPEN
+    ).count()
+    return WalletState(balance=wallet.balance, held=wallet.held, open_holds=open_holds)
+
+
+def subscriptions_for_account(*, account: Account, now: datetime | None = None) -> list[SubscriptionState]:
+    """Each subscription with how much of each of its caps the current window has used.
+
+    Counters include open holds (quota reserved by calls in flight), as the reserve step counts them.
+    """
+    moment = now or timezone.now()
+    starts = window_starts_at(moment=moment)
+    window_start = {
+        SubscriptionUsage.Window.DAY: starts.day,
+        SubscriptionUsage.Window.WEEK: starts.week,
+        SubscriptionUsage.Window.MONTH: starts.month,
+        SubscriptionUsage.Window.TOTAL: TOTAL_WINDOW_START,
+    }
+    subscriptions = list(
+        Subscription.objects.filter(account=account).select_related("group").order_by("group_id")
+    )
+    wanted = Q(pk__in=[])
+    for window, start in window_start.items():
+        wanted |= Q(window=window, window_start=start)
+    used = {
+        (row.subscription_id, row.window): row.used
+        for row in SubscriptionUsage.objects.filter(wanted, subscription__in=subscriptions)
+    }
+    states = []
+    for subscription in subscriptions:
+        caps = []
+        for window, field, label in CAP_WINDOWS:
+            cap = getattr(subscription, field)
+            if cap is None:
+                continue
+            start = window_start[window]
+            caps.append(
+                CapUsage(
+                    label=label,
+                    used=used.get((subscription.pk, window), Decimal(0)),
+                    cap=cap,
+                    resets_at=window_end(window=window, start=start),
+                )
+            )
+        if subscription.starts_at > moment:
+            state = "not started"
+        elif subscription.expires_at is not None and subscription.expires_at <= moment:
+            state = "expired"
+        else:
+            state = "active"
+        states.append(SubscriptionState(subscription=subscription, state=state, caps=caps))
+    return states
+
+
+def spend_per_day_for_account(*, account: Account, now: datetime | None = None) -> list[SpendDay]:
+    """Wallet charges per local day (GATEWAY_TIMEZONE) for the last SPEND_DAYS days, oldest first,
+    every day present (0 when nothing was charged)."""
+    zone = ZoneInfo(settings.GATEWAY_TIMEZONE)
+    today = (now or timezone.now()).astimezone(zone).date()
+    first = today - timedelta(days=SPEND_DAYS - 1)
+    rows = (
+        LedgerEntry.objects.filter(
+            wallet__account=account,
+            kind=LedgerEntry.Kind.CHARGE,
+            created_at__gte=datetime.combine(first, time.min, tzinfo=zone),
+        )
+        .annotate(day=TruncDate("created_at", tzinfo=zone))
+        .values("day")
+        .annotate(total=Sum("amount"))
+    )
+    # Charges are stored negative; spend is shown positive.
+    totals = {row["day"]: -row["total"] for row in rows}
+    return [
+        SpendDay(day=day, amount=totals.get(day, Decimal(0)))
+        for day in (first + timedelta(days=offset) for offset in range(SPEND_DAYS))
+    ]
+
+
+@dataclass(frozen=True)
+class CallRow:
+    record: UsageRecord
+    via: str
+    amount: str
+
+
+def _credential_names(*, account: Account) -> dict[str, str]:
+    """What to call each `UsageRecord.credential` of the account's keys ("api_key:12" → the key)."""
+    names = {f"console:{account.pk}": "Playground"}
+    for api_key in ApiKey.objects.filter(account=account).only("pk", "prefix", "label"):
+        names[f"api_key:{api_key.pk}"] = f"{api_key.prefix}… {api_key.label}".strip()
+    return names
+
+
+def latest_calls_for_account(*, account: Account, limit: int = LATEST_CALLS) -> list[CallRow]:
+    records = UsageRecord.objects.filter(account=account).order_by("-created_at", "-id")[:limit]
+    names = _credential_names(account=account)
+    return [
+        CallRow(
+            record=record,
+            via=names.get(record.credential)
+            or ("OAuth token" if record.credential.startswith("oauth:") else record.credential),
+            amount=yen(record.amount),
+        )
+        for record in records
+    ]
+
+
+def usage_record_for_request(*, account: Account, request_id: str) -> UsageRecord | None:
+    return UsageRecord.objects.filter(account=account, request_id=request_id).order_by("-id").first()
+
+
+# --- Playground --------------------------------------------------------------------------------------
+
+
+def playground_models_for_account(*, account: Account) -> list[ImageModel]:
+    """The image models the account may call: enabled models of its active, image-enabled groups."""
+    return list(
+        ImageModel.objects.filter(
+            group__in=account.allowed_groups.all(),
+            group__status=Group.Status.ACTIVE,
+            group__image_enabled=True,
+            enabled=True,
+        )
+        .select_related("group")
+        .order_by("group_id", "model_id")
+    )
+
+
+# --- Authorized applications -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AuthorizedApplication:
+    """An OAuth application (None: tokens an operator issued with `createtoken`) holding live tokens."""
+
+    application: Application | None
+    scopes: list[str]
+    first_authorized: datetime
+    access_expires: datetime | None
+    tokens: int
+
+    @property
+    def name(self) -> str:
+        return self.application.name if self.application is not None else "Issued by an operator"
+
+
+def _live_access_tokens(*, account: Account, now: datetime):
+    return AccessToken.objects.filter(user_id=account.user_id, expires__gt=now)
+
+
+def _live_refresh_tokens(*, account: Account, now: datetime):
+    live = RefreshToken.objects.filter(user_id=account.user_id, revoked__isnull=True)
+    lifetime = oauth2_settings.REFRESH_TOKEN_EXPIRE_SECONDS
+    if lifetime:
+        live = live.filter(created__gt=now - timedelta(seconds=lifetime))
+    return live
+
+
+def authorized_applications_for_account(
+    *, account: Account, now: datetime | None = None
+) -> list[AuthorizedApplication]:
+    """Applications that can still act for the account: a live access token or a refresh token."""
+    moment = now or timezone.now()
+    grouped: dict[int | None, dict] = {}
+    for token in _live_access_tokens(account=account, now=moment).select_related("application"):
+        entry = grouped.setdefault(
+            token.application_id,
+            {
+                "application": token.application,
+                "scopes": set(),
+                "first": token.created,
+                "expires": None,
+                "n": 0,
+            },
+        )
+        entry["scopes"].update(token.scope.split())
+        entry["first"] = min(entry["first"], token.created)
+        entry["expires"] = max(entry["expires"] or token.expires, token.expires)
+        entry["n"] += 1
+    for refresh in _live_refresh_tokens(account=account, now=moment).select_related("application"):
+        entry = grouped.setdefault(
+            refresh.application_id,
+            {
+                "application": refresh.application,
+                "scopes": set(),
+                "first": refresh.created,
+                "expires": None,
+                "n": 0,
+            },
+        )
+        entry["first"] = min(entry["first"], refresh.created)
+        if refresh.access_token_id is None:
+            entry["n"] += 1  # a refresh token alone still lets the application get new access tokens
+    applications = [
+        AuthorizedApplication(
+            application=entry["application"],
+            scopes=sorted(entry["scopes"]),
+            first_authorized=entry["first"],
+            access_expires=entry["expires"],
+            tokens=entry["n"],
+        )
+        for entry in grouped.values()
+    ]
+    return sorted(applications, key=lambda item: (item.application is None, item.name.lower()))
+
+
+def application_for_account(
+    *, account: Account, application_id: int | None, now: datetime | None = None
+) -> AuthorizedApplication | None:
+    """The authorized application with this id (None: operator-issued tokens), if it holds tokens for
+    the account; None otherwise, whether it does not exist or belongs to nobody here."""
+    for item in authorized_applications_for_account(account=account, now=now):
+        item_id = item.application.pk if item.application is not None else None
+        if item_id == application_id:
+            return item
+    return None
+
+
+def application_tokens_for_account(
+    *, account: Account, application_id: int | None
+) -> tuple[list[AccessToken], list[RefreshToken]]:
+    """Every access token of the application for the account (expired ones too, so that revoking
+    leaves nothing a refresh could revive), and its unrevoked refresh tokens without an access token."""
+    access_tokens = list(AccessToken.objects.filter(user_id=account.user_id, application_id=application_id))
+    orphans = list(
+        RefreshToken.objects.filter(
+            user_id=account.user_id,
+            application_id=application_id,
+            revoked__isnull=True,
+            access_token__isnull=True,
+        )
+    )
+    return access_tokens, orphans

@@ -1,0 +1,190 @@
+"""Idempotency keys on billed POSTs, as Stripe does them.
+
+The same `Idempotency-Key` from the same account with the same request (method, path and body) within
+GATEWAY_IDEMPOTENCY_TTL_SECONDS gets the first response again: no second upstream call, no second
+charge. While the first is still running: 409 idempotency_key_in_use. The same key with another
+request: 422 idempotency_key_reused. Only 2xx responses are stored; a failed first attempt leaves the
+key free for the retry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from accounts.models import Account
+from billing.models import IdempotencyRecord
+from gateway_project.errors import ApiError, Conflict, InvalidRequest
+
+logger = logging.getLogger("gateway.idempotency")
+
+REPLAY_HEADER = "Idempotent-Replayed"
+MAX_KEY_LENGTH = 255
+# Claiming races with a row that is deleted (failed first attempt) or expires under us: try again a
+# few times, then give up with 409 rather than loop.
+CLAIM_ATTEMPTS = 5
+
+
+@dataclass
+class StoredResponse:
+    status: int
+    body: bytes
+    content_type: str
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def idempotency_fingerprint(*, method: str, path: str, body: bytes) -> str:
+    """A hash of what makes two requests "the same" for an idempotency key."""
+    digest = hashlib.sha256()
+    for part in (method.upper().encode(), path.encode(), body):
+        digest.update(len(part).to_bytes(8, "big"))
+        digest.update(part)
+    return digest.hexdigest()
+
+
+def idempotency_key_validate(*, key: str) -> str:
+    """1 to 255 printable ASCII characters (space to ~); else 400 invalid_idempotency_key."""
+    if not 1 <= len(key) <= MAX_KEY_LENGTH or not all(" " <= ch <= "~" for ch in key):
+        raise InvalidRequest(
+            f"The Idempotency-Key header must be 1 to {MAX_KEY_LENGTH} printable ASCII characters.",
+            code="invalid_idempotency_key",
+        )
+    return key
+
+
+def idempotent_execute(
+    *,
+    account: Account,
+    key: str | None,
+    fingerprint: str,
+    produce: Callable[[], StoredResponse],
+    now: datetime | None = None,
+) -> StoredResponse:
+    """Run `produce` at most once per (account, key) while the key lives, and replay its response.
+
+    Exactly one of several concurrent requests with one key claims it (the unique (account, key) row
+    it inserts); the others get 409 while it runs and its stored response once it is done. If
+    `produce` raises or answers non-2xx, the claim is removed, so a retry runs again.
+    """
+    if key is None:
+        return produce()
+    idempotency_key_validate(key=key)
+    record = _claim(account=account, key=key, fingerprint=fingerprint, now=now or timezone.now())
+    if isinstance(record, StoredResponse):
+        return record
+    try:
+        response = produce()
+    except BaseException:
+        _unclaim(record=record)
+        raise
+    if not 200 <= response.status < 300:
+        _unclaim(record=record)
+        return response
+    # Only the current owner may complete the row: a row taken over from us (we ran past
+    # locked_until) belongs to the new owner.
+    IdempotencyRecord.objects.filter(
+        pk=record.pk, owner=record.owner, status=IdempotencyRecord.Status.IN_PROGRESS
+    ).update(
+        status=IdempotencyRecord.Status.COMPLETED,
+        response_status=response.status,
+        response_body=response.body,
+        response_content_type=response.content_type,
+        response_headers=dict(response.headers),
+    )
+    return response
+
+
+def _claim(
+    *, account: Account, key: str, fingerprint: str, now: datetime
+) -> IdempotencyRecord | StoredResponse:
+    owner = uuid.uuid4().hex
+    locked_until = now + timedelta(seconds=settings.GATEWAY_HOLD_TTL_SECONDS)
+    for _ in range(CLAIM_ATTEMPTS):
+        try:
+            # The unique (account, key) constraint decides the owner: a concurrent insert of the same
+            # key waits for ours to commit and then fails here.
+            with transaction.atomic():
+                return IdempotencyRecord.objects.create(
+                    account=account,
+                    key=key,
+                    fingerprint=fingerprint,
+                    owner=owner,
+                    locked_until=locked_until,
+                    created_at=now,
+                    expires_at=now + timedelta(seconds=settings.GATEWAY_IDEMPOTENCY_TTL_SECONDS),
+                )
+        except IntegrityError:
+            pass
+        existing = IdempotencyRecord.objects.filter(account=account, key=key).first()
+        if existing is None:
+            continue  # the first attempt failed and freed the key: claim it again
+        if existing.expires_at <= now:
+            # An expired key is free again; the guarded delete lets one claimer remove it.
+            IdempotencyRecord.objects.filter(pk=existing.pk, expires_at__lte=now).delete()
+            continue
+        if existing.fingerprint != fingerprint:
+            raise ApiError(
+                "This Idempotency-Key was already used with a different request. Use a new key for "
+                "a new request.",
+                status=422,
+                code="idempotency_key_reused",
+            )
+        if existing.status == IdempotencyRecord.Status.COMPLETED:
+            headers = dict(existing.response_headers or {})
+            headers[REPLAY_HEADER] = "true"
+            return StoredResponse(
+                status=existing.response_status or 200,
+                body=bytes(existing.response_body or b""),
+                content_type=existing.response_content_type,
+                headers=headers,
+            )
+        if existing.locked_until <= now:
+            # Its worker died mid-call (it would have finished or failed by now): take the row over.
+            # Guarded by the old owner, so of several takers exactly one wins.
+            taken = IdempotencyRecord.objects.filter(
+                pk=existing.pk, owner=existing.owner, status=IdempotencyRecord.Status.IN_PROGRESS
+            ).update(owner=owner, locked_until=locked_until)
+            if taken == 1:
+                existing.owner, existing.locked_until = owner, locked_until
+                return existing
+            continue
+        break
+    raise Conflict(
+        "A request with this Idempotency-Key is still being processed. Retry after it has finished.",
+        code="idempotency_key_in_use",
+        retry_after=1,
+    )
+
+
+def _unclaim(*, record: IdempotencyRecord) -> None:
+    try:
+        IdempotencyRecord.objects.filter(
+            pk=record.pk, owner=record.owner, status=IdempotencyRecord.Status.IN_PROGRESS
+        ).delete()
+    except Exception:
+        # The row then blocks the key until locked_until, after which a retry takes it over.
+        logger.exception("could not free idempotency key of record %s", record.pk)
+
+
+def idempotency_records_purge(*, now: datetime | None = None, batch_size: int = 5000) -> int:
+    """Delete expired idempotency records, in batches. Returns how many were deleted."""
+    moment = now or timezone.now()
+    deleted = 0
+    while True:
+        ids = list(
+            IdempotencyRecord.objects.filter(expires_at__lte=moment)
+            .order_by("pk")
+            .values_list("pk", flat=True)[:batch_size]
+        )
+        if not ids:
+            return deleted
+        count, _ = IdempotencyRecord.objects.filter(pk__in=ids).delete()
+        deleted += count

@@ -1,0 +1,27 @@
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from billing.idempotency import idempotency_records_purge
+from billing.services import usage_records_purge
+
+
+class Command(BaseCommand):
+    help = (
+        "Delete usage records older than GATEWAY_USAGE_RETENTION_DAYS (or --days), in batches, and "
+        "expired idempotency keys."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--days", type=int, default=None, help="Retention in days (default: setting).")
+        parser.add_argument("--batch-size", type=int, default=5000)
+
+    def handle(self, *args, days, batch_size, **options):
+        if days is not None and days < 1:
+            raise CommandError("--days must be at least 1")
+        retention = days if days is not None else settings.GATEWAY_USAGE_RETENTION_DAYS
+        usage = usage_records_purge(older_than_days=retention, batch_size=max(1, batch_size))
+        keys = idempotency_records_purge(batch_size=max(1, batch_size))
+        self.stdout.write(
+            f"Deleted {usage} usage record(s) older than {retention} days and {keys} expired "
+            "idempotency key(s)."
+        )

@@ -1,0 +1,17 @@
+from django.core.management.base import BaseCommand
+
+from billing.services import holds_release_stale
+
+
+class Command(BaseCommand):
+    help = (
+        "Release holds whose expiry has passed (their worker died between reserve and capture). "
+        "Safe to run from cron on many machines at once."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--batch-size", type=int, default=500)
+
+    def handle(self, *args, batch_size, **options):
+        released = holds_release_stale(batch_size=max(1, batch_size))
+        self.stdout.write(f"Released {released} stale hold(s).")

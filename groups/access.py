@@ -1,0 +1,243 @@
+"""The access decisions: which group serves a credential's request, and which models it may use there.
+
+Everything that needs such a decision calls these functions; nothing else decides.
+
+- A manual API key (like any credential other than an OAuth token) is served by its bound group; a
+  `<group_id>:<model>` prefix is not an override for it (the model name is looked up as written).
+- An OAuth token is served by its account's current group, unless `model` is `<group_id>:<model>`
+  (numeric id): then by that group, if the account may use it and both groups allow the override.
+- The serving group must be active: deleted 403 GROUP_DELETED, disabled 403 GROUP_DISABLED,
+  unavailable 400 GROUP_UNAVAILABLE (a selected target that is not active: 400 GROUP_UNAVAILABLE).
+- Image endpoints need an image-enabled group (403 permission_error), and an enabled model of that
+  group: unknown everywhere 404 model_not_found, known elsewhere 403 model_not_allowed.
+
+Subscription checks (SUBSCRIPTION_NOT_FOUND / SUBSCRIPTION_INVALID) belong to billing's reserve step.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from accounts.models import Account
+from gateway_project.errors import (
+    GROUP_DELETED,
+    GROUP_DISABLED,
+    GROUP_NOT_ALLOWED,
+    GROUP_OVERRIDE_UNSUPPORTED,
+    GROUP_UNAVAILABLE,
+    IMAGE_GROUP_REQUIRED,
+    MISSING_REQUIRED_PARAMETER,
+    MODEL_NOT_ALLOWED,
+    MODEL_NOT_FOUND,
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    PermissionDenied,
+)
+from groups.models import Group
+from images.models import ImageModel
+from keys.credentials import Credential
+
+# `<group_id>:<model>`: a numeric id only (not a name), then a non-empty model name.
+_OVERRIDE = re.compile(r"(?P<group_id>[0-9]{1,10}):(?P<model>.+)", re.DOTALL)
+_MAX_GROUP_ID = 2_147_483_647  # the column is a 32-bit integer on PostgreSQL
+Operation = Literal["generate", "edit"]
+
+
+@dataclass(frozen=True)
+class GroupSelection:
+    """The group serving a request and the model name to look up in it (prefix stripped)."""
+
+    group: Group
+    model_name: str | None
+    overridden: bool
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    group: Group
+    image_model: ImageModel
+    model_name: str
+
+
+@dataclass(frozen=True)
+class ListedModel:
+    """One entry of GET /v1/models: `id` is exactly what the caller sends as `model` to use it."""
+
+    id: str
+    image_model: ImageModel
+    group: Group
+
+
+def _shown(name: str) -> str:
+    return name if len(name) <= 200 else name[:200] + "…"
+
+
+def group_override_parse(*, requested_model: str) -> tuple[int, str] | None:
+    """(group_id, model) when `requested_model` has the `<group_id>:<model>` form, else None."""
+    match = _OVERRIDE.fullmatch(requested_model)
+    if match is None:
+        return None
+    return int(match["group_id"]), match["model"]
+
+
+def group_state_check(*, group: Group) -> None:
+    """Raise the business error for a group that cannot serve requests (spec's group states)."""
+    if group.status == Group.Status.ACTIVE:
+        return
+    if group.status == Group.Status.DELETED:
+        raise PermissionDenied(f"The group {group.name!r} has been deleted.", code=GROUP_DELETED)
+    if group.status == Group.Status.DISABLED:
+        raise PermissionDenied(f"The group {group.name!r} has been disabled.", code=GROUP_DISABLED)
+    raise InvalidRequest(f"The group {group.name!r} is unavailable.", code=GROUP_UNAVAILABLE)
+
+
+def group_override_supported(*, group: Group) -> bool:
+    """Whether `<group_id>:<model>` may leave or enter this group (never for subscription billing)."""
+    return group.allow_group_override and group.billing != Group.Billing.SUBSCRIPTION
+
+
+def _account_allows(*, account: Account, group: Group) -> bool:
+    return account.allowed_groups.filter(pk=group.pk).exists()
+
+
+def _override_target(*, account: Account, current: Group | None, group_id: int) -> Group:
+    if current is not None and not group_override_supported(group=current):
+        raise Conflict(
+            f"Your current group {current.name!r} does not support selecting a group with "
+            "'<group_id>:<model>'; send the model name without a prefix.",
+            code=GROUP_OVERRIDE_UNSUPPORTED,
+        )
+    target = Group.objects.filter(pk=group_id).first() if group_id <= _MAX_GROUP_ID else None
+    if target is None:
+        raise InvalidRequest(f"The group {group_id} does not exist.", code=GROUP_UNAVAILABLE)
+    if not _account_allows(account=account, group=target):
+        raise PermissionDenied(
+            f"Your account may not use the group {target.name!r} ({target.pk}).", code=GROUP_NOT_ALLOWED
+        )
+    if target.status != Group.Status.ACTIVE:
+        raise InvalidRequest(
+            f"The group {target.name!r} ({target.pk}) is {target.status}.", code=GROUP_UNAVAILABLE
+        )
+    if not group_override_supported(group=target):
+        raise Conflict(
+            f"The group {target.name!r} ({target.pk}) cannot be selected with '<group_id>:<model>'.",
+            code=GROUP_OVERRIDE_UNSUPPORTED,
+        )
+    return target
+
+
+def group_resolve_for_credential(
+    *, credential: Credential, requested_model: str | None = None
+) -> GroupSelection:
+    """The group that serves this credential's request for `requested_model` (None: no model, e.g. a
+    listing). Raises the group-state, override and permission errors of the module docstring."""
+    if credential.kind != "oauth":
+        # Manual keys (and the console's own calls) are bound to exactly one group.
+        group = credential.bound_group
+        if group is None:
+            raise PermissionDenied("This credential is not bound to a group.", code=GROUP_NOT_ALLOWED)
+        group_state_check(group=group)
+        return GroupSelection(group=group, model_name=requested_model, overridden=False)
+
+    account = credential.account
+    current = account.current_group
+    override = group_override_parse(requested_model=requested_model) if requested_model else None
+    if override is not None:
+        group_id, model_name = override
+        target = _override_target(account=account, current=current, group_id=group_id)
+        return GroupSelection(group=target, model_name=model_name, overridden=True)
+    if current is None:
+        raise InvalidRequest(
+            "Your account has no current group; ask an operator to set one, or select an allowed "
+            "group with '<group_id>:<model>'.",
+            code=GROUP_UNAVAILABLE,
+        )
+    if not _account_allows(account=account, group=current):
+        raise PermissionDenied(
+            f"Your account may not use its current group {current.name!r}.", code=GROUP_NOT_ALLOWED
+        )
+    group_state_check(group=current)
+    return GroupSelection(group=current, model_name=requested_model, overridden=False)
+
+
+def model_resolve_for_group(*, group: Group, model_name: str) -> ImageModel:
+    """The group's enabled image model called `model_name`; 404 if no group has it, 403 if others do."""
+    image_model = (
+        ImageModel.objects.select_related("group")
+        .filter(group=group, model_id=model_name, enabled=True)
+        .first()
+    )
+    if image_model is not None:
+        return image_model
+    if ImageModel.objects.filter(model_id=model_name, enabled=True).exists():
+        raise PermissionDenied(
+            f"The model {_shown(model_name)!r} is not available in your group {group.name!r}; "
+            "GET /v1/models lists the models you may use.",
+            code=MODEL_NOT_ALLOWED,
+        )
+    raise NotFound(
+        f"The model {_shown(model_name)!r} does not exist; GET /v1/models lists the models you may use.",
+        code=MODEL_NOT_FOUND,
+        param="model",
+    )
+
+
+def image_model_resolve(
+    *, credential: Credential, requested_model: object, operation: Operation
+) -> ResolvedModel:
+    """May this credential use this image model, and in which group? The one place that decides."""
+    if operation not in ("generate", "edit"):
+        raise ValueError(f"unknown image operation {operation!r}")
+    if not isinstance(requested_model, str) or not requested_model.strip():
+        raise InvalidRequest(
+            "You must provide a model parameter (a model id from GET /v1/models).",
+            param="model",
+            code=MISSING_REQUIRED_PARAMETER,
+        )
+    selection = group_resolve_for_credential(credential=credential, requested_model=requested_model)
+    group = selection.group
+    model_name = selection.model_name or ""
+    if not group.image_enabled:
+        raise PermissionDenied(
+            f"The group {group.name!r} does not serve the image endpoints; use a key bound to an "
+            "image-enabled group.",
+            code=IMAGE_GROUP_REQUIRED,
+        )
+    image_model = model_resolve_for_group(group=group, model_name=model_name)
+    return ResolvedModel(group=group, image_model=image_model, model_name=model_name)
+
+
+def model_list_for_credential(*, credential: Credential, all_groups: bool = False) -> list[ListedModel]:
+    """The models this credential may use, as GET /v1/models lists them.
+
+    Default: the enabled models of the serving group (bound or current), by plain id. With
+    `all_groups` (honoured for OAuth tokens only): the models of every active allowed group, each under
+    the id that selects it - the plain id in the current group, `<group_id>:<model>` in a group the
+    override can reach; groups no id can reach are left out, so every listed id works.
+    """
+    if not all_groups or credential.kind != "oauth":
+        group = group_resolve_for_credential(credential=credential).group
+        models = ImageModel.objects.filter(group=group, enabled=True).select_related("group")
+        return [ListedModel(id=m.model_id, image_model=m, group=group) for m in models]
+
+    account = credential.account
+    current = account.current_group
+    can_leave_current = current is None or group_override_supported(group=current)
+    groups = {
+        group.pk: group for group in account.allowed_groups.filter(status=Group.Status.ACTIVE).order_by("pk")
+    }
+    listed: list[ListedModel] = []
+    models = ImageModel.objects.filter(group__in=groups.keys(), enabled=True).order_by("group_id", "model_id")
+    for image_model in models:
+        group = groups[image_model.group_id]
+        if can_leave_current and group_override_supported(group=group):
+            model_id = f"{group.pk}:{image_model.model_id}"
+        elif current is not None and group.pk == current.pk:
+            model_id = image_model.model_id
+        else:
+            continue
+        listed.append(ListedModel(id=model_id, image_model=image_model, group=group))
+    return listed

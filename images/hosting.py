@@ -1,0 +1,257 @@
+"""Hosted results and upstream image downloads: the two conversions between `url` and `b64_json`.
+
+- `hosted_image_store` keeps an image in Django's default storage and returns a signed link under
+  GATEWAY_PUBLIC_URL that expires after GATEWAY_IMAGE_URL_TTL_SECONDS; `purge_images` deletes the
+  stored images after GATEWAY_IMAGE_RETENTION_HOURS.
+- `image_fetch` downloads an image an upstream answered by URL, only from that upstream's own host,
+  with a size cap and a time limit, refusing private addresses unless the upstream itself lives there.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING
+from urllib.parse import urljoin, urlsplit
+
+import requests
+from django.conf import settings
+from django.core import signing
+from django.core.files.base import ContentFile
+from django.core.files.storage import default_storage
+from django.urls import get_script_prefix, reverse
+from django.utils import timezone
+
+from gateway_project.errors import NotFound, PermissionDenied
+from images.models import HostedImage
+from images.providers import adapter_for
+from images.providers.base import UpstreamError
+from images.uploads import CONTENT_TYPES, image_format_sniff
+
+if TYPE_CHECKING:
+    from images.models import Upstream
+
+logger = logging.getLogger("gateway.images")
+
+SIGNING_SALT = "images.hosted-image"
+STORAGE_PREFIX = "hosted-images"
+EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/webp": "webp"}
+MAX_REDIRECTS = 3
+FETCH_CHUNK_BYTES = 64 * 1024
+
+
+# --- hosted images ------------------------------------------------------------------------------------
+
+
+def hosted_image_store(*, data: bytes, content_type: str) -> str:
+    """Store an image and return its signed, expiring, absolute URL under GATEWAY_PUBLIC_URL."""
+    extension = EXTENSIONS.get(content_type)
+    if extension is None:
+        raise ValueError(f"cannot host content type {content_type!r}; expected one of {sorted(EXTENSIONS)}")
+    public_id = uuid.uuid4()
+    now = timezone.now()
+    name = f"{STORAGE_PREFIX}/{now:%Y/%m/%d}/{public_id.hex}.{extension}"
+    # The row comes first, so purge_images can find the file even if this process dies mid-way.
+    image = HostedImage.objects.create(
+        public_id=public_id,
+        storage_name=name,
+        content_type=content_type,
+        size_bytes=len(data),
+        created_at=now,
+    )
+    try:
+        stored_name = default_storage.save(name, ContentFile(data))
+    except Exception:
+        image.delete()
+        raise
+    if stored_name != name:  # a storage may adjust the name it was given
+        image.storage_name = stored_name
+        image.save(update_fields=["storage_name"])
+    return hosted_image_url(public_id=public_id)
+
+
+def hosted_image_url(*, public_id: uuid.UUID, ttl_seconds: int | None = None) -> str:
+    """The signed link to a hosted image; it carries its own expiry, so changing the TTL setting later
+    does not extend or shorten links already handed out."""
+    ttl = settings.GATEWAY_IMAGE_URL_TTL_SECONDS if ttl_seconds is None else ttl_seconds
+    expires = int(time.time()) + ttl
+    token = signing.Signer(salt=SIGNING_SALT).sign(f"{public_id.hex}.{expires}")
+    path = reverse("images_files:hosted-image", kwargs={"token": token})
+    # reverse() includes the script prefix of the current request; GATEWAY_PUBLIC_URL already has it.
+    return f"{settings.GATEWAY_PUBLIC_URL}/{path.removeprefix(get_script_prefix())}"
+
+
+@dataclass(frozen=True)
+class ResolvedHostedImage:
+    image: HostedImage
+    seconds_left: int
+
+
+def hosted_image_resolve(*, token: str) -> ResolvedHostedImage:
+    """The hosted image a link points to; 403 when the signature is wrong or expired, 404 when purged."""
+    try:
+        value = signing.Signer(salt=SIGNING_SALT).unsign(token)
+    except signing.BadSignature:
+        raise PermissionDenied(
+            "This image link is invalid: its signature does not match.", code="invalid_signature"
+        ) from None
+    public_hex, _, expires_text = value.partition(".")
+    try:
+        public_id = uuid.UUID(hex=public_hex)
+        expires = int(expires_text)
+    except ValueError:
+        raise PermissionDenied("This image link is invalid.", code="invalid_signature") from None
+    seconds_left = expires - int(time.time())
+    if seconds_left <= 0:
+        raise PermissionDenied(
+            "This image link has expired; request the image again for a new link.", code="expired_url"
+        )
+    image = HostedImage.objects.filter(public_id=public_id).first()
+    if image is None:
+        raise NotFound("This image is no longer stored.", code="image_not_found")
+    return ResolvedHostedImage(image=image, seconds_left=seconds_left)
+
+
+def hosted_images_purge(*, older_than: timedelta, batch_size: int = 500) -> int:
+    """Delete hosted images (file, then row) created before now - `older_than`, in batches.
+
+    A file the storage fails to delete keeps its row, so the next run retries it. Returns the count."""
+    cutoff = timezone.now() - older_than
+    deleted = 0
+    last_pk = 0
+    while True:
+        batch = list(
+            HostedImage.objects.filter(created_at__lt=cutoff, pk__gt=last_pk)
+            .order_by("pk")
+            .values_list("pk", "storage_name")[:batch_size]
+        )
+        if not batch:
+            return deleted
+        last_pk = batch[-1][0]
+        removed = []
+        for pk, name in batch:
+            try:
+                default_storage.delete(name)
+            except Exception:  # any storage backend error: keep the row and go on with the others
+                logger.exception("could not delete hosted image %s; will retry on the next purge", name)
+                continue
+            removed.append(pk)
+        HostedImage.objects.filter(pk__in=removed).delete()
+        deleted += len(removed)
+
+
+# --- downloading an upstream's image -------------------------------------------------------------------
+
+
+def image_fetch(*, url: str, upstream: Upstream) -> bytes:
+    """Download an image an upstream answered by URL. Raises UpstreamError (the upstream's fault).
+
+    Only the upstream's own scheme, host and port are accepted, at every redirect hop (followed here,
+    never by requests). Addresses that are not globally routable are refused unless the upstream's own
+    host resolves to such an address (a provider on the local network). The body is capped at
+    GATEWAY_FETCH_MAX_BYTES and the whole download at GATEWAY_FETCH_TIMEOUT_SECONDS; it must be a PNG,
+    JPEG or WebP by its bytes. No credentials are sent.
+    """
+    origin = _origin(upstream.base_url)
+    if origin is None:
+        raise _fetch_error("upstream has no base URL to fetch images from", url=url)
+    private_ok = not _all_global(_resolve(host=origin[1], port=origin[2]))
+    deadline = time.monotonic() + settings.GATEWAY_FETCH_TIMEOUT_SECONDS
+    adapter = adapter_for(upstream)
+    current = url
+    for _ in range(MAX_REDIRECTS + 1):
+        _fetch_target_check(url=current, origin=origin, private_ok=private_ok)
+        response = adapter._request(
+            "GET", current, stream=True, allow_redirects=False, headers={"Accept": "image/*"}
+        )
+        try:
+            if response.is_redirect:
+                current = urljoin(current, response.headers.get("Location", ""))
+                continue
+            if response.status_code != 200:
+                raise _fetch_error(f"image download answered HTTP {response.status_code}", url=url)
+            return _body_read(response=response, deadline=deadline, url=url)
+        finally:
+            response.close()
+    raise _fetch_error(f"image download redirected more than {MAX_REDIRECTS} times", url=url)
+
+
+def upstream_is_private(*, upstream: Upstream) -> bool:
+    """True when the upstream lives on a non-public address (its image URLs are useless to callers)."""
+    origin = _origin(upstream.base_url)
+    if origin is None:
+        return False
+    try:
+        return not _all_global(_resolve(host=origin[1], port=origin[2]))
+    except UpstreamError:
+        return True
+
+
+def _fetch_target_check(*, url: str, origin: tuple[str, str, int], private_ok: bool) -> None:
+    target = _origin(url)
+    if target != origin:
+        raise _fetch_error("image URL is not on the upstream's own host", url=url)
+    addresses = _resolve(host=target[1], port=target[2])
+    if not private_ok and not _all_global(addresses):
+        raise _fetch_error("image URL resolves to a non-public address", url=url)
+
+
+def _body_read(*, response: requests.Response, deadline: float, url: str) -> bytes:
+    cap = settings.GATEWAY_FETCH_MAX_BYTES
+    declared = response.headers.get("Content-Length", "")
+    if declared.isdigit() and int(declared) > cap:
+        raise _fetch_error(f"image is larger than {cap} bytes", url=url)
+    chunks: list[bytes] = []
+    total = 0
+    try:
+        for chunk in response.iter_content(FETCH_CHUNK_BYTES):
+            total += len(chunk)
+            if total > cap:
+                raise _fetch_error(f"image is larger than {cap} bytes", url=url)
+            if time.monotonic() > deadline:
+                raise UpstreamError("image download timed out", status=504, retryable=False, sent=True)
+            chunks.append(chunk)
+    except requests.RequestException as exc:
+        raise _fetch_error(f"image download failed: {type(exc).__name__}", url=url) from exc
+    data = b"".join(chunks)
+    if image_format_sniff(data=data) not in CONTENT_TYPES:
+        raise _fetch_error("downloaded file is not a PNG, JPEG or WebP image", url=url)
+    return data
+
+
+def _origin(url: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of an http(s) URL, with the default port filled in; None otherwise."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    return (parts.scheme, parts.hostname.lower(), port or (443 if parts.scheme == "https" else 80))
+
+
+def _resolve(*, host: str, port: int) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise UpstreamError(
+            f"cannot resolve image host: {exc}", status=502, retryable=False, sent=True
+        ) from exc
+    return [ipaddress.ip_address(info[4][0].split("%", 1)[0]) for info in infos]
+
+
+def _all_global(addresses: list[ipaddress.IPv4Address | ipaddress.IPv6Address]) -> bool:
+    return bool(addresses) and all(address.is_global for address in addresses)
+
+
+def _fetch_error(reason: str, *, url: str) -> UpstreamError:
+    # The URL goes to the log only (without its query, which may hold a signature); callers get a
+    # generic 502 from upstream_error_to_api_error.
+    logger.warning("refused or failed to fetch an upstream image (%s): %s", reason, url.split("?", 1)[0])
+    return UpstreamError(reason, status=502, retryable=False, sent=True)

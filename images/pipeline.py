@@ -1,0 +1,200 @@
+"""The billed image call: resolve → validate → idempotency → limits + reserve → upstream → capture → render.
+
+Each step is a service owned by its app; this module only puts them in order, so the views stay thin
+and every billed endpoint runs the same sequence (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+from django.core.files.uploadedfile import UploadedFile
+from django.http import HttpResponse
+from django.utils.datastructures import MultiValueDict
+from rest_framework.request import Request
+
+from billing.idempotency import StoredResponse, idempotent_execute
+from billing.metering import metered_call
+from billing.usage import UsageScope, usage_scope
+from groups.access import ResolvedModel, image_model_resolve
+from images.models import Upstream
+from images.providers import adapter_for
+from images.providers.base import ImageRequest, ImageResult, UpstreamError
+from images.resilience import upstream_call_resilient
+from images.results import result_render
+from images.routing import upstreams_for_model
+from images.upstream_errors import upstream_error_to_api_error
+from images.validation import ImageParams, edit_params_validate, generation_params_validate
+from keys.credentials import Credential
+
+Operation = Literal["generate", "edit"]
+ENDPOINTS: dict[Operation, str] = {"generate": "images.generations", "edit": "images.edits"}
+
+
+def image_call_handle(*, request: Request, operation: Operation) -> HttpResponse:
+    """The /v1/images/* views: run the call for the authenticated request, answer its stored response."""
+    stored = image_call_run(
+        credential=request.auth,
+        operation=operation,
+        data=request.data,
+        files=request.FILES if operation == "edit" else None,
+        request_id=request._request.request_id,
+        idempotency_key=request.headers.get("Idempotency-Key"),
+        path=request.path,
+    )
+    response = HttpResponse(stored.body, status=stored.status, content_type=stored.content_type)
+    for name, value in stored.headers.items():
+        response[name] = value
+    return response
+
+
+def image_call_run(
+    *,
+    credential: Credential,
+    operation: Operation,
+    data: Any,
+    files: MultiValueDict | None,
+    request_id: str,
+    idempotency_key: str | None = None,
+    path: str = "",
+) -> StoredResponse:
+    """One billed image call for a verified credential; raises ApiError on any refusal or failure.
+
+    `data` is the parsed JSON body (generate) or the form fields (edit); `files` the uploads (edit).
+    The console's playground calls this too, so its calls are billed exactly like API calls.
+    """
+    with usage_scope(request_id=request_id, endpoint=ENDPOINTS[operation], credential=credential) as usage:
+        requested_model = data.get("model") if hasattr(data, "get") else None
+        resolved = image_model_resolve(
+            credential=credential, requested_model=requested_model, operation=operation
+        )
+        usage.set_target(group=resolved.group, model_id=resolved.image_model.model_id)
+        images: tuple[bytes, ...] = ()
+        mask: bytes | None = None
+        if operation == "generate":
+            params = generation_params_validate(body=data, image_model=resolved.image_model)
+        else:
+            params, images, mask = edit_params_validate(
+                data=data, files=files or MultiValueDict(), image_model=resolved.image_model
+            )
+        upstream_request = _upstream_request(
+            operation=operation,
+            resolved=resolved,
+            params=params,
+            images=images,
+            mask=mask,
+            request_id=request_id,
+        )
+        return idempotent_execute(
+            account=credential.account,
+            key=idempotency_key,
+            fingerprint=_fingerprint(path=path, resolved=resolved, data=data, files=files),
+            produce=lambda: _produce(
+                usage=usage,
+                credential=credential,
+                resolved=resolved,
+                upstream_request=upstream_request,
+                params=params,
+            ),
+        )
+
+
+def _upstream_request(
+    *,
+    operation: Operation,
+    resolved: ResolvedModel,
+    params: ImageParams,
+    images: tuple[bytes, ...],
+    mask: bytes | None,
+    request_id: str,
+) -> ImageRequest:
+    return ImageRequest(
+        operation=operation,
+        upstream_model=resolved.image_model.upstream_model_name,
+        prompt=params.prompt,
+        n=params.n,
+        size=params.size,
+        output_format=params.output_format,
+        response_format=params.response_format,
+        options=dict(params.options),
+        images=images,
+        mask=mask,
+        request_id=request_id,
+    )
+
+
+def _produce(
+    *,
+    usage: UsageScope,
+    credential: Credential,
+    resolved: ResolvedModel,
+    upstream_request: ImageRequest,
+    params: ImageParams,
+) -> StoredResponse:
+    """Limits, reserve, upstream call and capture; the rendered body is part of the billed call, so a
+    result that cannot be delivered (e.g. its URL cannot be fetched) is released, not charged."""
+
+    def call() -> bytes:
+        return _call_upstream(
+            usage=usage, resolved=resolved, upstream_request=upstream_request, params=params
+        )
+
+    body = metered_call(
+        usage=usage,
+        credential=credential,
+        group=resolved.group,
+        model_id=resolved.image_model.model_id,
+        price=resolved.image_model.price,
+        call=call,
+    )
+    return StoredResponse(status=200, body=body, content_type="application/json", headers={})
+
+
+def _call_upstream(
+    *, usage: UsageScope, resolved: ResolvedModel, upstream_request: ImageRequest, params: ImageParams
+) -> bytes:
+    """Call the model's upstreams with retries and failover, then render the answer for the caller."""
+
+    def attempt(upstream: Upstream, deadline: float) -> ImageResult:
+        usage.set_upstream(upstream.name)
+        return adapter_for(upstream, deadline=deadline).call(upstream_request)
+
+    result, upstream = upstream_call_resilient(
+        upstreams=upstreams_for_model(image_model=resolved.image_model),
+        attempt=attempt,
+        request_id=upstream_request.request_id,
+        classify=lambda error, failed: upstream_error_to_api_error(error=error, upstream=failed),
+    )
+    try:
+        # Not retried elsewhere: the upstream already made (and billed) these images.
+        rendered = result_render(
+            result=result,
+            response_format=params.response_format,
+            upstream=upstream,
+            output_format=params.output_format,
+        )
+    except UpstreamError as exc:
+        raise upstream_error_to_api_error(error=exc, upstream=upstream) from exc
+    return json.dumps(rendered, separators=(",", ":")).encode()
+
+
+def _fingerprint(*, path: str, resolved: ResolvedModel, data: Any, files: MultiValueDict | None) -> str:
+    """What makes two requests "the same" for Idempotency-Key: path, group, every field and file."""
+    digest = hashlib.sha256()
+    digest.update(f"{path} {resolved.group.pk}\n".encode())
+    if not hasattr(data, "getlist"):  # a JSON body
+        digest.update(json.dumps(data, sort_keys=True, default=str).encode())
+    else:  # form fields, then the files' bytes
+        for key in sorted(data.keys()):
+            for value in data.getlist(key):
+                if not isinstance(value, UploadedFile):
+                    digest.update(f"{key}={value}\n".encode())
+    for key in sorted(files.keys()) if files else ():
+        for upload in files.getlist(key):
+            digest.update(f"{key}:".encode())
+            for chunk in upload.chunks():
+                digest.update(chunk)
+            upload.seek(0)
+    return digest.hexdigest()

@@ -1,0 +1,293 @@
+"""The `openai` upstream kind: OpenAI's Images API and compatible providers (xAI, relays, ...).
+
+Generation is POST {base_url}/images/generations (JSON), edits POST {base_url}/images/edits
+(multipart). Only the validated spec fields are sent, with `model` renamed to the upstream's model name
+and the provider key from the environment variable the upstream names.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import requests
+from django.utils import timezone
+
+from images.providers.base import (
+    Adapter,
+    ImageItem,
+    ImageRequest,
+    ImageResult,
+    StreamEvent,
+    UpstreamError,
+    stream_event_names,
+)
+from images.uploads import CONTENT_TYPES, image_format_sniff
+from images.upstream_errors import UpstreamMisconfigured
+
+logger = logging.getLogger("gateway.upstream")
+
+# GPT image models always answer base64 and refuse `response_format` ("Unknown parameter").
+NO_RESPONSE_FORMAT_PREFIXES = ("gpt-image",)
+# Sent only on the streaming path (`stream()`), never with a plain JSON call.
+STREAM_OPTIONS = ("stream", "partial_images")
+ERROR_BODY_LIMIT = 4000
+USER_AGENT = "image-gateway/0.1"
+
+
+class OpenAIAdapter(Adapter):
+    kind = "openai"
+
+    def generate(self, request: ImageRequest) -> ImageResult:
+        response = self._request(
+            "POST",
+            self._url("images/generations"),
+            json=self._fields(request),
+            headers=self._headers(),
+        )
+        return self._result(response)
+
+    def edit(self, request: ImageRequest) -> ImageResult:
+        if not request.images:
+            raise UpstreamError("an edit needs at least one image", status=None, retryable=False)
+        fields = {name: _form_text(value) for name, value in self._fields(request).items()}
+        image_field = "image" if len(request.images) == 1 else "image[]"
+        files = [
+            (image_field, _file_part(f"image-{index}", data)) for index, data in enumerate(request.images)
+        ]
+        if request.mask is not None:
+            files.append(("mask", _file_part("mask", request.mask)))
+        response = self._request(
+            "POST", self._url("images/edits"), data=fields, files=files, headers=self._headers()
+        )
+        return self._result(response)
+
+    def stream(self, request: ImageRequest) -> Iterator[StreamEvent]:
+        """Ask the upstream for server-sent events and relay them as they arrive."""
+        _, completed_type = stream_event_names(request.operation)
+        fields = self._fields(request)
+        fields["stream"] = True
+        if request.options.get("partial_images") is not None:
+            fields["partial_images"] = request.options["partial_images"]
+        headers = {**self._headers(), "Accept": "text/event-stream"}
+        if request.operation == "generate":
+            response = self._request(
+                "POST", self._url("images/generations"), json=fields, headers=headers, stream=True
+            )
+        else:
+            files = [
+                ("image" if len(request.images) == 1 else "image[]", _file_part(f"image-{i}", data))
+                for i, data in enumerate(request.images)
+            ]
+            if request.mask is not None:
+                files.append(("mask", _file_part("mask", request.mask)))
+            form = {name: _form_text(value) for name, value in fields.items()}
+            response = self._request(
+                "POST", self._url("images/edits"), data=form, files=files, headers=headers, stream=True
+            )
+        try:
+            if not 200 <= response.status_code < 300:
+                self._result(response)  # raises the typed error for the status
+            if "text/event-stream" not in response.headers.get("Content-Type", ""):
+                raise UpstreamError(
+                    "upstream did not answer with an event stream", status=502, retryable=True, sent=True
+                )
+            yield from _sse_events(response, completed_type=completed_type)
+        finally:
+            response.close()
+
+    # --- building the request ---------------------------------------------------------------------
+
+    def _url(self, path: str) -> str:
+        return f"{self.upstream.base_url.rstrip('/')}/{path}"
+
+    def _headers(self) -> dict[str, str]:
+        env_name = self.upstream.api_key_env
+        key = os.environ.get(env_name, "").strip() if env_name else ""
+        if not key:
+            # The value is never logged; only the variable's name.
+            logger.error(
+                "upstream %s: the environment variable %s holding its API key is %s",
+                self.upstream.name,
+                env_name or "(none configured)",
+                "empty or unset" if env_name else "not configured",
+            )
+            raise UpstreamMisconfigured(
+                f"upstream {self.upstream.name}: API key variable {env_name or '(none)'} is not set"
+            )
+        return {"Authorization": f"Bearer {key}", "Accept": "application/json", "User-Agent": USER_AGENT}
+
+    def _fields(self, request: ImageRequest) -> dict[str, Any]:
+        """Only the spec's fields, each only when set; `model` is the upstream's name for the model."""
+        fields: dict[str, Any] = {"model": request.upstream_model, "prompt": request.prompt, "n": request.n}
+        if request.size is not None:
+            fields["size"] = request.size
+        if request.output_format is not None:
+            fields["output_format"] = request.output_format
+        if not request.upstream_model.startswith(NO_RESPONSE_FORMAT_PREFIXES):
+            fields["response_format"] = request.response_format
+        for name, value in request.options.items():
+            if name not in STREAM_OPTIONS:
+                fields[name] = value
+        return fields
+
+    # --- reading the answer -----------------------------------------------------------------------
+
+    def _result(self, response: requests.Response) -> ImageResult:
+        status = response.status_code
+        if 200 <= status < 300:
+            return self._success(response)
+        body = _error_body(response)
+        if status == 429:
+            raise UpstreamError(
+                "upstream rate limited the request",
+                status=429,
+                retryable=True,
+                body=body,
+                sent=True,
+                retry_after=_retry_after(response),
+            )
+        if status >= 500:
+            raise UpstreamError(
+                f"upstream failed with HTTP {status}", status=status, retryable=True, body=body, sent=True
+            )
+        raise UpstreamError(
+            f"upstream refused the request with HTTP {status}",
+            status=status,
+            retryable=False,
+            body=body,
+            sent=True,
+        )
+
+    def _success(self, response: requests.Response) -> ImageResult:
+        content_type = response.headers.get("Content-Type", "")
+        try:
+            payload = response.json() if "json" in content_type.lower() else None
+        except ValueError:
+            payload = None
+        items = payload.get("data") if isinstance(payload, dict) else None
+        if not isinstance(items, list) or not items or not all(_valid_item(item) for item in items):
+            raise UpstreamError(
+                f"upstream answered HTTP {response.status_code} without a valid image list "
+                f"(Content-Type {content_type or 'missing'})",
+                status=502,
+                retryable=True,
+                sent=True,
+            )
+        created = payload.get("created")
+        if not isinstance(created, int) or isinstance(created, bool):
+            created = int(timezone.now().timestamp())
+        usage = payload.get("usage")
+        return ImageResult(
+            created=created,
+            items=tuple(
+                ImageItem(
+                    b64_json=item.get("b64_json") or None,
+                    url=item.get("url") or None,
+                    revised_prompt=item.get("revised_prompt") or None,
+                )
+                for item in items
+            ),
+            usage=usage if isinstance(usage, dict) else None,
+        )
+
+
+def _valid_item(item: Any) -> bool:
+    if not isinstance(item, dict):
+        return False
+    fields = [item.get("b64_json"), item.get("url")]
+    if not any(isinstance(value, str) and value for value in fields):
+        return False
+    return all(value is None or isinstance(value, str) for value in [*fields, item.get("revised_prompt")])
+
+
+def _error_body(response: requests.Response) -> Any:
+    """The upstream's error body: parsed JSON when it is JSON, else a bounded piece of its text."""
+    try:
+        return response.json()
+    except ValueError:
+        return response.text[:ERROR_BODY_LIMIT]
+
+
+def _retry_after(response: requests.Response) -> float | None:
+    value = response.headers.get("Retry-After", "").strip()
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, (when - timezone.now()).total_seconds())
+
+
+def _form_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _file_part(stem: str, data: bytes) -> tuple[str, bytes, str]:
+    """A multipart file part whose name and type follow its bytes (the caller's file name is not sent)."""
+    fmt = image_format_sniff(data=data) or "png"
+    return (f"{stem}.{fmt}", data, CONTENT_TYPES[fmt])
+
+
+def _sse_events(response: requests.Response, *, completed_type: str) -> Iterator[StreamEvent]:
+    """Parse a server-sent event stream into StreamEvents; a stream cut before its end is an error
+    whose outcome is unknown (the upstream may still finish, and bill, the image)."""
+    event_type, data_lines = "", []
+    try:
+        for raw in response.iter_lines(decode_unicode=True):
+            line = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+            if line.startswith(":"):
+                continue
+            if line:
+                field, _, value = line.partition(":")
+                value = value[1:] if value.startswith(" ") else value
+                if field == "event":
+                    event_type = value
+                elif field == "data":
+                    data_lines.append(value)
+                continue
+            if not data_lines:
+                continue
+            payload = "\n".join(data_lines)
+            event_type, data_lines, current = "", [], event_type
+            if payload == "[DONE]":
+                return
+            try:
+                data = json.loads(payload)
+            except ValueError:
+                raise UpstreamError(
+                    "upstream sent an event that is not JSON",
+                    status=502,
+                    retryable=False,
+                    outcome_unknown=True,
+                ) from None
+            kind = current or (data.get("type") if isinstance(data, dict) else "") or ""
+            if kind == "error" or (
+                isinstance(data, dict) and "error" in data and not kind.startswith("image_")
+            ):
+                raise UpstreamError(
+                    "upstream reported an error mid-stream",
+                    status=502,
+                    retryable=False,
+                    body=data,
+                    outcome_unknown=True,
+                )
+            if isinstance(data, dict):
+                yield StreamEvent(type=kind, data=data, final=kind == completed_type)
+    except requests.RequestException as exc:
+        raise UpstreamError(
+            "upstream stream was cut off", status=502, retryable=False, outcome_unknown=True
+        ) from exc

@@ -1,0 +1,198 @@
+"""Strict checks of uploaded images and masks, and the upload handler that bounds what a request may send.
+
+The format of an upload is decided by its bytes only (magic numbers, then Pillow restricted to PNG, JPEG
+and WebP), never by its file name or declared content type. Every image is fully decoded once, so a
+truncated or corrupt file is refused here instead of failing upstream after money was reserved.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.core.files.uploadedfile import UploadedFile
+from django.core.files.uploadhandler import FileUploadHandler
+from PIL import Image
+
+from gateway_project.errors import InvalidRequest, PayloadTooLarge
+
+# Pillow only warns on a decompression bomb (and errors at twice its limit): make the warning an error.
+# This is defence in depth; `_decode_check` enforces GATEWAY_MAX_IMAGE_PIXELS itself before decoding.
+warnings.filterwarnings("error", category=Image.DecompressionBombWarning)
+
+PIL_FORMATS = ("PNG", "JPEG", "WEBP")
+FORMAT_NAMES = {"PNG": "png", "JPEG": "jpeg", "WEBP": "webp"}
+CONTENT_TYPES = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp"}
+IMAGE_FIELDS = ("image", "image[]")
+MASK_FIELD = "mask"
+
+
+@dataclass(frozen=True)
+class CheckedImage:
+    """What the checks learnt about an uploaded image."""
+
+    format: str  # png | jpeg | webp
+    width: int
+    height: int
+    has_alpha: bool
+
+
+def image_format_sniff(*, data: bytes) -> str | None:
+    """The format named by the file's magic number: png, jpeg, webp or None."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "jpeg"
+    if len(data) >= 12 and data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    return None
+
+
+def max_upload_files() -> int:
+    """Files one edit request may carry: the images plus one mask."""
+    return settings.GATEWAY_MAX_EDIT_IMAGES + 1
+
+
+def upload_size_check(*, uploaded: UploadedFile, param: str) -> None:
+    """413 when an upload is over the per-file limit, from its recorded size alone (nothing is read)."""
+    limit = settings.GATEWAY_MAX_UPLOAD_BYTES
+    if uploaded.size is None or uploaded.size > limit:
+        raise _file_too_large(param=param, limit=limit)
+
+
+def upload_read(*, uploaded: UploadedFile, param: str) -> bytes:
+    """The bytes of an upload; its size is checked before anything is read."""
+    upload_size_check(uploaded=uploaded, param=param)
+    limit = settings.GATEWAY_MAX_UPLOAD_BYTES
+    uploaded.seek(0)
+    data = uploaded.read(limit + 1)
+    if len(data) > limit:  # the recorded size was wrong
+        raise _file_too_large(param=param, limit=limit)
+    return data
+
+
+def image_bytes_check(*, data: bytes, param: str) -> CheckedImage:
+    """Refuse anything that is not a complete, decodable PNG, JPEG or WebP within the pixel cap."""
+    sniffed = image_format_sniff(data=data)
+    if sniffed is None:
+        raise InvalidRequest(
+            f"`{param}` must be a PNG, JPEG or WebP image; the uploaded bytes are none of these "
+            "(the format is read from the file's content, not its name or declared type).",
+            param=param,
+            code="invalid_image_format",
+        )
+    return _decode_check(data=data, param=param, expected=sniffed)
+
+
+def mask_bytes_check(*, data: bytes, image: CheckedImage) -> CheckedImage:
+    """A mask is a PNG with an alpha channel and exactly the image's width and height."""
+    if image_format_sniff(data=data) != "png":
+        raise InvalidRequest(
+            "`mask` must be a PNG image with an alpha channel; the uploaded bytes are not a PNG.",
+            param=MASK_FIELD,
+            code="invalid_mask",
+        )
+    mask = _decode_check(data=data, param=MASK_FIELD, expected="png")
+    if not mask.has_alpha:
+        raise InvalidRequest(
+            "`mask` must have an alpha channel (RGBA): its transparent region marks what is edited.",
+            param=MASK_FIELD,
+            code="invalid_mask",
+        )
+    if (mask.width, mask.height) != (image.width, image.height):
+        raise InvalidRequest(
+            f"`mask` is {mask.width}x{mask.height} but the image is {image.width}x{image.height}; "
+            "they must have the same dimensions.",
+            param=MASK_FIELD,
+            code="invalid_mask",
+        )
+    return mask
+
+
+def _decode_check(*, data: bytes, param: str, expected: str) -> CheckedImage:
+    cap = settings.GATEWAY_MAX_IMAGE_PIXELS
+    # Pillow raises many exception types on hostile input (OSError, SyntaxError, ValueError,
+    # struct.error, ...); any failure to parse untrusted bytes means "not a valid image".
+    try:
+        with Image.open(io.BytesIO(data), formats=PIL_FORMATS) as opened:
+            fmt = FORMAT_NAMES.get(opened.format or "")
+            width, height = opened.size
+            if width * height > cap:
+                raise _too_many_pixels(param=param, width=width, height=height, cap=cap)
+            opened.verify()  # structure and checksums, without decoding the pixels
+        with Image.open(io.BytesIO(data), formats=PIL_FORMATS) as opened:
+            opened.load()  # decode every pixel: catches truncation that verify() cannot see
+            has_alpha = opened.mode in ("RGBA", "LA", "PA", "RGBa", "La") or (
+                opened.mode == "P" and "transparency" in opened.info
+            )
+    except InvalidRequest:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise _too_many_pixels(param=param, width=None, height=None, cap=cap) from None
+    except Exception:
+        raise InvalidRequest(
+            f"`{param}` could not be decoded: the image is truncated or corrupt.",
+            param=param,
+            code="invalid_image",
+        ) from None
+    if fmt != expected:
+        raise InvalidRequest(
+            f"`{param}` must be a PNG, JPEG or WebP image; its content does not match its signature.",
+            param=param,
+            code="invalid_image_format",
+        )
+    return CheckedImage(format=fmt, width=width, height=height, has_alpha=has_alpha)
+
+
+def _too_many_pixels(*, param: str, width: int | None, height: int | None, cap: int) -> InvalidRequest:
+    size = f" ({width}x{height})" if width is not None else ""
+    return InvalidRequest(
+        f"`{param}` has too many pixels{size}; at most {cap:,} pixels (width x height) are accepted.",
+        param=param,
+        code="image_too_large",
+    )
+
+
+def _file_too_large(*, param: str, limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"The file in `{param}` is larger than the {_megabytes(limit)} allowed per file.",
+        param=param,
+        code="file_too_large",
+    )
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / (1024 * 1024):g} MB"
+
+
+class UploadLimitHandler(FileUploadHandler):
+    """First in FILE_UPLOAD_HANDLERS: stops a multipart upload as soon as one file passes the per-file
+    limit (413) or the request carries more files than an edit may (400), so an attacker cannot make
+    the gateway spool gigabytes to disk before the view even runs. It stores nothing itself."""
+
+    def __init__(self, request=None) -> None:
+        super().__init__(request)
+        self.files_seen = 0
+        self.limit = settings.GATEWAY_MAX_UPLOAD_BYTES
+
+    def new_file(
+        self, field_name, file_name, content_type, content_length, charset=None, content_type_extra=None
+    ):
+        super().new_file(field_name, file_name, content_type, content_length, charset, content_type_extra)
+        self.files_seen += 1
+        if self.files_seen > max_upload_files():
+            raise InvalidRequest(
+                f"Too many files: at most {settings.GATEWAY_MAX_EDIT_IMAGES} images and one mask.",
+                param=field_name,
+                code="too_many_files",
+            )
+
+    def receive_data_chunk(self, raw_data: bytes, start: int) -> bytes:
+        if start + len(raw_data) > self.limit:
+            raise _file_too_large(param=self.field_name, limit=self.limit)
+        return raw_data  # pass it on to the handler that stores it
+
+    def file_complete(self, file_size: int) -> None:
+        return None  # the next handler returns the stored file

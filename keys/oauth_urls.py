@@ -1,0 +1,28 @@
+"""The OAuth 2 authorization server (mounted under `oauth/`): authorize (consent), token, revoke,
+and the sign-in page the consent step sends anonymous users to.
+
+Only django-oauth-toolkit's protocol endpoints are exposed; applications are registered by staff in
+the admin, so DOT's self-service application pages are not mounted.
+"""
+
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from oauth2_provider import views as oauth_views
+
+oauth2_provider_patterns = [
+    path("authorize/", oauth_views.AuthorizationView.as_view(), name="authorize"),
+    path("token/", oauth_views.TokenView.as_view(), name="token"),
+    path("revoke_token/", oauth_views.RevokeTokenView.as_view(), name="revoke-token"),
+]
+
+urlpatterns = [
+    path("", include((oauth2_provider_patterns, "oauth2_provider"))),
+    path(
+        "login/",
+        auth_views.LoginView.as_view(
+            template_name="registration/login.html", redirect_authenticated_user=True
+        ),
+        name="oauth_login",
+    ),
+    path("logout/", auth_views.LogoutView.as_view(next_page="oauth_login"), name="oauth_logout"),
+]

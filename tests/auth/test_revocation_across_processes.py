@@ -1,0 +1,109 @@
+"""Revocation seen at once by another gateway process: a second gunicorn serving the same database.
+
+Needs a database both processes share, so it runs on PostgreSQL only (the SQLite test database lives
+in this process's memory).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from django.conf import settings
+from django.db import connection
+from oauth2_provider.models import AccessToken
+
+from keys.models import ApiKey
+from keys.services import api_key_revoke, oauth_token_revoke
+from tests.auth.conftest import LiveApi, assert_compatible_error, bearer
+
+ON_POSTGRES = settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.skipif(
+        not ON_POSTGRES,
+        reason="needs a database shared by two processes: set DATABASE_URL to PostgreSQL",
+    ),
+    pytest.mark.django_db(transaction=True),
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def second_gateway(transactional_db, tmp_path):
+    """A separate gunicorn process on the test database, ready to serve."""
+    db = connection.settings_dict
+    port = _free_port()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "gateway_project.settings_test",
+        "DATABASE_URL": (
+            f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+        ),
+        "GATEWAY_BIND": f"127.0.0.1:{port}",
+        "WEB_CONCURRENCY": "1",
+        "GUNICORN_THREADS": "2",
+        "GUNICORN_ACCESSLOG": os.devnull,
+    }
+    log = tmp_path / "gunicorn.log"
+    with log.open("wb") as stderr:  # the child keeps its own copy of the descriptor
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "--config", "gunicorn.conf.py", "gateway_project.wsgi"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    api = LiveApi(f"http://127.0.0.1:{port}")
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"gunicorn exited: {log.read_text()[-2000:]}")
+            try:
+                api.get("/v1/models")
+                break
+            except requests.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield api
+    finally:
+        api.session.close()
+        process.terminate()
+        process.wait(timeout=15)
+
+
+def test_it_refuses_a_key_revoked_in_another_process_at_once(second_gateway, alice_key):
+    # The second process has served this key (so anything it might cache is warm).
+    assert second_gateway.get("/v1/models", headers=bearer(alice_key)).status_code == 200
+
+    api_key_revoke(api_key=ApiKey.objects.get())
+    response = second_gateway.get("/v1/models", headers=bearer(alice_key))
+
+    assert_compatible_error(response, status=401, type_="authentication_error", code="revoked_api_key")
+    assert ApiKey.objects.get().revoked_at is not None
+
+
+def test_it_refuses_an_oauth_token_revoked_in_another_process_at_once(second_gateway, alice_token):
+    assert second_gateway.get("/v1/me", headers=bearer(alice_token)).status_code == 200
+
+    oauth_token_revoke(access_token=AccessToken.objects.get())
+    response = second_gateway.get("/v1/me", headers=bearer(alice_token))
+
+    assert_compatible_error(response, status=401, type_="authentication_error", code="invalid_api_key")
+    assert not AccessToken.objects.exists()

@@ -1,0 +1,190 @@
+"""Idempotency-Key: one execution per (account, key, request) within its lifetime; replays, 409, 422."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.conf import settings
+from django.utils import timezone
+
+from billing.idempotency import (
+    REPLAY_HEADER,
+    StoredResponse,
+    idempotency_fingerprint,
+    idempotency_records_purge,
+    idempotent_execute,
+)
+from billing.metering import metered_call
+from billing.models import IdempotencyRecord
+from billing.usage import usage_scope
+from gateway_project.errors import ApiError, Conflict, InvalidRequest
+from tests.billing.conftest import FakeUpstream, credential_for
+
+pytestmark = pytest.mark.django_db
+
+FP = idempotency_fingerprint(method="POST", path="/v1/images/generations", body=b'{"prompt":"cat"}')
+
+
+class Producer:
+    def __init__(self, *, status: int = 200, fail: bool = False):
+        self.calls = 0
+        self.status = status
+        self.fail = fail
+
+    def __call__(self) -> StoredResponse:
+        self.calls += 1
+        if self.fail:
+            raise ApiError("upstream failed", status=502, type="upstream_error", code="upstream_error")
+        return StoredResponse(
+            status=self.status,
+            body=f'{{"n": {self.calls}}}'.encode(),
+            content_type="application/json",
+            headers={"X-Thing": "1"},
+        )
+
+
+def test_without_a_key_it_just_produces(alice):
+    producer = Producer()
+    idempotent_execute(account=alice, key=None, fingerprint=FP, produce=producer)
+    idempotent_execute(account=alice, key=None, fingerprint=FP, produce=producer)
+    assert producer.calls == 2
+    assert not IdempotencyRecord.objects.exists()
+
+
+def test_it_replays_the_first_response_without_producing_again(alice):
+    producer = Producer()
+    first = idempotent_execute(account=alice, key="k-1", fingerprint=FP, produce=producer)
+    again = idempotent_execute(account=alice, key="k-1", fingerprint=FP, produce=producer)
+    assert producer.calls == 1
+    assert (again.status, again.body, again.content_type) == (first.status, first.body, first.content_type)
+    assert again.headers == {"X-Thing": "1", REPLAY_HEADER: "true"}
+
+
+def test_keys_are_per_account(alice, bob):
+    producer = Producer()
+    idempotent_execute(account=alice, key="shared", fingerprint=FP, produce=producer)
+    idempotent_execute(account=bob, key="shared", fingerprint=FP, produce=producer)
+    assert producer.calls == 2
+
+
+def test_the_same_key_with_another_body_is_422(alice):
+    idempotent_execute(account=alice, key="k-1", fingerprint=FP, produce=Producer())
+    other = idempotency_fingerprint(method="POST", path="/v1/images/generations", body=b'{"prompt":"dog"}')
+    with pytest.raises(ApiError) as refused:
+        idempotent_execute(account=alice, key="k-1", fingerprint=other, produce=Producer())
+    assert (refused.value.status, refused.value.type, refused.value.code) == (
+        422,
+        "invalid_request_error",
+        "idempotency_key_reused",
+    )
+
+
+def test_a_key_still_in_progress_is_409(alice):
+    seen = []
+
+    def produce():
+        with pytest.raises(Conflict) as busy:
+            idempotent_execute(account=alice, key="k-1", fingerprint=FP, produce=Producer())
+        seen.append(busy.value)
+        return StoredResponse(status=200, body=b"{}", content_type="application/json", headers={})
+
+    idempotent_execute(account=alice, key="k-1", fingerprint=FP, produce=produce)
+    assert (seen[0].status, seen[0].code) == (409, "idempotency_key_in_use")
+
+
+def test_a_failed_first_attempt_frees_the_key_for_the_retry(alice):
+    with pytest.raises(ApiError):
+        idempotent_execute(account=alice, key="k-1", fingerprint=FP, produce=Producer(fail=True))
+    assert not IdempotencyRecord.objects.exists()
+    producer = Producer()
+    idempotent_execute(account=alice, key="k-1", fingerprint=FP, produce=producer)
+    assert producer.calls == 1
+
+
+def test_a_non_2xx_response_is_not_stored(alice):
+    idempotent_execute(account=alice, key="k-1", fingerprint=FP, produce=Producer(status=503))
+    producer = Producer()
+    assert idempotent_execute(account=alice, key="k-1", fingerprint=FP, produce=producer).status == 200
+    assert producer.calls == 1
+
+
+def test_a_key_expires_after_its_lifetime(alice):
+    now = timezone.now()
+    producer = Producer()
+    idempotent_execute(account=alice, key="k-1", fingerprint=FP, produce=producer, now=now)
+    later = now + timedelta(seconds=settings.GATEWAY_IDEMPOTENCY_TTL_SECONDS - 1)
+    idempotent_execute(account=alice, key="k-1", fingerprint=FP, produce=producer, now=later)
+    assert producer.calls == 1
+    expired = now + timedelta(seconds=settings.GATEWAY_IDEMPOTENCY_TTL_SECONDS)
+    assert idempotency_records_purge(now=later) == 0
+    idempotent_execute(account=alice, key="k-1", fingerprint=FP, produce=producer, now=expired)
+    assert producer.calls == 2
+    assert idempotency_records_purge(now=expired + timedelta(days=2)) == 1
+
+
+def test_a_key_abandoned_by_a_killed_worker_is_taken_over_after_the_hold_ttl(alice):
+    now = timezone.now()
+    # A worker claimed the key, then died: the row stays in progress.
+    IdempotencyRecord.objects.create(
+        account=alice,
+        key="k-1",
+        fingerprint=FP,
+        owner="dead-worker",
+        locked_until=now + timedelta(seconds=settings.GATEWAY_HOLD_TTL_SECONDS),
+        created_at=now,
+        expires_at=now + timedelta(days=1),
+    )
+    with pytest.raises(Conflict):
+        idempotent_execute(account=alice, key="k-1", fingerprint=FP, produce=Producer(), now=now)
+    producer = Producer()
+    later = now + timedelta(seconds=settings.GATEWAY_HOLD_TTL_SECONDS + 1)
+    result = idempotent_execute(account=alice, key="k-1", fingerprint=FP, produce=producer, now=later)
+    assert (producer.calls, result.status) == (1, 200)
+    assert IdempotencyRecord.objects.get().status == IdempotencyRecord.Status.COMPLETED
+
+
+@pytest.mark.parametrize("key", ["", "x" * 256, "naïve", "tab\there", "new\nline"])
+def test_it_refuses_a_malformed_key(alice, key):
+    with pytest.raises(InvalidRequest) as refused:
+        idempotent_execute(account=alice, key=key, fingerprint=FP, produce=Producer())
+    assert (refused.value.status, refused.value.code) == (400, "invalid_idempotency_key")
+
+
+def test_it_accepts_any_printable_ascii_key(alice):
+    key = "".join(chr(c) for c in range(0x20, 0x7F))
+    idempotent_execute(account=alice, key=key, fingerprint=FP, produce=Producer())
+
+
+def test_the_fingerprint_tells_method_path_and_body_apart():
+    prints = {
+        idempotency_fingerprint(method="POST", path="/v1/images/generations", body=b"{}"),
+        idempotency_fingerprint(method="POST", path="/v1/images/edits", body=b"{}"),
+        idempotency_fingerprint(method="PUT", path="/v1/images/generations", body=b"{}"),
+        idempotency_fingerprint(method="POST", path="/v1/images/generations", body=b"{ }"),
+        idempotency_fingerprint(method="POST", path="/v1/images/generation", body=b"s{}"),
+    }
+    assert len(prints) == 5
+
+
+def test_a_replay_does_not_charge_again(alice, alpha_group, alpha_model):
+    upstream = FakeUpstream(result=b'{"data":[]}')
+    credential = credential_for(alice)
+
+    def produce():
+        with usage_scope(request_id="req_1", endpoint="images.generations", credential=credential) as usage:
+            body = metered_call(
+                usage=usage,
+                credential=credential,
+                group=alpha_group,
+                model_id="alpha-image-2",
+                price=Decimal("0.15"),
+                call=upstream,
+            )
+        return StoredResponse(status=200, body=body, content_type="application/json", headers={})
+
+    for _ in range(3):
+        idempotent_execute(account=alice, key="pay-once", fingerprint=FP, produce=produce)
+    alice.wallet.refresh_from_db()
+    assert (upstream.calls, alice.wallet.balance) == (1, Decimal("9.8500"))

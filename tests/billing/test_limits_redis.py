@@ -1,0 +1,81 @@
+"""With Redis, every gateway process counts against one limit (real separate processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django_ratelimit.core import get_usage
+
+from billing.limits import RATE_GROUP, RATE_PERIOD_SECONDS, rate_limit_hit
+from gateway_project.errors import RateLimited
+
+pytestmark = pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="needs Redis: set REDIS_URL")
+
+ROOT = Path(settings.BASE_DIR)
+
+# One "gateway process": configures Django from the same environment (same REDIS_URL) and makes
+# `attempts` calls through the rate-limit service for the credential.
+GATEWAY_PROCESS = """
+import json, os, sys
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway_project.settings_test")
+import django
+django.setup()
+from django.conf import settings
+from billing.limits import rate_limit_hit
+from gateway_project.errors import RateLimited
+limit_key, rpm, attempts = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+allowed = refused = 0
+for _ in range(attempts):
+    try:
+        rate_limit_hit(limit_key=limit_key, rpm=rpm)
+        allowed += 1
+    except RateLimited:
+        refused += 1
+print(json.dumps({"allowed": allowed, "refused": refused, "cache": settings.CACHES["default"]["BACKEND"]}))
+"""
+
+
+def fresh_limit_key(rpm: int) -> str:
+    """A credential whose current minute window has at least 20 s left, so the test cannot straddle
+    two windows (django-ratelimit staggers window edges per key)."""
+    while True:
+        key = f"api_key:redis-test-{uuid.uuid4().hex}"
+        usage = get_usage(None, group=RATE_GROUP, key=lambda _g, _r: key, rate=(rpm, RATE_PERIOD_SECONDS))
+        if usage["time_left"] >= 20:
+            return key
+
+
+def test_two_gateway_processes_share_one_rate_limit():
+    rpm, attempts = 8, 6
+    limit_key = fresh_limit_key(rpm)
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "gateway_project.settings_test"}
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", GATEWAY_PROCESS, limit_key, str(rpm), str(attempts)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    results = []
+    for process in processes:
+        out, err = process.communicate(timeout=60)
+        assert process.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    assert {r["cache"] for r in results} == {"django.core.cache.backends.redis.RedisCache"}
+    assert sum(r["allowed"] for r in results) == rpm
+    assert sum(r["refused"] for r in results) == 2 * attempts - rpm
+    # This (third) process sees the same count: the next call is over the limit, with Retry-After.
+    with pytest.raises(RateLimited) as refused:
+        rate_limit_hit(limit_key=limit_key, rpm=rpm)
+    assert 1 <= int(refused.value.headers["Retry-After"]) <= RATE_PERIOD_SECONDS

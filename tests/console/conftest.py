@@ -1,0 +1,89 @@
+"""Fixtures for the web console: signed-in clients, keys, a model alice may not use, and a real
+headless chromium (Debian's, at /usr/bin/chromium) driven by Playwright against the live server."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from django.db import connections
+
+from images.services import image_model_upsert
+from keys.services import api_key_create
+from tests.console.browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS
+
+
+@pytest.fixture
+def alice_client(client, alice):
+    client.force_login(alice.user)
+    return client
+
+
+@pytest.fixture
+def bob_client(client, bob):
+    client.force_login(bob.user)
+    return client
+
+
+@pytest.fixture
+def alice_key(alice, alpha_group):
+    api_key, secret = api_key_create(account=alice, group=alpha_group, label="alice laptop")
+    return api_key, secret
+
+
+@pytest.fixture
+def bob_key(bob, alpha_group):
+    api_key, secret = api_key_create(account=bob, group=alpha_group, label="bob server")
+    return api_key, secret
+
+
+@pytest.fixture
+def beta_model(beta_group, demo_upstream):
+    """A model in Beta-API, a group alice is not allowed to use."""
+    model, _ = image_model_upsert(
+        model_id="beta-imagine-image",
+        group=beta_group,
+        price=Decimal("0.02"),
+        upstreams=[demo_upstream],
+        upstream_model="",
+        sizes=["1024x1024"],
+        qualities=[],
+        styles=[],
+        backgrounds=[],
+        output_formats=["png"],
+        output_compression=None,
+        max_n=1,
+        edits_supported=False,
+        stream_supported=False,
+        default_response_format="b64_json",
+        enabled=True,
+    )
+    return model
+
+
+@pytest.fixture
+def browser_context(monkeypatch):
+    """A fresh chromium context per test. Playwright's sync API runs an event loop in this thread,
+    and Django refuses ORM calls from a thread with a running loop unless told it is safe: the test's
+    own database reads happen between browser steps, never concurrently with them."""
+    from playwright.sync_api import sync_playwright
+
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        context.set_default_timeout(30_000)
+        try:
+            yield context
+        finally:
+            context.close()
+            browser.close()
+            # The test's own queries ran while Playwright's loop was running, on a connection of
+            # their own context: close it here, or it outlives the test and blocks dropping the DB.
+            connections.close_all()
+
+
+@pytest.fixture
+def page(browser_context):
+    return browser_context.new_page()

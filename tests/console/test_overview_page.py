@@ -1,0 +1,166 @@
+"""The Overview page: balance and holds, groups, subscription caps, spend per day, latest calls."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+
+from django.utils import timezone
+
+from accounts.console_queries import spend_per_day_for_account
+from billing.models import LedgerEntry
+from billing.services import (
+    hold_capture,
+    hold_reserve,
+    subscription_hold_reserve,
+    subscription_upsert,
+    usage_record_create,
+)
+
+
+def _call(account, request_id: str, *, amount: str = "0.15", status: int = 200) -> None:
+    usage_record_create(
+        request_id=request_id,
+        account=account,
+        credential=f"console:{account.pk}",
+        group=None,
+        model_id="alpha-image-2",
+        endpoint="images.generations",
+        billing="balance",
+        status=status,
+        error_code="" if status == 200 else "INSUFFICIENT_BALANCE",
+        amount=Decimal(amount),
+        upstream="demo",
+        latency_ms=12,
+    )
+
+
+def _charge(account, amount: str, reference: str) -> LedgerEntry:
+    hold = hold_reserve(account=account, amount=Decimal(amount), reference=reference)
+    assert hold_capture(hold=hold)
+    return LedgerEntry.objects.get(reference=reference, kind=LedgerEntry.Kind.CHARGE)
+
+
+def test_it_shows_balance_open_holds_and_available(alice_client, alice):
+    hold_reserve(account=alice, amount=Decimal("0.15"), reference="req_in_flight")
+
+    response = alice_client.get("/console/")
+
+    assert response.status_code == 200
+    assert response.context["wallet"].open_holds == 1
+    html = response.content.decode()
+    assert '<dd data-testid="balance">¥10.00</dd>' in html
+    assert "¥0.15" in html and "(1 open hold)" in html
+    assert '<dd data-testid="available">¥9.85</dd>' in html
+
+
+def test_it_shows_the_current_and_allowed_groups(alice_client, alice, beta_group):
+    alice.allowed_groups.add(beta_group)
+
+    response = alice_client.get("/console/")
+
+    html = response.content.decode()
+    assert '<strong data-testid="current-group">Alpha-Image</strong>' in html
+    assert '<th scope="row">Alpha-Image</th>' in html
+    assert '<th scope="row">Beta-API</th>' in html
+
+
+def test_it_shows_how_much_of_each_cap_this_window_used(alice_client, alice, beta_group):
+    subscription, _ = subscription_upsert(
+        account=alice,
+        group=beta_group,
+        daily_limit=Decimal("1.00"),
+        weekly_limit=None,
+        monthly_limit=Decimal("10.00"),
+        total_limit=None,
+        starts_at=timezone.now() - timedelta(days=1),
+        expires_at=None,
+    )
+    for number in range(5):
+        subscription_hold_reserve(
+            subscription=subscription, amount=Decimal("0.02"), reference=f"req_{number}"
+        )
+
+    response = alice_client.get("/console/")
+
+    [state] = response.context["subscriptions"]
+    assert state.state == "active"
+    assert [(cap.label, cap.used, cap.cap, cap.percent) for cap in state.caps] == [
+        ("Today", Decimal("0.10"), Decimal("1.00"), 10),
+        ("This month", Decimal("0.10"), Decimal("10.00"), 1),
+    ]
+    html = response.content.decode()
+    assert "Beta-API" in html and "¥0.10" in html and "¥1.00" in html
+    assert 'value="10"' in html
+
+
+def test_it_charts_the_spend_of_the_last_30_days(alice_client, alice):
+    _charge(alice, "0.15", "req_a")
+    _charge(alice, "0.15", "req_b")
+
+    response = alice_client.get("/console/")
+
+    chart = response.context["chart"]
+    assert len(chart.bars) == 30
+    assert chart.bars[-1].label == "¥0.30"
+    assert chart.bars[-1].height > 0
+    assert all(bar.height == 0 for bar in chart.bars[:-1])
+    html = response.content.decode()
+    assert '<svg role="img" aria-labelledby="spend-title spend-desc"' in html
+    assert '<strong data-testid="spend-total">¥0.30</strong>' in html
+
+
+def test_spend_per_day_groups_by_the_gateway_timezone(alice, settings):
+    settings.GATEWAY_TIMEZONE = "Asia/Shanghai"  # UTC+8: 20:00 UTC is already the next local day
+    now = datetime(2025, 3, 10, 12, 0, tzinfo=UTC)
+    late = _charge(alice, "0.15", "req_late")
+    early = _charge(alice, "0.02", "req_early")
+    old = _charge(alice, "1.00", "req_old")
+    LedgerEntry.objects.filter(pk=late.pk).update(created_at=datetime(2025, 3, 8, 20, 0, tzinfo=UTC))
+    LedgerEntry.objects.filter(pk=early.pk).update(created_at=datetime(2025, 3, 8, 10, 0, tzinfo=UTC))
+    LedgerEntry.objects.filter(pk=old.pk).update(created_at=datetime(2025, 2, 1, 10, 0, tzinfo=UTC))
+
+    days = spend_per_day_for_account(account=alice, now=now)
+
+    assert len(days) == 30
+    assert days[0].day == date(2025, 2, 9) and days[-1].day == date(2025, 3, 10)
+    spent = {day.day: day.amount for day in days if day.amount}
+    assert spent == {date(2025, 3, 8): Decimal("0.02"), date(2025, 3, 9): Decimal("0.15")}
+
+
+def test_it_lists_the_accounts_latest_calls_only(alice_client, alice, bob):
+    _call(alice, "req_alice_ok")
+    _call(alice, "req_alice_refused", amount="0", status=403)
+    _call(bob, "req_bob_secret")
+
+    response = alice_client.get("/console/")
+
+    html = response.content.decode()
+    assert "req_alice_ok" in html and "req_alice_refused" in html
+    assert "req_bob_secret" not in html
+    rows = response.context["calls"]
+    assert [row.record.request_id for row in rows] == ["req_alice_refused", "req_alice_ok"]
+    assert rows[1].amount == "¥0.15" and rows[1].via == "Playground"
+    assert "INSUFFICIENT_BALANCE" in html
+
+
+def test_it_names_the_key_a_call_came_through(alice_client, alice, alice_key):
+    api_key, _ = alice_key
+    usage_record_create(
+        request_id="req_by_key",
+        account=alice,
+        credential=f"api_key:{api_key.pk}",
+        group=None,
+        model_id="alpha-image-2",
+        endpoint="images.generations",
+        billing="balance",
+        status=200,
+        error_code="",
+        amount=Decimal("0.15"),
+        upstream="demo",
+        latency_ms=5,
+    )
+
+    response = alice_client.get("/console/")
+
+    assert response.context["calls"][0].via == f"{api_key.prefix}… alice laptop"

@@ -1,0 +1,119 @@
+"""The Playground: the account's own models, a call billed exactly like an API call, errors in words."""
+
+from __future__ import annotations
+
+import base64
+import re
+from datetime import timedelta
+from decimal import Decimal
+
+from django.utils import timezone
+
+from billing.models import LedgerEntry, UsageRecord, Wallet
+from billing.services import subscription_upsert
+
+DATA_URL = re.compile(r'src="data:image/(png|jpeg|webp);base64,([A-Za-z0-9+/=]+)"')
+
+
+def test_it_offers_only_models_of_the_accounts_groups(alice_client, alpha_model, beta_model):
+    response = alice_client.get("/console/playground/")
+
+    assert response.status_code == 200
+    assert list(response.context["form"].fields["model"].queryset) == [alpha_model]
+    html = response.content.decode()
+    assert "alpha-image-2 — Alpha-Image, ¥0.15 per call" in html
+    assert "beta-imagine-image" not in html
+    assert '<option value="1024x1024">1024x1024</option>' in html
+
+
+def test_it_generates_an_image_billed_like_an_api_call(alice_client, alice, alpha_model):
+    response = alice_client.post(
+        "/console/playground/",
+        {"model": alpha_model.pk, "prompt": "a lighthouse at dusk", "size": "1024x1024", "n": "1"},
+    )
+
+    assert response.status_code == 200
+    html = response.content.decode()
+    images = DATA_URL.findall(html)
+    assert len(images) == 1
+    assert base64.b64decode(images[0][1])[:8] == b"\x89PNG\r\n\x1a\n"
+    request_id = response["X-Request-Id"]
+    record = UsageRecord.objects.get(request_id=request_id)
+    assert record.account == alice
+    assert record.credential == f"console:{alice.pk}"
+    assert record.endpoint == "images.generations"
+    assert record.status == 200
+    assert record.amount == Decimal("0.15")
+    charge = LedgerEntry.objects.get(kind=LedgerEntry.Kind.CHARGE, wallet__account=alice)
+    assert charge.amount == Decimal("-0.15")
+    assert Wallet.objects.get(account=alice).balance == Decimal("9.85")
+    assert "charged ¥0.15" in html and request_id in html
+
+
+def test_it_says_in_plain_words_when_the_balance_does_not_cover_the_call(bob_client, bob, alpha_model):
+    response = bob_client.post(
+        "/console/playground/", {"model": alpha_model.pk, "prompt": "a lighthouse", "n": "1"}
+    )
+
+    assert response.status_code in (402, 403)
+    html = response.content.decode()
+    assert "Your balance or plan does not cover this call. Nothing was charged." in html
+    assert 'role="alert"' in html
+    assert DATA_URL.search(html) is None
+    record = UsageRecord.objects.get(account=bob)
+    assert record.status == response.status_code and record.amount == 0
+    assert not LedgerEntry.objects.filter(wallet__account=bob, kind=LedgerEntry.Kind.CHARGE).exists()
+
+
+def test_it_shows_the_gateways_refusal_of_a_bad_parameter(alice_client, alice, alpha_model):
+    response = alice_client.post(
+        "/console/playground/", {"model": alpha_model.pk, "prompt": "a lighthouse", "n": "9"}
+    )
+
+    # The form allows up to the largest n of the offered models (4): 9 never reaches the gateway.
+    assert response.status_code == 400
+    assert b"Ensure this value is less than or equal to 4" in response.content
+    assert not UsageRecord.objects.filter(account=alice).exists()
+
+
+def test_it_refuses_a_model_of_a_group_the_account_may_not_use(alice_client, alice, alpha_model, beta_model):
+    response = alice_client.post(
+        "/console/playground/", {"model": beta_model.pk, "prompt": "a lighthouse", "n": "1"}
+    )
+
+    assert response.status_code == 400
+    assert b"Select a valid choice" in response.content
+    assert not UsageRecord.objects.filter(account=alice).exists()
+    assert Wallet.objects.get(account=alice).balance == Decimal("10.00")
+
+
+def test_it_says_so_when_no_model_is_available(alice_client):
+    response = alice_client.get("/console/playground/")
+
+    assert response.status_code == 200
+    assert b"None of your groups offers an image model right now" in response.content
+
+
+def test_it_runs_a_model_of_another_allowed_group_in_that_group(
+    alice_client, alice, alpha_model, beta_group, beta_model
+):
+    alice.allowed_groups.add(beta_group)  # current group stays Alpha-Image
+    subscription_upsert(
+        account=alice,
+        group=beta_group,
+        daily_limit=Decimal("1.00"),
+        weekly_limit=None,
+        monthly_limit=None,
+        total_limit=None,
+        starts_at=timezone.now() - timedelta(days=1),
+        expires_at=None,
+    )
+
+    response = alice_client.post(
+        "/console/playground/", {"model": beta_model.pk, "prompt": "a lighthouse", "n": "1"}
+    )
+
+    assert response.status_code == 200, response.content.decode()[-600:]
+    record = UsageRecord.objects.get(request_id=response["X-Request-Id"])
+    assert record.group == beta_group and record.billing == "subscription"
+    assert DATA_URL.search(response.content.decode())

@@ -1,0 +1,236 @@
+"""A fake OpenAI-compatible images upstream, run as its own process on 127.0.0.1.
+
+Used by fault tests (scripted per test) and by the benchmarks (fixed latency). Run:
+
+    python -m tests.fake_upstream --port 0 [--latency 0.5] [--image-bytes 4000000]
+
+It prints `listening on PORT` once ready. Endpoints:
+- POST /v1/images/generations, /v1/images/edits: the next scripted answer for that path, else a
+  success with one small PNG per requested image (`n`), b64_json or url as asked.
+- POST /_script {"path": "/v1/images/generations", "answers": [answer, ...]}: queue answers. An answer
+  is {"status": 500, "json": {...}} or {"status": 200, "body": "<html>", "content_type": "text/html"},
+  with optional "delay" (seconds before answering), "headers", or {"action": "drop"} (close the
+  connection without answering) / {"action": "hang"} (never answer within the client's timeout).
+- GET /_requests: every API request received so far ({"path", "headers", "json" or "form_fields"}).
+- POST /_reset: clear scripts and the request log.
+- GET /files/<name>.png: the fixed PNG (for url results).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import struct
+import sys
+import threading
+import time
+import zlib
+from collections import defaultdict, deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def _png(size: int = 8, pad_to: int = 0) -> bytes:
+    """A small valid PNG built without Pillow (the bench process stays light), padded with a text
+    chunk to about `pad_to` bytes when asked, so large answers stay decodable images."""
+    raw = b"".join(b"\x00" + b"\x10\x80\xf0" * size for _ in range(size))
+    header = struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0)
+    body = _chunk(b"IHDR", header) + _chunk(b"IDAT", zlib.compress(raw))
+    filler = max(0, pad_to - len(body) - 8 - 12 - 12)
+    if filler:
+        body += _chunk(b"tEXt", b"pad\x00" + b"x" * filler)
+    return b"\x89PNG\r\n\x1a\n" + body + _chunk(b"IEND", b"")
+
+
+class State:
+    def __init__(self, latency: float, image: bytes) -> None:
+        self.latency = latency
+        self.image = image
+        self.image_b64 = base64.b64encode(image).decode()
+        self.lock = threading.Lock()
+        self.scripts: dict[str, deque] = defaultdict(deque)
+        self.requests: list[dict[str, Any]] = []
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet: tests read /_requests instead
+        return
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/json", headers=None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, str(value))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self, status: int, payload: Any, headers=None) -> None:
+        self._send(status, json.dumps(payload).encode(), headers=headers)
+
+    def _body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def do_GET(self) -> None:
+        state = self.server.state
+        if self.path == "/_requests":
+            with state.lock:
+                self._json(200, state.requests)
+            return
+        if self.path.startswith("/files/"):
+            self._send(200, state.image, "image/png")
+            return
+        self._json(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
+
+    def do_POST(self) -> None:
+        state = self.server.state
+        raw = self._body()
+        if self.path == "/_script":
+            spec = json.loads(raw)
+            with state.lock:
+                state.scripts[spec["path"]].extend(spec["answers"])
+            self._json(200, {"ok": True})
+            return
+        if self.path == "/_reset":
+            with state.lock:
+                state.scripts.clear()
+                state.requests.clear()
+            self._json(200, {"ok": True})
+            return
+        record: dict[str, Any] = {"path": self.path, "headers": dict(self.headers.items())}
+        content_type = self.headers.get("Content-Type", "")
+        payload: dict[str, Any] = {}
+        if content_type.startswith("application/json"):
+            payload = json.loads(raw or b"{}")
+            record["json"] = payload
+        elif content_type.startswith("multipart/form-data"):
+            record["form_fields"] = _multipart_field_names(raw, content_type)
+            payload = record["form_fields"].get("_values", {})
+        with state.lock:
+            state.requests.append(record)
+            answer = state.scripts[self.path].popleft() if state.scripts[self.path] else None
+        if answer is None:
+            if state.latency:
+                time.sleep(state.latency)
+            self._success(payload)
+            return
+        if answer.get("delay"):
+            time.sleep(answer["delay"])
+        action = answer.get("action")
+        if action == "drop":
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return
+        if action == "cut_stream":
+            # Start an event stream, send some partial images, then drop the connection.
+            self._stream(payload, partials=answer.get("partials", 1), complete=False)
+            return
+        if action == "hang":
+            time.sleep(answer.get("seconds", 30))
+            return
+        if "json" in answer:
+            self._json(answer.get("status", 200), answer["json"], headers=answer.get("headers"))
+        elif "body" in answer:
+            self._send(
+                answer.get("status", 200),
+                answer["body"].encode(),
+                answer.get("content_type", "text/html"),
+                headers=answer.get("headers"),
+            )
+        else:
+            self._success(payload)
+
+    def _stream(self, payload: dict[str, Any], *, partials: int, complete: bool = True) -> None:
+        prefix = "image_edit" if self.path.endswith("/edits") else "image_generation"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()  # no Content-Length: the body ends when the connection closes
+        self.close_connection = True
+        image = self.server.state.image_b64
+        for index in range(partials):
+            event = {"type": f"{prefix}.partial_image", "b64_json": image, "partial_image_index": index}
+            self.wfile.write(f"event: {prefix}.partial_image\ndata: {json.dumps(event)}\n\n".encode())
+            self.wfile.flush()
+            time.sleep(0.05)
+        if not complete:
+            self.connection.shutdown(2)
+            return
+        done = {"type": f"{prefix}.completed", "b64_json": image, "usage": {"total_tokens": 10}}
+        self.wfile.write(f"event: {prefix}.completed\ndata: {json.dumps(done)}\n\n".encode())
+        self.wfile.flush()
+
+    def _success(self, payload: dict[str, Any]) -> None:
+        state = self.server.state
+        if str(payload.get("stream")).lower() == "true":
+            self._stream(payload, partials=int(payload.get("partial_images") or 0))
+            return
+        n = int(payload.get("n") or 1)
+        host = self.headers.get("Host", "127.0.0.1")
+        if payload.get("response_format") == "url":
+            items = [{"url": f"http://{host}/files/{i}.png"} for i in range(n)]
+        else:
+            items = [
+                {"b64_json": state.image_b64, "revised_prompt": payload.get("prompt", "")} for _ in range(n)
+            ]
+        self._json(200, {"created": int(time.time()), "data": items})
+
+
+def _multipart_field_names(raw: bytes, content_type: str) -> dict[str, Any]:
+    """Names of the parts of a multipart body, and the values of its text fields."""
+    boundary = content_type.split("boundary=", 1)[1].strip('"').encode()
+    names: dict[str, Any] = {"_values": {}}
+    for part in raw.split(b"--" + boundary):
+        head, _, value = part.partition(b"\r\n\r\n")
+        if b'name="' not in head:
+            continue
+        name = head.split(b'name="', 1)[1].split(b'"', 1)[0].decode()
+        is_file = b"filename=" in head
+        names[name] = names.get(name, 0) + 1
+        if not is_file:
+            names["_values"][name] = value.rstrip(b"\r\n").decode(errors="replace")
+    return names
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024
+
+    def __init__(self, address: tuple[str, int], state: State) -> None:
+        super().__init__(address, Handler)
+        self.state = state
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Clients that give up (timeouts, dropped connections) are part of the tests, not errors.
+        return
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before each default answer")
+    parser.add_argument("--image-bytes", type=int, default=0, help="pad the PNG to about this many bytes")
+    args = parser.parse_args(argv)
+    image = _png(pad_to=args.image_bytes)
+    server = Server(("127.0.0.1", args.port), State(args.latency, image))
+    print(f"listening on {server.server_address[1]}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""Fixtures of the image pipeline tests: models with different capabilities, an OpenAI-compatible
+upstream (reached only through `responses`), images made with Pillow in memory, and a DNS table."""
+
+from __future__ import annotations
+
+import io
+import ipaddress
+import socket
+from decimal import Decimal
+
+import pytest
+import responses as responses_lib
+from PIL import Image
+
+from images.services import image_model_upsert, upstream_upsert
+
+OPENAI_BASE = "https://api.provider.test/v1"
+OPENAI_KEY_ENV = "IGW_TEST_PROVIDER_KEY"
+OPENAI_KEY = "sk-test-provider-secret-0123456789abcdef"
+
+
+def image_bytes(
+    fmt: str = "PNG", size: tuple[int, int] = (64, 48), mode: str = "RGB", colour=(200, 30, 30)
+) -> bytes:
+    buffer = io.BytesIO()
+    Image.new(mode, size, colour if mode != "RGBA" else (*colour, 255)).save(buffer, fmt)
+    return buffer.getvalue()
+
+
+def mask_bytes(size: tuple[int, int] = (64, 48)) -> bytes:
+    mask = Image.new("RGBA", size, (0, 0, 0, 255))
+    mask.paste((0, 0, 0, 0), (0, 0, size[0] // 2, size[1] // 2))
+    buffer = io.BytesIO()
+    mask.save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+@pytest.fixture(autouse=True)
+def media_root(settings, tmp_path):
+    """Hosted images go to a per-test directory."""
+    settings.MEDIA_ROOT = tmp_path / "media"
+    return settings.MEDIA_ROOT
+
+
+@pytest.fixture
+def plain_model(alpha_group, demo_upstream):
+    """A model that supports nothing optional: no sizes, qualities, formats, edits or streaming."""
+    model, _ = image_model_upsert(
+        model_id="plain-image",
+        group=alpha_group,
+        price=Decimal("0.02"),
+        upstreams=[demo_upstream],
+        upstream_model="",
+        sizes=[],
+        qualities=[],
+        styles=[],
+        backgrounds=[],
+        output_formats=[],
+        output_compression=None,
+        max_n=1,
+        edits_supported=False,
+        stream_supported=False,
+        default_response_format="url",
+        enabled=True,
+    )
+    return model
+
+
+@pytest.fixture
+def streaming_model(alpha_group, demo_upstream):
+    model, _ = image_model_upsert(
+        model_id="alpha-image-2.5-flare",
+        group=alpha_group,
+        price=Decimal("0.15"),
+        upstreams=[demo_upstream],
+        upstream_model="",
+        sizes=["1024x1024"],
+        qualities=[],
+        styles=["vivid", "natural"],
+        backgrounds=[],
+        output_formats=["png"],
+        output_compression=None,
+        max_n=2,
+        edits_supported=True,
+        stream_supported=True,
+        default_response_format="b64_json",
+        enabled=True,
+    )
+    return model
+
+
+@pytest.fixture
+def provider_key(monkeypatch):
+    monkeypatch.setenv(OPENAI_KEY_ENV, OPENAI_KEY)
+    return OPENAI_KEY
+
+
+@pytest.fixture
+def openai_upstream(db, provider_key):
+    upstream, _ = upstream_upsert(
+        name="provider",
+        kind="openai",
+        base_url=OPENAI_BASE,
+        api_key_env=OPENAI_KEY_ENV,
+        timeout_seconds=30,
+        priority=0,
+        weight=1,
+        enabled=True,
+    )
+    return upstream
+
+
+@pytest.fixture
+def local_upstream(db, provider_key):
+    """An OpenAI-compatible upstream on the loopback interface (e.g. a local relay)."""
+    upstream, _ = upstream_upsert(
+        name="local-relay",
+        kind="openai",
+        base_url="http://127.0.0.1:9400/v1",
+        api_key_env=OPENAI_KEY_ENV,
+        timeout_seconds=30,
+        priority=0,
+        weight=1,
+        enabled=True,
+    )
+    return upstream
+
+
+@pytest.fixture
+def mocked():
+    """The HTTP boundary to upstreams: every request must match a registered answer."""
+    with responses_lib.RequestsMock(assert_all_requests_are_fired=False) as rsps:
+        yield rsps
+
+
+@pytest.fixture
+def dns(monkeypatch):
+    """A DNS table for the test hosts (the sandbox has no resolver). Each host maps to a list of answers;
+    successive lookups take successive answers (the last repeats), which models DNS rebinding."""
+    table: dict[str, list[list[str]]] = {"api.provider.test": [["93.184.215.14"]]}
+    calls: dict[str, int] = {}
+    real = socket.getaddrinfo
+
+    def fake(host, port, *args, **kwargs):
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            pass
+        else:
+            return real(host, port, *args, **kwargs)
+        if host not in table:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        index = min(calls.get(host, 0), len(table[host]) - 1)
+        calls[host] = calls.get(host, 0) + 1
+        return [
+            (socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_STREAM, 6, "", (ip, port))
+            for ip in table[host][index]
+        ]
+
+    monkeypatch.setattr(socket, "getaddrinfo", fake)
+    return table
