@@ -15,7 +15,12 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from billing.limits import concurrency_slot_acquire, concurrency_slot_release, rate_limit_hit
+from billing.limits import (
+    ConcurrencySlot,
+    concurrency_slot_acquire,
+    concurrency_slot_release,
+    rate_limit_hit,
+)
 from billing.models import Hold, Subscription
 from billing.money import money_parse
 from billing.selectors import subscription_get_active
@@ -57,6 +62,89 @@ def subscription_resolve_for_call(
     return subscription
 
 
+class MeteredCall:
+    """One reservation for one billed call: `capture()` after success, `release()` after failure,
+    `close()` on every exit path (it releases a reservation left open and gives back the concurrency
+    slot). Each is safe to call more than once; the hold itself resolves exactly once."""
+
+    def __init__(
+        self, *, usage: UsageScope, hold: Hold, slot: ConcurrencySlot | None, amount: Decimal
+    ) -> None:
+        self.usage = usage
+        self.hold = hold
+        self.slot = slot
+        self.amount = amount
+        self.resolved = False
+
+    def capture(self) -> bool:
+        """Charge the call; False when the hold had already expired (then nothing is charged)."""
+        if self.resolved:
+            return False
+        self.resolved = True
+        if hold_capture(hold=self.hold):
+            self.usage.charged = self.amount
+            return True
+        # The hold expired before the call returned (GATEWAY_HOLD_TTL_SECONDS shorter than the call):
+        # release_stale_holds voided it, and a voided hold is never charged.
+        logger.warning(
+            "hold %s of request %s expired before capture; the call was not charged",
+            self.hold.pk,
+            self.usage.request_id,
+        )
+        return False
+
+    def release(self) -> None:
+        if not self.resolved:
+            self.resolved = True
+            _release(hold=self.hold)
+
+    def close(self) -> None:
+        self.release()
+        concurrency_slot_release(slot=self.slot)
+        self.slot = None
+
+
+def metered_begin(
+    *,
+    usage: UsageScope,
+    credential: Credential,
+    group: Group,
+    model_id: str,
+    price: Decimal,
+    now: datetime | None = None,
+) -> MeteredCall:
+    """Limits and reservation for one billed call, before its upstream call.
+
+    The credential's rate limit and a concurrency slot (429), then the reservation (a wallet hold: 403
+    INSUFFICIENT_BALANCE; or the subscription's caps: 403 SUBSCRIPTION_NOT_FOUND / _INVALID, 429
+    USAGE_LIMIT_EXCEEDED). Nothing is left held when this raises.
+    """
+    if transaction_open_by_application():
+        # A transaction here would hold the reservation's row locks for the whole upstream call.
+        raise RuntimeError("metered calls must not run inside a database transaction (transaction.atomic)")
+    amount = money_parse(price)
+    usage.set_target(group=group, model_id=model_id)
+    rate_limit_hit(limit_key=credential.limit_key, rpm=group.rpm)
+    slot = concurrency_slot_acquire(
+        limit_key=credential.limit_key,
+        limit=group.concurrency,
+        ttl_seconds=settings.GATEWAY_HOLD_TTL_SECONDS,
+    )
+    try:
+        hold = _reserve(
+            credential=credential,
+            group=group,
+            model_id=model_id,
+            amount=amount,
+            usage=usage,
+            now=now or timezone.now(),
+        )
+    except BaseException:
+        concurrency_slot_release(slot=slot)
+        raise
+    return MeteredCall(usage=usage, hold=hold, slot=slot, amount=amount)
+
+
 def metered_call(
     *,
     usage: UsageScope,
@@ -69,49 +157,26 @@ def metered_call(
 ) -> T:
     """Run `call` (the upstream call) as one billed call of `price`.
 
-    In order: the credential's rate limit and a concurrency slot (429), the reservation (a wallet hold:
-    403 INSUFFICIENT_BALANCE; or the subscription's caps: 403 SUBSCRIPTION_NOT_FOUND / _INVALID, 429
-    USAGE_LIMIT_EXCEEDED), then `call()` with no database transaction open and no row lock held. On
-    return the hold is captured (charged exactly once, reference = the request id) and
-    `usage.charged` is set; on any exception the hold is released (nothing charged) and the exception
-    re-raised unchanged. The concurrency slot is given back on every exit path.
+    `metered_begin` (limits, then the reservation), then `call()` with no database transaction open
+    and no row lock held. On return the hold is captured (charged exactly once, reference = the
+    request id) and `usage.charged` is set; on any exception the hold is released (nothing charged)
+    and the exception re-raised unchanged. The concurrency slot is given back on every exit path.
 
     `now` moves the clock of the reservation (calendar windows, hold expiry); tests use it.
     """
-    if transaction_open_by_application():
-        # A transaction here would hold the reservation's row locks for the whole upstream call.
-        raise RuntimeError("metered_call must not run inside a database transaction (transaction.atomic)")
-    amount = money_parse(price)
-    usage.set_target(group=group, model_id=model_id)
-    rate_limit_hit(limit_key=credential.limit_key, rpm=group.rpm)
-    slot = concurrency_slot_acquire(
-        limit_key=credential.limit_key,
-        limit=group.concurrency,
-        ttl_seconds=settings.GATEWAY_HOLD_TTL_SECONDS,
+    meter = metered_begin(
+        usage=usage, credential=credential, group=group, model_id=model_id, price=price, now=now
     )
     try:
-        moment = now or timezone.now()
-        hold = _reserve(
-            credential=credential, group=group, model_id=model_id, amount=amount, usage=usage, now=moment
-        )
         try:
             result = call()
         except BaseException:
-            _release(hold=hold)
+            meter.release()
             raise
-        if hold_capture(hold=hold):
-            usage.charged = amount
-        else:
-            # The hold expired before the call returned (GATEWAY_HOLD_TTL_SECONDS shorter than the
-            # call): release_stale_holds voided it, and a voided hold is never charged.
-            logger.warning(
-                "hold %s of request %s expired before capture; the call was not charged",
-                hold.pk,
-                usage.request_id,
-            )
+        meter.capture()
         return result
     finally:
-        concurrency_slot_release(slot=slot)
+        meter.close()
 
 
 def _reserve(

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+from contextlib import ExitStack
 from typing import Any, Literal
 
 from django.core.files.uploadedfile import UploadedFile
-from django.http import HttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.utils.datastructures import MultiValueDict
 from rest_framework.request import Request
 
 from billing.idempotency import StoredResponse, idempotent_execute
-from billing.metering import metered_call
+from billing.metering import metered_begin, metered_call
 from billing.usage import UsageScope, usage_scope
+from gateway_project.errors import InvalidRequest
 from groups.access import ResolvedModel, image_model_resolve
 from images.models import Upstream
 from images.providers import adapter_for
@@ -25,6 +27,7 @@ from images.providers.base import ImageRequest, ImageResult, UpstreamError
 from images.resilience import upstream_call_resilient
 from images.results import result_render
 from images.routing import upstreams_for_model
+from images.streaming import StreamedCall, stream_relay
 from images.upstream_errors import upstream_error_to_api_error
 from images.validation import ImageParams, edit_params_validate, generation_params_validate
 from keys.credentials import Credential
@@ -33,8 +36,8 @@ Operation = Literal["generate", "edit"]
 ENDPOINTS: dict[Operation, str] = {"generate": "images.generations", "edit": "images.edits"}
 
 
-def image_call_handle(*, request: Request, operation: Operation) -> HttpResponse:
-    """The /v1/images/* views: run the call for the authenticated request, answer its stored response."""
+def image_call_handle(*, request: Request, operation: Operation) -> HttpResponse | StreamingHttpResponse:
+    """The /v1/images/* views: run the call for the authenticated request and answer it."""
     stored = image_call_run(
         credential=request.auth,
         operation=operation,
@@ -44,6 +47,11 @@ def image_call_handle(*, request: Request, operation: Operation) -> HttpResponse
         idempotency_key=request.headers.get("Idempotency-Key"),
         path=request.path,
     )
+    if isinstance(stored, StreamedCall):
+        streaming = StreamingHttpResponse(stored.events, content_type="text/event-stream")
+        streaming["Cache-Control"] = "no-cache"
+        streaming["X-Accel-Buffering"] = "no"  # proxies must pass events on as they come
+        return streaming
     response = HttpResponse(stored.body, status=stored.status, content_type=stored.content_type)
     for name, value in stored.headers.items():
         response[name] = value
@@ -59,13 +67,18 @@ def image_call_run(
     request_id: str,
     idempotency_key: str | None = None,
     path: str = "",
-) -> StoredResponse:
+) -> StoredResponse | StreamedCall:
     """One billed image call for a verified credential; raises ApiError on any refusal or failure.
 
     `data` is the parsed JSON body (generate) or the form fields (edit); `files` the uploads (edit).
-    The console's playground calls this too, so its calls are billed exactly like API calls.
+    The console's playground calls this too, so its calls are billed exactly like API calls. With
+    `stream: true` the answer is a StreamedCall (images/streaming.py), which then owns the usage
+    scope and the reservation until the stream ends.
     """
-    with usage_scope(request_id=request_id, endpoint=ENDPOINTS[operation], credential=credential) as usage:
+    with ExitStack() as stack:
+        usage = stack.enter_context(
+            usage_scope(request_id=request_id, endpoint=ENDPOINTS[operation], credential=credential)
+        )
         requested_model = data.get("model") if hasattr(data, "get") else None
         resolved = image_model_resolve(
             credential=credential, requested_model=requested_model, operation=operation
@@ -87,6 +100,33 @@ def image_call_run(
             mask=mask,
             request_id=request_id,
         )
+        if params.options.get("stream"):
+            if idempotency_key is not None:
+                # A stream cannot be replayed; a retried stream would be a second call.
+                raise InvalidRequest(
+                    "Idempotency-Key cannot be used with `stream: true`: an event stream cannot be "
+                    "replayed. Leave out one of them.",
+                    param="stream",
+                    code="idempotency_not_supported",
+                )
+            meter = metered_begin(
+                usage=usage,
+                credential=credential,
+                group=resolved.group,
+                model_id=resolved.image_model.model_id,
+                price=resolved.image_model.price,
+            )
+            stack.callback(meter.close)
+            owned = stack.pop_all()  # from here the stream owns the usage scope and the reservation
+            return StreamedCall(
+                events=stream_relay(
+                    owned=owned,
+                    usage=usage,
+                    meter=meter,
+                    resolved=resolved,
+                    upstream_request=upstream_request,
+                )
+            )
         return idempotent_execute(
             account=credential.account,
             key=idempotency_key,

@@ -1,0 +1,140 @@
+"""Streamed partial images (`stream: true`): relay the upstream's server-sent events as they arrive.
+
+The reservation is taken before the response starts, so refusals (limits, balance, caps) are plain
+JSON errors with their status. Upstreams are tried with the usual failover until one sends its first
+event; after that the stream is never retried. The call is charged when every requested image's
+completed event has arrived from the upstream; a stream that fails before that is not charged and
+ends with an `error` event. If the client goes away mid-stream, the gateway still reads the upstream
+to its end (the provider makes, and bills, the image anyway) and charges only a completed call.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any
+
+from billing.metering import MeteredCall
+from billing.usage import UsageScope
+from gateway_project.errors import ApiError, InternalError, UpstreamFailed, compatible_body
+from groups.access import ResolvedModel
+from images.models import Upstream
+from images.providers import adapter_for
+from images.providers.base import ImageRequest, StreamEvent, UpstreamError
+from images.resilience import upstream_call_resilient
+from images.routing import upstreams_for_model
+from images.upstream_errors import upstream_error_to_api_error
+
+logger = logging.getLogger("gateway.stream")
+
+
+@dataclass
+class StreamedCall:
+    """A call whose answer is an event stream; `events` yields the encoded SSE bytes."""
+
+    events: Iterator[bytes]
+
+
+def sse(event_type: str, data: dict[str, Any]) -> bytes:
+    return f"event: {event_type}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def stream_relay(
+    *,
+    owned: ExitStack,
+    usage: UsageScope,
+    meter: MeteredCall,
+    resolved: ResolvedModel,
+    upstream_request: ImageRequest,
+) -> Iterator[bytes]:
+    """The response body of a streamed call. `owned` holds the usage scope and the reservation and is
+    closed when the stream ends, however it ends."""
+    failure: BaseException | None = None
+    events: Iterator[StreamEvent] | None = None
+    upstream: Upstream | None = None
+    completed = 0
+    try:
+        first, events, upstream = _open_stream(
+            usage=usage, resolved=resolved, upstream_request=upstream_request
+        )
+        for event in _chain(first, events):
+            completed += event.final
+            yield sse(event.type, event.data)
+        if completed < upstream_request.n:
+            raise UpstreamError(
+                "the upstream's stream ended before every image was completed",
+                status=502,
+                retryable=False,
+                outcome_unknown=True,
+            )
+        meter.capture()
+    except GeneratorExit:
+        # The client went away: finish reading so that a completed image is charged as it was made.
+        if events is not None:
+            completed += _drain(events)
+        if completed >= upstream_request.n:
+            meter.capture()
+        raise
+    except (ApiError, UpstreamError) as exc:
+        meter.release()
+        failure = exc if isinstance(exc, ApiError) else _converted(exc, upstream)
+        yield sse("error", {"type": "error", **compatible_body(failure, request_id=usage.request_id)})
+    except Exception as exc:
+        failure = exc
+        meter.release()
+        logger.exception("stream of request %s failed", usage.request_id)
+        internal = InternalError("The stream failed inside the gateway; it has been logged.")
+        yield sse("error", {"type": "error", **compatible_body(internal, request_id=usage.request_id)})
+    finally:
+        if failure is not None:
+            # The usage record shows the error the client saw.
+            owned.__exit__(type(failure), failure, failure.__traceback__)
+        else:
+            owned.close()
+
+
+def _converted(error: UpstreamError, upstream: Upstream | None) -> ApiError:
+    if upstream is None:
+        return UpstreamFailed("The model's provider failed.", code="upstream_error")
+    return upstream_error_to_api_error(error=error, upstream=upstream)
+
+
+def _open_stream(
+    *, usage: UsageScope, resolved: ResolvedModel, upstream_request: ImageRequest
+) -> tuple[StreamEvent, Iterator[StreamEvent], Upstream]:
+    """Fail over between upstreams until one has sent its first event."""
+
+    def attempt(upstream: Upstream, deadline: float) -> tuple[StreamEvent, Iterator[StreamEvent]]:
+        usage.set_upstream(upstream.name)
+        events = adapter_for(upstream, deadline=None).stream(upstream_request)
+        try:
+            first = next(events)
+        except StopIteration:
+            raise UpstreamError("the upstream's stream was empty", status=502, retryable=True) from None
+        return first, events
+
+    (first, events), upstream = upstream_call_resilient(
+        upstreams=upstreams_for_model(image_model=resolved.image_model),
+        attempt=attempt,
+        request_id=upstream_request.request_id,
+        classify=lambda error, failed: upstream_error_to_api_error(error=error, upstream=failed),
+    )
+    return first, events, upstream
+
+
+def _chain(first: StreamEvent, rest: Iterator[StreamEvent]) -> Iterator[StreamEvent]:
+    yield first
+    yield from rest
+
+
+def _drain(events: Iterator[StreamEvent]) -> int:
+    completed = 0
+    try:
+        for event in events:
+            completed += event.final
+    except UpstreamError:
+        logger.warning("upstream stream failed after the client had gone away")
+    return completed
