@@ -14,6 +14,7 @@ from billing.models import (
 )
 from billing.money import MoneyError, money_parse
 from billing.services import holds_release_stale, wallet_adjust, wallet_top_up
+from gateway_project.admin_confirm import admin_action_confirmed
 
 
 class MoneyMovementForm(forms.Form):
@@ -189,10 +190,20 @@ class HoldAdmin(ReadOnlyAdmin):
     date_hierarchy = "created_at"
     actions = ("release_stale",)
 
-    @admin.action(description="Release stale holds (expired ones among the selected)")
+    @admin.action(description="Release stale holds (expired ones among the selected)…")
     def release_stale(self, request, queryset):
-        released = holds_release_stale(hold_ids=queryset.values_list("pk", flat=True))
-        self.message_user(request, f"Released {released} stale hold(s).", messages.SUCCESS)
+        return admin_action_confirmed(
+            model_admin=self,
+            request=request,
+            queryset=queryset,
+            action="release_stale",
+            title="Release stale holds",
+            consequence="Expired holds among these give their money or quota back; their calls are never "
+            "charged. Holds that have not expired are left alone.",
+            perform=lambda holds: (
+                f"Released {holds_release_stale(hold_ids=holds.values_list('pk', flat=True))} stale hold(s)."
+            ),
+        )
 
     def get_actions(self, request):
         # The action releases money reservations: offered to staff who may change holds' wallets.

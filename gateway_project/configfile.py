@@ -30,7 +30,7 @@ from groups.models import Group
 from groups.services import group_upsert
 from images.capabilities import validate_capabilities
 from images.models import RESPONSE_FORMATS, ImageModel, Upstream
-from images.services import image_model_upsert, upstream_upsert
+from images.services import UPSTREAM_RETRY_FIELDS, image_model_upsert, upstream_upsert
 
 SECTIONS = ("upstreams", "groups", "models", "accounts", "subscriptions")
 ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
@@ -89,6 +89,14 @@ def _int(value: Any, *, minimum: int | None = None) -> int:
     if minimum is not None and value < minimum:
         raise _Bad(f"must be at least {minimum}, got {value}")
     return value
+
+
+def _seconds(value: Any, *, minimum: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _Bad(f"must be a number of seconds, got {value!r}")
+    if not minimum <= value < float("inf"):
+        raise _Bad(f"must be at least {minimum}, got {value}")
+    return float(value)
 
 
 def _bool(value: Any) -> bool:
@@ -156,6 +164,12 @@ SCHEMA: dict[str, list[tuple[str, Callable[[Any], Any], Any]]] = {
         ("priority", _int, 0),
         ("weight", lambda v: _int(v, minimum=1), 1),
         ("enabled", _bool, True),
+        ("max_retries", lambda v: _int(v, minimum=0), None),
+        ("retry_base_seconds", lambda v: _seconds(v, minimum=0), None),
+        ("retry_max_wait_seconds", lambda v: _seconds(v, minimum=0), None),
+        ("retry_deadline_seconds", lambda v: _seconds(v, minimum=0), None),
+        ("circuit_threshold", lambda v: _int(v, minimum=1), None),
+        ("circuit_cooldown_seconds", lambda v: _seconds(v, minimum=1), None),
     ],
     "groups": [
         ("id", lambda v: _int(v, minimum=1), _MISSING),
@@ -380,6 +394,7 @@ def config_load(*, path: Path) -> Summary:
                 priority=e["priority"],
                 weight=e["weight"],
                 enabled=e["enabled"],
+                retry={name: e[name] for name in UPSTREAM_RETRY_FIELDS},
             )
             upstreams[upstream.name] = upstream
             summary.add("upstreams", outcome)

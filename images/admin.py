@@ -1,6 +1,8 @@
-from django.contrib import admin, messages
+from django import forms
+from django.contrib import admin
 from django.db import models
 
+from gateway_project.admin_confirm import admin_action_confirmed
 from images.circuit import STATS_WINDOW_MINUTES, circuit_reset, circuit_state
 from images.models import HostedImage, ImageModel, Upstream
 
@@ -39,15 +41,73 @@ class UpstreamAdmin(admin.ModelAdmin):
             return "no calls"
         return f"{state.recent_errors}/{state.recent_calls} ({state.recent_error_rate:.0%})"
 
-    @admin.action(description="Close the circuit of selected upstreams")
+    @admin.action(description="Close the circuit of selected upstreams…")
     def close_circuits(self, request, queryset):
-        for upstream in queryset:
-            circuit_reset(upstream_id=upstream.pk)
-        self.message_user(request, f"Closed the circuit of {queryset.count()} upstream(s).", messages.SUCCESS)
+        def close(upstreams):
+            for upstream in upstreams:
+                circuit_reset(upstream_id=upstream.pk)
+            return f"Closed the circuit of {len(upstreams)} upstream(s)."
+
+        return admin_action_confirmed(
+            model_admin=self,
+            request=request,
+            queryset=queryset,
+            action="close_circuits",
+            title="Close circuits",
+            consequence="Calls go to these upstreams again at once, even if they are still failing.",
+            perform=lambda upstreams: close(list(upstreams)),
+        )
+
+
+class StringListField(forms.CharField):
+    """A list of strings edited as one comma-separated line ("1024x1024, 1536x1024, auto")."""
+
+    def prepare_value(self, value):
+        if isinstance(value, list):
+            return ", ".join(value)
+        return value
+
+    def to_python(self, value):
+        text = super().to_python(value) or ""
+        return [item.strip() for item in text.replace("\n", ",").split(",") if item.strip()]
+
+
+class ImageModelForm(forms.ModelForm):
+    """Capabilities as comma-separated lists; the model's clean() checks them with the same rules
+    as the config loader (images/capabilities.py)."""
+
+    sizes = StringListField(required=False, help_text="e.g. 1024x1024, 1536x1024, auto")
+    qualities = StringListField(required=False, help_text="e.g. low, medium, high")
+    styles = StringListField(required=False, help_text="e.g. vivid, natural; empty = not supported")
+    backgrounds = StringListField(required=False, help_text="e.g. transparent, opaque, auto")
+    output_formats = StringListField(required=False, help_text="any of png, jpeg, webp")
+
+    class Meta:
+        model = ImageModel
+        fields = (
+            "model_id",
+            "group",
+            "price",
+            "upstream_model",
+            "upstreams",
+            "sizes",
+            "qualities",
+            "styles",
+            "backgrounds",
+            "output_formats",
+            "output_compression_min",
+            "output_compression_max",
+            "max_n",
+            "edits_supported",
+            "stream_supported",
+            "default_response_format",
+            "enabled",
+        )
 
 
 @admin.register(ImageModel)
 class ImageModelAdmin(admin.ModelAdmin):
+    form = ImageModelForm
     list_display = (
         "model_id",
         "group",

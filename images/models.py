@@ -29,6 +29,16 @@ class Upstream(models.Model):
     priority = models.IntegerField(default=0, help_text="Lower is tried first.")
     weight = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
     enabled = models.BooleanField(default=True)
+    # Retry and circuit settings for calls where this is the primary upstream; blank = the
+    # GATEWAY_RETRY_* / GATEWAY_CIRCUIT_* defaults (images/resilience.py).
+    max_retries = models.PositiveSmallIntegerField(null=True, blank=True)
+    retry_base_seconds = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0)])
+    retry_max_wait_seconds = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0)])
+    retry_deadline_seconds = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0)])
+    circuit_threshold = models.PositiveSmallIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)]
+    )
+    circuit_cooldown_seconds = models.FloatField(null=True, blank=True, validators=[MinValueValidator(1)])
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -7,6 +7,15 @@ from gateway_project.modelutils import model_upsert
 from groups.models import Group
 from images.models import ImageModel, Upstream
 
+UPSTREAM_RETRY_FIELDS = (
+    "max_retries",
+    "retry_base_seconds",
+    "retry_max_wait_seconds",
+    "retry_deadline_seconds",
+    "circuit_threshold",
+    "circuit_cooldown_seconds",
+)
+
 
 def upstream_upsert(
     *,
@@ -18,7 +27,11 @@ def upstream_upsert(
     priority: int,
     weight: int,
     enabled: bool,
+    retry: dict[str, float | int | None] | None = None,
 ) -> tuple[Upstream, str]:
+    """Create or update an upstream by name. `retry` sets its own retry/circuit fields
+    (max_retries, retry_base_seconds, ...); a missing or None value uses the global default."""
+    retry_fields = {name: (retry or {}).get(name) for name in UPSTREAM_RETRY_FIELDS}
     return model_upsert(
         Upstream,
         lookup={"name": name},
@@ -30,6 +43,7 @@ def upstream_upsert(
             "priority": priority,
             "weight": weight,
             "enabled": enabled,
+            **retry_fields,
         },
     )
 

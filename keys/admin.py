@@ -1,6 +1,7 @@
 from django.contrib import admin, messages
 from django.utils.html import format_html
 
+from gateway_project.admin_confirm import admin_action_confirmed
 from keys.models import ApiKey
 from keys.services import api_key_create, api_key_revoke
 
@@ -52,7 +53,14 @@ class ApiKeyAdmin(admin.ModelAdmin):
             format_html("New key (shown once, copy it now): <code>{}</code>", secret),
         )
 
-    @admin.action(description="Revoke selected keys")
+    @admin.action(description="Revoke selected keys…")
     def revoke_keys(self, request, queryset):
-        revoked = sum(api_key_revoke(api_key=key) for key in queryset)
-        self.message_user(request, f"Revoked {revoked} key(s).", messages.SUCCESS)
+        return admin_action_confirmed(
+            model_admin=self,
+            request=request,
+            queryset=queryset,
+            action="revoke_keys",
+            title="Revoke API keys",
+            consequence="Every call made with these keys fails with 401 from now on. This cannot be undone.",
+            perform=lambda keys: f"Revoked {sum(api_key_revoke(api_key=key) for key in keys)} key(s).",
+        )

@@ -142,11 +142,59 @@ def test_the_upstream_admin_shows_circuit_state_and_recent_errors(staff_client, 
     page = staff_client.get(reverse("admin:images_upstream_changelist")).content.decode()
     assert "open" in page
     assert "5/6 (83%)" in page
-    staff_client.post(
-        reverse("admin:images_upstream_changelist"),
-        {"action": "close_circuits", "_selected_action": [demo_upstream.pk]},
+    selection = {"action": "close_circuits", "_selected_action": [demo_upstream.pk]}
+    url = reverse("admin:images_upstream_changelist")
+    assert b"Yes, confirm" in staff_client.post(url, selection).content
+    assert "open" in staff_client.get(url).content.decode()  # nothing before confirming
+    staff_client.post(url, {**selection, "confirmed": "yes"})
+    assert (
+        "closed (0 consecutive failures)"
+        in staff_client.get(reverse("admin:images_upstream_changelist")).content.decode()
     )
-    assert "closed (0 consecutive failures)" in staff_client.get(
-        reverse("admin:images_upstream_changelist")
-    ).content.decode()
     cache.clear()
+
+
+def test_revoking_keys_in_the_admin_is_confirmed_first(staff_client, alice, alpha_group):
+    from keys.services import api_key_create
+
+    api_key, _ = api_key_create(account=alice, group=alpha_group, label="to revoke")
+    url = reverse("admin:keys_apikey_changelist")
+    selection = {"action": "revoke_keys", "_selected_action": [api_key.pk]}
+    confirm = staff_client.post(url, selection)
+    assert confirm.status_code == 200
+    assert "to revoke" in confirm.content.decode()
+    assert ApiKey.objects.get(pk=api_key.pk).revoked_at is None
+    staff_client.post(url, {**selection, "confirmed": "yes"})
+    assert ApiKey.objects.get(pk=api_key.pk).status == "revoked"
+
+
+def test_model_capabilities_are_edited_as_lists_and_validated(staff_client, alpha_model, demo_upstream):
+    url = reverse("admin:images_imagemodel_change", args=[alpha_model.pk])
+    page = staff_client.get(url).content.decode()
+    assert 'value="1024x1024, 1024x1536, 64x64, auto"' in page
+    form = {
+        "model_id": alpha_model.model_id,
+        "group": alpha_model.group_id,
+        "price": "0.15",
+        "upstream_model": "",
+        "upstreams": [demo_upstream.pk],
+        "sizes": "1024x1024, 512x512",
+        "qualities": "low, high",
+        "styles": "",
+        "backgrounds": "",
+        "output_formats": "png, jpeg",
+        "output_compression_min": "0",
+        "output_compression_max": "100",
+        "max_n": "2",
+        "default_response_format": "b64_json",
+        "enabled": "on",
+    }
+    assert staff_client.post(url, form).status_code == 302
+    alpha_model.refresh_from_db()
+    assert alpha_model.sizes == ["1024x1024", "512x512"]
+    assert alpha_model.output_formats == ["png", "jpeg"]
+    refused = staff_client.post(url, {**form, "sizes": "big", "output_formats": "gif"})
+    assert refused.status_code == 200
+    assert "sizes must be" in refused.content.decode()
+    alpha_model.refresh_from_db()
+    assert alpha_model.sizes == ["1024x1024", "512x512"]

@@ -191,3 +191,17 @@ def test_it_rolls_back_when_applying_fails_midway(tmp_path):
     with pytest.raises(ConfigError, match="name already belongs to group id 2"):
         config_load(path=write(tmp_path, clashing))
     assert ImageModel.objects.get(model_id="alpha-image-2").price == Decimal("0.15")
+
+
+def test_it_applies_per_upstream_retry_settings_and_refuses_bad_ones(tmp_path):
+    text = VALID.replace("weight = 1\n", "weight = 1\nmax_retries = 2\ncircuit_cooldown_seconds = 12.5\n", 1)
+    config_load(path=write(tmp_path, text))
+    upstream = Upstream.objects.get(name="alpha-main")
+    assert (upstream.max_retries, upstream.circuit_cooldown_seconds, upstream.retry_base_seconds) == (
+        2,
+        12.5,
+        None,
+    )
+    assert not config_load(path=write(tmp_path, text)).changed
+    with pytest.raises(ConfigError, match="circuit_threshold must be at least 1"):
+        config_load(path=write(tmp_path, text.replace("max_retries = 2", "circuit_threshold = 0")))

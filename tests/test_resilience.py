@@ -236,3 +236,16 @@ def test_a_failed_probe_opens_the_circuit_again():
     assert circuit_record_failure(upstream_id=a.pk, threshold=5, cooldown=30) is True
     assert circuit_state(upstream_id=a.pk).state == "open"
     assert circuit_state(upstream_id=a.pk).recent_errors == 6
+
+
+def test_an_upstreams_own_retry_settings_override_the_defaults():
+    a = make_upstream("a", timeout=300)
+    a.max_retries = 1
+    a.retry_base_seconds = 4.0
+    a.save(update_fields=["max_retries", "retry_base_seconds"])
+    clock = Clock()
+    script = Script(a=[err(500)] * 5)
+    with pytest.raises(UpstreamFailed):
+        run([a], script, clock)
+    assert len(script.calls) == 2  # the first attempt and its one retry
+    assert 3.2 <= clock.sleeps[0] <= 4.8

@@ -124,9 +124,11 @@ def test_staff_release_stale_holds_from_the_admin(staff_client, alice):
     fresh = hold_reserve(account=alice, amount=Decimal("1"), reference="req_fresh")
     url = reverse("admin:billing_hold_changelist")
     assert staff_client.get(url).status_code == 200
-    response = staff_client.post(
-        url, {"action": "release_stale", "_selected_action": [stale.pk, fresh.pk]}, follow=True
-    )
+    selection = {"action": "release_stale", "_selected_action": [stale.pk, fresh.pk]}
+    confirm = staff_client.post(url, selection)
+    assert b"Yes, confirm" in confirm.content
+    assert Hold.objects.get(pk=stale.pk).status == Hold.Status.OPEN  # nothing before confirming
+    response = staff_client.post(url, {**selection, "confirmed": "yes"}, follow=True)
     assert b"Released 1 stale hold(s)." in response.content
     assert Hold.objects.get(pk=stale.pk).status == Hold.Status.EXPIRED
     assert Hold.objects.get(pk=fresh.pk).status == Hold.Status.OPEN

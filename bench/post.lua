@@ -1,0 +1,50 @@
+-- wrk script for the benchmarks (bench/run.py runs it): POST one image-generation body, and print
+-- the run's numbers as one JSON line (prefixed "BENCH_JSON ") from done().
+--
+-- Environment:
+--   BENCH_KEY           API key sent as "Authorization: Bearer ..." (unset: no header, e.g. direct
+--                       calls to the fake upstream)
+--   BENCH_MODEL         the "model" field
+--   BENCH_PATH          request path (default /v1/images/generations)
+--   BENCH_MAX_REQUESTS  stop after this many responses (per wrk thread); the -d duration still bounds
+--                       the run. Use with -t 1 for an exact count.
+
+local key = os.getenv("BENCH_KEY")
+local model = os.getenv("BENCH_MODEL") or "bench-image"
+local max_requests = tonumber(os.getenv("BENCH_MAX_REQUESTS") or "0")
+
+wrk.method = "POST"
+wrk.path = os.getenv("BENCH_PATH") or "/v1/images/generations"
+wrk.headers["Content-Type"] = "application/json"
+if key and key ~= "" then
+  wrk.headers["Authorization"] = "Bearer " .. key
+end
+wrk.body = '{"model":"' .. model .. '","prompt":"a lighthouse at dawn","n":1,'
+  .. '"size":"1024x1024","response_format":"b64_json"}'
+
+-- Only defined when a count is asked for: a response() callback makes wrk hand every response to
+-- Lua, which costs time on large bodies.
+if max_requests > 0 then
+  local seen = 0
+  function response(status, headers, body)
+    seen = seen + 1
+    if seen >= max_requests then
+      wrk.thread:stop()
+    end
+  end
+end
+
+function done(summary, latency, requests)
+  local e = summary.errors
+  local function pct(p)
+    return latency:percentile(p) / 1000.0 -- microseconds -> ms
+  end
+  io.write(string.format(
+    'BENCH_JSON {"requests":%d,"duration_s":%.3f,"bytes":%d,"rps":%.2f,'
+      .. '"p50_ms":%.3f,"p90_ms":%.3f,"p99_ms":%.3f,"max_ms":%.3f,"mean_ms":%.3f,'
+      .. '"non_2xx":%d,"connect_errors":%d,"read_errors":%d,"write_errors":%d,"timeouts":%d}\n',
+    summary.requests, summary.duration / 1e6, summary.bytes,
+    summary.requests / (summary.duration / 1e6),
+    pct(50), pct(90), pct(99), latency.max / 1000.0, latency.mean / 1000.0,
+    e.status, e.connect, e.read, e.write, e.timeout))
+end
