@@ -347,20 +347,3 @@ def application_for_account(
         if item_id == application_id:
             return item
     return None
-
-
-def application_tokens_for_account(
-    *, account: Account, application_id: int | None
-) -> tuple[list[AccessToken], list[RefreshToken]]:
-    """Every access token of the application for the account (expired ones too, so that revoking
-    leaves nothing a refresh could revive), and its unrevoked refresh tokens without an access token."""
-    access_tokens = list(AccessToken.objects.filter(user_id=account.user_id, application_id=application_id))
-    orphans = list(
-        RefreshToken.objects.filter(
-            user_id=account.user_id,
-            application_id=application_id,
-            revoked__isnull=True,
-            access_token__isnull=True,
-        )
-    )
-    return access_tokens, orphans

@@ -31,7 +31,7 @@ from accounts.models import Account
 from gateway_project.errors import ApiError
 from images.pipeline import image_call_run
 from keys.credentials import Credential
-from keys.services import api_key_create, api_key_revoke, oauth_token_revoke
+from keys.services import api_key_create, api_key_revoke, oauth_application_revoke_for_user
 
 SMTP_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
 
@@ -312,15 +312,7 @@ class ApplicationRevokeView(ConsoleView):
 
     def post(self, request: HttpRequest, application_id: int | None = None) -> HttpResponse:
         item = self._authorized(application_id)
-        access_tokens, orphan_refresh_tokens = queries.application_tokens_for_account(
-            account=self.account, application_id=application_id
-        )
-        for access_token in access_tokens:
-            oauth_token_revoke(access_token=access_token)  # its refresh tokens go with it
-        for refresh_token in orphan_refresh_tokens:
-            # No keys service covers a refresh token whose access token is already gone; the model's
-            # own revoke() is what django-oauth-toolkit's revocation endpoint calls.
-            refresh_token.revoke()
+        oauth_application_revoke_for_user(user_id=self.account.user_id, application_id=application_id)
         messages.success(request, f"{item.name} can no longer act for your account.")
         return redirect("console:applications")
 

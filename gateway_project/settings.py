@@ -246,7 +246,8 @@ OAUTH2_PROVIDER = {
     "COMPLIANT_BCP_RFC9700_PASSWORD_GRANT": True,
     "COMPLIANT_BCP_RFC9700_ACCESS_TOKEN_TRANSPORT": True,
 }
-LOGIN_URL = "oauth_login"
+# One sign-in page: the console's, which is also where the OAuth consent step sends anonymous users.
+LOGIN_URL = "login"
 
 # Money: every amount is a Decimal with this many places (¥0.0001).
 MONEY_DECIMAL_PLACES = 4

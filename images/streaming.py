@@ -52,16 +52,33 @@ def stream_relay(
 ) -> Iterator[bytes]:
     """The response body of a streamed call. `owned` holds the usage scope and the reservation and is
     closed when the stream ends, however it ends."""
-    failure: BaseException | None = None
     events: Iterator[StreamEvent] | None = None
     upstream: Upstream | None = None
     completed = 0
+    finished = False
+
+    def finish(failure: BaseException | None) -> None:
+        # Settle the money and write the usage record before the client sees the stream's last
+        # event, so whoever reads the account after the stream sees the final state.
+        nonlocal finished
+        if finished:
+            return
+        finished = True
+        if failure is None:
+            owned.close()
+        else:
+            owned.__exit__(type(failure), failure, failure.__traceback__)
+
     try:
         first, events, upstream = _open_stream(
             usage=usage, resolved=resolved, upstream_request=upstream_request
         )
         for event in _chain(first, events):
             completed += event.final
+            if event.final and completed == upstream_request.n:
+                # Charged when the last completed event has arrived from the upstream.
+                meter.capture()
+                finish(None)
             yield sse(event.type, event.data)
         if completed < upstream_request.n:
             raise UpstreamError(
@@ -70,30 +87,36 @@ def stream_relay(
                 retryable=False,
                 outcome_unknown=True,
             )
-        meter.capture()
     except GeneratorExit:
         # The client went away: finish reading so that a completed image is charged as it was made.
-        if events is not None:
+        if events is not None and completed < upstream_request.n:
             completed += _drain(events)
-        if completed >= upstream_request.n:
-            meter.capture()
+            if completed >= upstream_request.n:
+                meter.capture()
+        finish(None if completed >= upstream_request.n else _client_gone())
         raise
     except (ApiError, UpstreamError) as exc:
         meter.release()
-        failure = exc if isinstance(exc, ApiError) else _converted(exc, upstream)
-        yield sse("error", {"type": "error", **compatible_body(failure, request_id=usage.request_id)})
+        error = exc if isinstance(exc, ApiError) else _converted(exc, upstream)
+        finish(error)
+        yield sse("error", {"type": "error", **compatible_body(error, request_id=usage.request_id)})
     except Exception as exc:
-        failure = exc
         meter.release()
         logger.exception("stream of request %s failed", usage.request_id)
+        finish(exc)
         internal = InternalError("The stream failed inside the gateway; it has been logged.")
         yield sse("error", {"type": "error", **compatible_body(internal, request_id=usage.request_id)})
     finally:
-        if failure is not None:
-            # The usage record shows the error the client saw.
-            owned.__exit__(type(failure), failure, failure.__traceback__)
-        else:
-            owned.close()
+        finish(None)  # no-op unless a path above did not settle (e.g. a failure inside finish)
+
+
+def _client_gone() -> ApiError:
+    return ApiError(
+        "The client closed the stream before it was complete.",
+        status=499,
+        type="invalid_request_error",
+        code="client_closed_request",
+    )
 
 
 def _converted(error: UpstreamError, upstream: Upstream | None) -> ApiError:

@@ -1,11 +1,10 @@
-"""The OAuth 2 authorization server (mounted under `oauth/`): authorize (consent), token, revoke,
-and the sign-in page the consent step sends anonymous users to.
+"""The OAuth 2 authorization server (mounted under `oauth/`): authorize (consent), token, revoke.
+Anonymous users are sent to the console's sign-in page (LOGIN_URL) and come back to the consent step.
 
 Only django-oauth-toolkit's protocol endpoints are exposed; applications are registered by staff in
 the admin, so DOT's self-service application pages are not mounted.
 """
 
-from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from oauth2_provider import views as oauth_views
 
@@ -17,12 +16,4 @@ oauth2_provider_patterns = [
 
 urlpatterns = [
     path("", include((oauth2_provider_patterns, "oauth2_provider"))),
-    path(
-        "login/",
-        auth_views.LoginView.as_view(
-            template_name="registration/login.html", redirect_authenticated_user=True
-        ),
-        name="oauth_login",
-    ),
-    path("logout/", auth_views.LogoutView.as_view(next_page="oauth_login"), name="oauth_logout"),
 ]

@@ -127,3 +127,19 @@ def oauth_token_revoke(*, access_token: AccessToken) -> bool:
             refresh_token.revoke()  # also deletes the access token
         deleted, _ = AccessToken.objects.filter(pk=access_token.pk).delete()
     return bool(refresh_tokens) or bool(deleted)
+
+
+def oauth_application_revoke_for_user(*, user_id: int, application_id: int | None) -> int:
+    """Revoke everything an OAuth application holds for a user: its access tokens (expired ones too, so
+    nothing a refresh could revive remains) and its live refresh tokens. `application_id=None` covers
+    tokens an operator issued with createtoken. Returns how many tokens were revoked."""
+    revoked = 0
+    with transaction.atomic():
+        for access_token in AccessToken.objects.filter(user_id=user_id, application_id=application_id):
+            revoked += oauth_token_revoke(access_token=access_token)
+        for refresh_token in RefreshToken.objects.filter(
+            user_id=user_id, application_id=application_id, revoked__isnull=True
+        ):
+            refresh_token.revoke()
+            revoked += 1
+    return revoked

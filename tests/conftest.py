@@ -15,6 +15,7 @@ from accounts.services import account_create, account_set_groups
 from billing.services import wallet_top_up
 from groups.services import group_upsert
 from images.services import image_model_upsert, upstream_upsert
+from tests.factories import image_model_make
 
 
 @pytest.fixture
@@ -83,6 +84,12 @@ def alpha_model(alpha_group, demo_upstream):
         enabled=True,
     )
     return model
+
+
+@pytest.fixture
+def beta_model(beta_group, demo_upstream):
+    """A model of Beta-API, the subscription group alice is not allowed to use."""
+    return image_model_make(model_id="beta-imagine-image", group=beta_group, upstreams=[demo_upstream])
 
 
 @pytest.fixture

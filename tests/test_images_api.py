@@ -18,8 +18,9 @@ from PIL import Image
 from billing.models import Hold, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
 from billing.services import subscription_upsert
 from groups.services import group_upsert
-from images.services import image_model_upsert, upstream_upsert
+from images.services import upstream_upsert
 from keys.services import api_key_create
+from tests.factories import image_model_make
 
 UPSTREAM_KEY_ENV = "TEST_FAKE_UPSTREAM_KEY"
 
@@ -49,25 +50,18 @@ def jpeg_bytes(size=(64, 64)) -> bytes:
 
 
 def model_upsert(*, model_id, group, upstreams, price="0.15", **overrides):
+    """A model with the capabilities these tests exercise (sizes, formats, compression, n up to 4)."""
     values = {
-        "upstream_model": "",
         "sizes": ["1024x1024", "1024x1536", "64x64", "auto"],
         "qualities": ["low", "high"],
-        "styles": [],
         "backgrounds": ["transparent", "opaque"],
         "output_formats": ["png", "jpeg", "webp"],
         "output_compression": (0, 100),
         "max_n": 4,
         "edits_supported": True,
-        "stream_supported": False,
-        "default_response_format": "b64_json",
-        "enabled": True,
         **overrides,
     }
-    model, _ = image_model_upsert(
-        model_id=model_id, group=group, price=Decimal(price), upstreams=upstreams, **values
-    )
-    return model
+    return image_model_make(model_id=model_id, group=group, upstreams=upstreams, price=price, **values)
 
 
 @pytest.fixture

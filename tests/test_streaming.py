@@ -188,3 +188,30 @@ def test_an_edit_streams_image_edit_events(client, alice, key, demo_streaming_mo
         "event: image_edit.completed",
     ]
     assert charges() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_client_that_leaves_mid_stream_is_charged_once_the_upstream_completes(
+    live_server, alice, key, fake_streaming_model, fake_upstream
+):
+    import time
+
+    import requests
+
+    response = requests.post(
+        f"{live_server.url}/v1/images/generations",
+        json={"model": "alpha-fake-stream", "prompt": "x", "stream": True, "partial_images": 3},
+        headers={"Authorization": f"Bearer {key}"},
+        stream=True,
+        timeout=10,
+    )
+    first = next(response.iter_lines())
+    assert first.startswith(b"event: image_generation.partial_image")
+    response.close()  # the client goes away after the first partial image
+    deadline = time.monotonic() + 10
+    while not UsageRecord.objects.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)  # the gateway finishes reading the upstream in its own thread
+    record = UsageRecord.objects.get()
+    assert (record.status, record.amount) == (200, Decimal("0.15"))
+    assert charges() == 1
+    assert not Hold.objects.filter(status="open").exists()

@@ -8,7 +8,6 @@ import hashlib
 import secrets
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from decimal import Decimal
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import pytest
@@ -20,8 +19,8 @@ from accounts.services import account_create, account_set_groups
 from groups.models import Group
 from groups.services import group_upsert
 from images.models import ImageModel
-from images.services import image_model_upsert
 from keys.services import api_key_create, oauth_token_create
+from tests.factories import image_model_make
 
 
 def group_make(
@@ -47,30 +46,7 @@ def group_make(
 
 
 def model_make(*, model_id: str, group: Group, upstream, enabled: bool = True) -> ImageModel:
-    image_model, _ = image_model_upsert(
-        model_id=model_id,
-        group=group,
-        price=Decimal("0.02"),
-        upstreams=[upstream],
-        upstream_model="",
-        sizes=["1024x1024"],
-        qualities=[],
-        styles=[],
-        backgrounds=[],
-        output_formats=["png"],
-        output_compression=None,
-        max_n=1,
-        edits_supported=False,
-        stream_supported=False,
-        default_response_format="b64_json",
-        enabled=enabled,
-    )
-    return image_model
-
-
-@pytest.fixture
-def beta_model(beta_group, demo_upstream):
-    return model_make(model_id="beta-imagine-image", group=beta_group, upstream=demo_upstream)
+    return image_model_make(model_id=model_id, group=group, upstreams=[upstream], enabled=enabled)
 
 
 @pytest.fixture
@@ -225,7 +201,7 @@ def oauth_issue(client, account, oauth_app, *, scope: str) -> dict:
     """The whole flow for `account` (signed in through the login page): the token endpoint's JSON."""
     application, client_secret = oauth_app
     username = account.user.get_username()
-    signed_in = client.post("/oauth/login/", {"username": username, "password": f"{username}-password-1"})
+    signed_in = client.post("/accounts/login/", {"username": username, "password": f"{username}-password-1"})
     assert signed_in.status_code == 302, signed_in.content[:500]
     verifier, challenge = pkce_pair()
     redirect = oauth_authorize(client, application, scope=scope, challenge=challenge)

@@ -67,10 +67,12 @@ def test_the_authorize_page_sends_an_anonymous_user_to_sign_in_first(client, ali
     response = client.get(f"/oauth/authorize/?{query}")
 
     assert response.status_code == 302
-    assert urlsplit(response["Location"]).path == "/oauth/login/"
+    location = urlsplit(response["Location"])
+    assert location.path == "/accounts/login/"
+    assert location.query.startswith("next=/oauth/authorize/")  # back to the consent step after signing in
     sign_in = client.get(response["Location"])
     assert sign_in.status_code == 200
-    assert b"Sign in to Image Gateway" in sign_in.content
+    assert b"Sign in" in sign_in.content
 
 
 def test_the_consent_page_names_the_application_and_the_scopes(client, alice, oauth_app):

@@ -19,7 +19,6 @@ from django.db import connection
 from accounts.services import account_create, account_set_groups
 from billing.services import subscription_upsert
 from images.providers.base import UpstreamError
-from images.services import image_model_upsert
 from keys.credentials import Credential
 
 _credential_ids = itertools.count(10_000)
@@ -63,29 +62,6 @@ def _clear_limit_counters():
     cache.clear()
     yield
     cache.clear()
-
-
-@pytest.fixture
-def beta_model(beta_group, demo_upstream):
-    model, _ = image_model_upsert(
-        model_id="beta-imagine-image",
-        group=beta_group,
-        price=Decimal("0.02"),
-        upstreams=[demo_upstream],
-        upstream_model="",
-        sizes=["1024x1024"],
-        qualities=[],
-        styles=[],
-        backgrounds=[],
-        output_formats=["png"],
-        output_compression=None,
-        max_n=1,
-        edits_supported=False,
-        stream_supported=False,
-        default_response_format="b64_json",
-        enabled=True,
-    )
-    return model
 
 
 @pytest.fixture

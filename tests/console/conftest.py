@@ -3,12 +3,9 @@ headless chromium (Debian's, at /usr/bin/chromium) driven by Playwright against 
 
 from __future__ import annotations
 
-from decimal import Decimal
-
 import pytest
 from django.db import connections
 
-from images.services import image_model_upsert
 from keys.services import api_key_create
 from tests.console.browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS
 
@@ -35,30 +32,6 @@ def alice_key(alice, alpha_group):
 def bob_key(bob, alpha_group):
     api_key, secret = api_key_create(account=bob, group=alpha_group, label="bob server")
     return api_key, secret
-
-
-@pytest.fixture
-def beta_model(beta_group, demo_upstream):
-    """A model in Beta-API, a group alice is not allowed to use."""
-    model, _ = image_model_upsert(
-        model_id="beta-imagine-image",
-        group=beta_group,
-        price=Decimal("0.02"),
-        upstreams=[demo_upstream],
-        upstream_model="",
-        sizes=["1024x1024"],
-        qualities=[],
-        styles=[],
-        backgrounds=[],
-        output_formats=["png"],
-        output_compression=None,
-        max_n=1,
-        edits_supported=False,
-        stream_supported=False,
-        default_response_format="b64_json",
-        enabled=True,
-    )
-    return model
 
 
 @pytest.fixture
