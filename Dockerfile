@@ -14,6 +14,7 @@ COPY groups ./groups
 COPY billing ./billing
 COPY images ./images
 COPY templates ./templates
+COPY static ./static
 COPY config ./config
 COPY manage.py gunicorn.conf.py ./
 

@@ -389,6 +389,27 @@ def test_it_refuses_bad_uploads_without_charging(client, alice, alice_key, alpha
     assert_nothing_billed(alice)
 
 
+def png_header_only(width: int, height: int) -> bytes:
+    """A PNG whose header declares width x height, with no pixel data: a decompression bomb's shape."""
+    import struct
+    import zlib
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 6, 0, 0, 0)
+    chunk = struct.pack(">I", len(ihdr)) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
+    end = struct.pack(">I", 0) + b"IEND" + struct.pack(">I", zlib.crc32(b"IEND"))
+    return b"\x89PNG\r\n\x1a\n" + chunk + end
+
+
+@pytest.mark.django_db
+def test_it_refuses_an_image_declaring_30000_by_30000_pixels(client, alice, alice_key, alpha_model):
+    response = post_edit(client, alice_key, {"image": ("bomb.png", png_header_only(30000, 30000))})
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == "image"
+    assert "pixels" in error["message"]
+    assert_nothing_billed(alice)
+
+
 @pytest.mark.django_db
 def test_it_refuses_a_30_mb_upload_with_413(client, alice, alice_key, alpha_model):
     big = png_bytes() + b"\x00" * (30 * 1024 * 1024)
