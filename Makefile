@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint format migrate clean
+.PHONY: run test lint format migrate clean bench
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ format: $(BIN)/.installed
 
 test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# `make bench`: the benchmark suite (bench/run.py, ~6 minutes on 2 cores; BENCH_ARGS=--quick for a short run).
+bench: $(BIN)/.installed
+	BENCH_VIA_MAKE=1 $(BIN)/python bench/run.py $(BENCH_ARGS)
 
 migrate: $(BIN)/.installed
 	$(BIN)/python manage.py migrate

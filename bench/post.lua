@@ -28,7 +28,9 @@ if max_requests > 0 then
   local seen = 0
   function response(status, headers, body)
     seen = seen + 1
-    if seen >= max_requests then
+    if seen == max_requests then
+      -- The thread ends; bench/run.py sees it go and sends wrk SIGINT, which ends the -d sleep of
+      -- wrk's main thread (done() still reports).
       wrk.thread:stop()
     end
   end

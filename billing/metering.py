@@ -62,6 +62,13 @@ def subscription_resolve_for_call(
     return subscription
 
 
+def connection_release() -> None:
+    """With a connection pool, hand the thread's connection back before the upstream call, so a call
+    waiting on an upstream holds no database connection (capture takes one again)."""
+    if connection.settings_dict.get("OPTIONS", {}).get("pool") and not connection.in_atomic_block:
+        connection.close()
+
+
 class MeteredCall:
     """One reservation for one billed call: `capture()` after success, `release()` after failure,
     `close()` on every exit path (it releases a reservation left open and gives back the concurrency
@@ -167,6 +174,7 @@ def metered_call(
     meter = metered_begin(
         usage=usage, credential=credential, group=group, model_id=model_id, price=price, now=now
     )
+    connection_release()  # the upstream call needs no database connection
     try:
         try:
             result = call()

@@ -112,6 +112,20 @@ DATABASES = {
 # Connections are reused across requests of a thread; 0 closes them after every request.
 DATABASES["default"]["CONN_MAX_AGE"] = env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# PostgreSQL only: a psycopg connection pool per worker process (docs/benchmarks.md). Connections are
+# then bounded by processes x DATABASE_POOL_MAX_SIZE whatever the thread count; a thread takes one
+# for its request (Django requires CONN_MAX_AGE = 0 with a pool). 0 = no pool.
+DATABASE_POOL_MAX_SIZE = env_int("DATABASE_POOL_MAX_SIZE", 0, minimum=0)
+if DATABASE_POOL_MAX_SIZE and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    # No per-request "SELECT 1": the pool drops a connection returned broken; a check on every loan
+    # would cost a round trip per request.
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": min(2, DATABASE_POOL_MAX_SIZE),
+        "max_size": DATABASE_POOL_MAX_SIZE,
+        "timeout": env_int("DATABASE_POOL_TIMEOUT", 10, minimum=1),  # seconds to wait for a free one
+    }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Several gunicorn threads write to one file: wait for the lock instead of failing at once.
     DATABASES["default"]["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}

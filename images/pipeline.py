@@ -17,7 +17,7 @@ from django.utils.datastructures import MultiValueDict
 from rest_framework.request import Request
 
 from billing.idempotency import StoredResponse, idempotent_execute
-from billing.metering import metered_begin, metered_call
+from billing.metering import connection_release, metered_begin, metered_call
 from billing.usage import UsageScope, usage_scope
 from gateway_project.errors import InvalidRequest
 from groups.access import ResolvedModel, image_model_resolve
@@ -199,7 +199,9 @@ def _call_upstream(
 
     def attempt(upstream: Upstream, deadline: float) -> ImageResult:
         usage.set_upstream(upstream.name)
-        return adapter_for(upstream, deadline=deadline).call(upstream_request)
+        adapter = adapter_for(upstream, deadline=deadline)
+        connection_release()  # nothing below needs the database until capture
+        return adapter.call(upstream_request)
 
     result, upstream = upstream_call_resilient(
         upstreams=upstreams_for_model(image_model=resolved.image_model),

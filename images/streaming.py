@@ -17,7 +17,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
-from billing.metering import MeteredCall
+from billing.metering import MeteredCall, connection_release
 from billing.usage import UsageScope
 from gateway_project.errors import ApiError, InternalError, UpstreamFailed, compatible_body
 from groups.access import ResolvedModel
@@ -132,6 +132,7 @@ def _open_stream(
 
     def attempt(upstream: Upstream, deadline: float) -> tuple[StreamEvent, Iterator[StreamEvent]]:
         usage.set_upstream(upstream.name)
+        connection_release()  # a stream can take minutes: it holds no database connection meanwhile
         events = adapter_for(upstream, deadline=None).stream(upstream_request)
         try:
             first = next(events)

@@ -1,0 +1,1045 @@
+#!/usr/bin/env python3
+"""The gateway's benchmark suite (`make bench`): its overhead, throughput, slow-upstream and
+large-image behaviour under gunicorn on PostgreSQL and Redis, side by side with LiteLLM's proxy.
+
+Everything runs on this machine, on 127.0.0.1 only, and is cleaned up on exit (also on Ctrl-C):
+
+- a throwaway PostgreSQL cluster (initdb in a temp dir, as the `postgres` user when run as root) and
+  a Redis server, each on a free port;
+- fake OpenAI-compatible upstreams (`python -m bench.upstream`, i.e. tests.fake_upstream): latency 0,
+  1 s and 2 s with a
+  small PNG, and latency 0 with a ~4 MB PNG;
+- the gateway: `migrate`, `loadconfig` of a generated bench config, `createapikey`, then gunicorn with
+  `gunicorn.conf.py` and production settings (DEBUG=0, PostgreSQL, Redis);
+- the peer: LiteLLM's proxy (installed into bench/.peer-venv from PyPI on first use), 2 workers, no
+  database, pointed at the same fake upstreams;
+- load from `wrk` (installed with apt-get when missing) with bench/post.lua, bounded in time.
+
+Results go to bench/results/run-<time>.json and are rendered into docs/benchmarks.md between the
+`bench:results` markers (the rest of that file is left alone).
+
+    .venv/bin/python bench/run.py               # the full suite (~6 minutes on 2 cores)
+    .venv/bin/python bench/run.py --quick       # short runs, for development
+    .venv/bin/python bench/run.py --no-peer --only throughput --set GUNICORN_THREADS=64
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import pwd
+import re
+import secrets
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+PYTHON = str(ROOT / ".venv" / "bin" / "python")
+GUNICORN = str(ROOT / ".venv" / "bin" / "gunicorn")
+PEER_VENV = BENCH / ".peer-venv"
+RESULTS_DIR = BENCH / "results"
+DOC = ROOT / "docs" / "benchmarks.md"
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+DB_NAME = "gateway_bench"
+UPSTREAM_KEY = "sk-bench-fake-upstream"  # the fake upstream accepts any key
+PEER_MASTER_KEY = "sk-bench-peer-master"
+LARGE_IMAGE_BYTES = 4_000_000
+DOC_START = "<!-- bench:results:start -->"
+DOC_END = "<!-- bench:results:end -->"
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# Processes: every child starts in its own process group and is stopped on exit, Ctrl-C included.
+
+
+class Processes:
+    def __init__(self) -> None:
+        self.started: list[tuple[str, subprocess.Popen]] = []
+        self.cleanups: list[tuple[str, Any]] = []
+
+    def start(self, name: str, argv: list[str], *, log_path: Path, **kwargs: Any) -> subprocess.Popen:
+        handle = open(log_path, "ab")  # noqa: SIM115 - closed with the process
+        process = subprocess.Popen(  # noqa: S603 - our own fixed commands
+            argv,
+            stdout=kwargs.pop("stdout", handle),
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            **kwargs,
+        )
+        self.started.append((name, process))
+        return process
+
+    def on_exit(self, name: str, function: Any) -> None:
+        self.cleanups.append((name, function))
+
+    def stop(self, process: subprocess.Popen, timeout: float = 10) -> None:
+        if process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+            os.killpg(process.pid, signal.SIGCONT)  # a stopped process acts on SIGTERM only once continued
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=5)
+        # Children that outlived their leader (e.g. multiprocessing workers) share its group.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+
+    def stop_all(self) -> None:
+        for process in LOADS:
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=5)
+        for _name, process in reversed(self.started):
+            with contextlib.suppress(Exception):
+                self.stop(process)
+        for name, function in reversed(self.cleanups):
+            try:
+                function()
+            except Exception as exc:
+                log(f"cleanup of {name} failed: {exc}")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(predicate: Any, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            if predicate():
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"timed out waiting for {what}")
+
+
+def run(argv: list[str], **kwargs: Any) -> str:
+    result = subprocess.run(argv, check=True, text=True, capture_output=True, **kwargs)  # noqa: S603
+    return result.stdout
+
+
+# --------------------------------------------------------------------------------------------------
+# Tools and servers
+
+
+def ensure_apt(binary: str, package: str) -> str:
+    found = shutil.which(binary)
+    if found:
+        return found
+    log(f"{binary} is missing: apt-get install -y {package}")
+    install = ["apt-get", "install", "-y", "-q", package]
+    if subprocess.run(install, capture_output=True).returncode != 0:  # noqa: S603
+        subprocess.run(["apt-get", "update", "-q"], capture_output=True)  # noqa: S607
+        subprocess.run(install, check=True, capture_output=True)  # noqa: S603
+    found = shutil.which(binary)
+    if not found:
+        raise RuntimeError(f"{binary} not found after installing {package}")
+    return found
+
+
+def as_postgres(argv: list[str]) -> list[str]:
+    """PostgreSQL refuses to run as root: run its tools as the `postgres` user then."""
+    if os.geteuid() != 0:
+        return argv
+    return ["su", "postgres", "-s", "/bin/sh", "-c", shlex.join(argv)]
+
+
+@dataclass
+class Postgres:
+    port: int
+    data: Path
+    max_connections: int
+
+    @property
+    def url(self) -> str:
+        return f"postgres://postgres@127.0.0.1:{self.port}/{DB_NAME}"
+
+    def connect(self):
+        import psycopg
+
+        return psycopg.connect(
+            f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres", autocommit=True
+        )
+
+    def version(self) -> str:
+        with self.connect() as conn:
+            return conn.execute("show server_version").fetchone()[0]
+
+
+def postgres_start(procs: Processes, workdir: Path, *, max_connections: int) -> Postgres:
+    if not (PG_BIN / "initdb").exists():
+        ensure_apt("psql", "postgresql")
+    data = workdir / "pg"
+    data.mkdir()
+    if os.geteuid() == 0:
+        entry = pwd.getpwnam("postgres")
+        for path in (workdir, data):
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+    port = free_port()
+    run(
+        as_postgres([str(PG_BIN / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"]),
+        cwd="/",
+    )
+    options = f"-p {port} -k {workdir} -c listen_addresses=127.0.0.1 -c max_connections={max_connections}"
+    start = [
+        str(PG_BIN / "pg_ctl"),
+        "-D",
+        str(data),
+        "-l",
+        str(data / "server.log"),
+        "-o",
+        options,
+        "-w",
+        "start",
+    ]
+    run(as_postgres(start), cwd="/")
+    stop = [str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"]
+    procs.on_exit("postgres", lambda: subprocess.run(as_postgres(stop), cwd="/", capture_output=True))  # noqa: S603
+    server = Postgres(port=port, data=data, max_connections=max_connections)
+    with server.connect() as conn:
+        conn.execute(f"create database {DB_NAME}")
+    return server
+
+
+def redis_start(procs: Processes, workdir: Path) -> str:
+    binary = ensure_apt("redis-server", "redis-server")
+    port = free_port()
+    argv = [
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(workdir),
+    ]
+    procs.start("redis", argv, log_path=workdir / "redis.log")
+    wait_for(lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close() is None, "redis")
+    return f"redis://127.0.0.1:{port}/0"
+
+
+def fake_upstream_start(
+    procs: Processes, workdir: Path, src: Path, *, name: str, latency: float, image_bytes: int
+) -> int:
+    argv = [PYTHON, "-m", "bench.upstream", "--port", "0", "--latency", str(latency)]
+    if image_bytes:
+        argv += ["--image-bytes", str(image_bytes)]
+    process = procs.start(
+        f"upstream {name}", argv, log_path=workdir / f"upstream-{name}.log", cwd=src, stdout=subprocess.PIPE
+    )
+    line = process.stdout.readline().decode()
+    match = re.match(r"listening on (\d+)", line)
+    if not match:
+        raise RuntimeError(f"fake upstream {name} did not start: {line!r}")
+    return int(match.group(1))
+
+
+# --------------------------------------------------------------------------------------------------
+# The code under test: a snapshot, so edits made in the working tree during a run cannot disturb it
+
+SNAPSHOT_IGNORE = shutil.ignore_patterns(
+    ".git", ".venv", ".peer-venv", "results", "__pycache__", "*.pyc", "media", "staticfiles", "artifacts",
+    "db.sqlite3*", ".pytest_cache", ".ruff_cache", ".hypothesis", "*.egg-info", "node_modules",
+)  # fmt: skip
+
+
+def source_snapshot(workdir: Path, *, source: str, overlays: list[str], patches: list[str]) -> Path:
+    dest = _source_copy(workdir, source=source, overlays=overlays)
+    for patch in patches:  # e.g. bench/patches/*.patch: a change measured before it is made
+        subprocess.run(["patch", "-s", "-p1", "-d", str(dest), "-i", str(Path(patch).resolve())], check=True)  # noqa: S603,S607
+    return dest
+
+
+def _source_copy(workdir: Path, *, source: str, overlays: list[str]) -> Path:
+    """`worktree`: a copy of the working tree as it is. `head`: the last commit (git archive), plus the
+    bench itself, gunicorn.conf.py and any --overlay files from the working tree."""
+    dest = workdir / "src"
+    if source == "worktree":
+        shutil.copytree(ROOT, dest, ignore=SNAPSHOT_IGNORE)
+        return dest
+    dest.mkdir()
+    archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True, check=True)  # noqa: S607
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)  # noqa: S603,S607
+    for relative in ["bench", "gunicorn.conf.py", *overlays]:
+        source_path = ROOT / relative
+        if source_path.is_dir():
+            shutil.copytree(source_path, dest / relative, ignore=SNAPSHOT_IGNORE, dirs_exist_ok=True)
+        else:
+            shutil.copy2(source_path, dest / relative)
+    return dest
+
+
+# --------------------------------------------------------------------------------------------------
+# The gateway and the peer
+
+# One upstream and one model per fake upstream, all in one group without limits.
+UPSTREAMS = {  # name: (latency seconds, image bytes)
+    "fast": (0.0, 0),
+    "slow1": (1.0, 0),
+    "slow2": (2.0, 0),
+    "large": (0.0, LARGE_IMAGE_BYTES),
+}
+
+
+def bench_config(ports: dict[str, int]) -> str:
+    parts = []
+    for name in UPSTREAMS:
+        parts.append(
+            f'[[upstreams]]\nname = "bench-{name}"\nkind = "openai"\n'
+            f'base_url = "http://127.0.0.1:{ports[name]}/v1"\napi_key_env = "BENCH_UPSTREAM_KEY"\n'
+            "timeout_seconds = 60\n"
+        )
+    parts.append(
+        '[[groups]]\nid = 1\nname = "Bench"\nstatus = "active"\nimage_enabled = true\n'
+        'billing = "balance"\nrpm = 0\nconcurrency = 0\n'
+    )
+    for name in UPSTREAMS:
+        parts.append(
+            f'[[models]]\nid = "bench-{name}"\ngroup = "Bench"\nprice = "0.01"\n'
+            f'upstreams = ["bench-{name}"]\nsizes = ["1024x1024"]\nmax_n = 1\n'
+            'default_response_format = "b64_json"\n'
+        )
+    parts.append(
+        '[[accounts]]\nusername = "bench"\nbalance = "1000000000"\nallowed_groups = ["Bench"]\n'
+        'current_group = "Bench"\n'
+    )
+    return "\n".join(parts)
+
+
+def gateway_env(
+    *, pg: Postgres, redis_url: str, port: int, workdir: Path, overrides: dict[str, str]
+) -> dict[str, str]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("DATABASE_", "REDIS_", "GUNICORN_", "GATEWAY_", "WEB_CONCURRENCY"))
+    }
+    env.update(
+        DJANGO_SETTINGS_MODULE="gateway_project.settings",
+        DEBUG="0",
+        SECRET_KEY=secrets.token_urlsafe(50),
+        GATEWAY_KEY_PEPPER=secrets.token_urlsafe(32),
+        DATABASE_URL=pg.url,
+        REDIS_URL=redis_url,
+        ALLOWED_HOSTS="127.0.0.1",
+        GATEWAY_BIND=f"127.0.0.1:{port}",
+        GATEWAY_PUBLIC_URL=f"http://127.0.0.1:{port}",
+        MEDIA_ROOT=str(workdir / "media"),
+        BENCH_UPSTREAM_KEY=UPSTREAM_KEY,
+        LOG_LEVEL="WARNING",
+    )
+    env.update(overrides)
+    return env
+
+
+@dataclass
+class Target:
+    name: str  # gateway | peer | direct
+    port: int
+    key: str | None
+    models: dict[str, str]  # upstream name -> model to ask for
+    pid: int | None = None  # root of the process tree to measure
+    path: str = "/v1/images/generations"
+
+
+def post_ok(target: Target, model: str, timeout: float = 30) -> bool:
+    body = json.dumps(
+        {"model": model, "prompt": "warm up", "n": 1, "size": "1024x1024", "response_format": "b64_json"}
+    )
+    headers = {"Content-Type": "application/json"}
+    if target.key:
+        headers["Authorization"] = f"Bearer {target.key}"
+    request = urllib.request.Request(f"http://127.0.0.1:{target.port}{target.path}", body.encode(), headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - loopback
+            return response.status == 200
+    except urllib.error.HTTPError as exc:
+        log(f"{target.name} answered {exc.code}: {exc.read()[:300]!r}")
+        return False
+
+
+def gateway_start(
+    procs: Processes, workdir: Path, src: Path, env: dict[str, str], ports: dict[str, int]
+) -> Target:
+    def manage(*args: str) -> str:
+        return run([PYTHON, str(src / "manage.py"), *args], cwd=src, env=env)
+
+    manage("migrate", "--noinput", "-v", "0")
+    config = workdir / "bench.toml"
+    config.write_text(bench_config(ports))
+    manage("loadconfig", str(config))
+    key = manage("createapikey", "bench", "--group", "Bench", "--label", "bench").strip().splitlines()[-1]
+    argv = [GUNICORN, "--config", str(src / "gunicorn.conf.py"), "--chdir", str(src), "gateway_project.wsgi"]
+    process = procs.start("gateway", argv, log_path=workdir / "gateway.log", cwd=src, env=env)
+    port = int(env["GATEWAY_BIND"].rsplit(":", 1)[1])
+    target = Target(
+        name="gateway",
+        port=port,
+        key=key,
+        models={name: f"bench-{name}" for name in UPSTREAMS},
+        pid=process.pid,
+    )
+    wait_for(lambda: post_ok(target, "bench-fast", timeout=5), "the gateway", timeout=60)
+    return target
+
+
+def peer_install(python: str) -> str:
+    litellm = PEER_VENV / "bin" / "litellm"
+    if not litellm.exists():
+        log("installing LiteLLM's proxy into bench/.peer-venv (pip install 'litellm[proxy]')")
+        subprocess.run([python, "-m", "venv", str(PEER_VENV)], check=True)  # noqa: S603
+        pip = [str(PEER_VENV / "bin" / "python"), "-m", "pip", "install", "-q"]
+        subprocess.run([*pip, "--upgrade", "pip"], check=True)  # noqa: S603
+        subprocess.run([*pip, "litellm[proxy]"], check=True)  # noqa: S603
+    return run(
+        [
+            str(PEER_VENV / "bin" / "python"),
+            "-c",
+            "import importlib.metadata as m; print(m.version('litellm'))",
+        ]
+    ).strip()
+
+
+def peer_start(procs: Processes, workdir: Path, ports: dict[str, int], *, workers: int) -> Target:
+    lines = ["model_list:"]
+    for name in ("fast", "slow1"):
+        lines += [
+            f"  - model_name: bench-{name}",
+            "    litellm_params:",
+            f"      model: openai/bench-{name}",
+            f"      api_base: http://127.0.0.1:{ports[name]}/v1",
+            f"      api_key: {UPSTREAM_KEY}",
+            "    model_info:",
+            "      mode: image_generation",
+        ]
+    lines += [
+        "general_settings:",
+        f"  master_key: {PEER_MASTER_KEY}",
+        "litellm_settings:",
+        "  drop_params: true",
+    ]
+    config = workdir / "litellm.yaml"
+    config.write_text("\n".join(lines) + "\n")
+    port = free_port()
+    argv = [
+        str(PEER_VENV / "bin" / "litellm"),
+        "--config",
+        str(config),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--num_workers",
+        str(workers),
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_", "REDIS_"))}
+    env.update(LITELLM_LOG="ERROR", LITELLM_TELEMETRY="False", LITELLM_MODE="PRODUCTION")
+    process = procs.start("peer", argv, log_path=workdir / "peer.log", cwd=workdir, env=env)
+    target = Target(
+        name="peer",
+        port=port,
+        key=PEER_MASTER_KEY,
+        models={"fast": "bench-fast", "slow1": "bench-slow1"},
+        pid=process.pid,
+    )
+    wait_for(lambda: post_ok(target, "bench-fast", timeout=5), "LiteLLM's proxy", timeout=180)
+    return target
+
+
+# --------------------------------------------------------------------------------------------------
+# Measuring: wrk for the load, /proc and pg_stat_activity for the cost
+
+
+def proc_tree(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    found, queue = [], [root]
+    while queue:
+        pid = queue.pop()
+        found.append(pid)
+        queue.extend(children.get(pid, []))
+    return found
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    values = {}
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                name, _, rest = line.partition(":")
+                if name in ("VmRSS", "VmHWM"):
+                    values[name] = int(rest.split()[0]) * 1024
+    except OSError:
+        pass
+    return values
+
+
+def proc_cpu_seconds(pids: list[int]) -> float:
+    ticks = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        except OSError:
+            continue
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy_seconds() -> float:
+    with open("/proc/stat") as handle:
+        fields = [int(x) for x in handle.readline().split()[1:]]
+    idle = fields[3] + fields[4]
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def reset_peak_rss(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            Path(f"/proc/{pid}/clear_refs").write_text("5")  # resets VmHWM (Linux >= 4.0)
+
+
+@dataclass
+class Sampler:
+    """Samples a process tree's RSS and PostgreSQL's connections while a load runs."""
+
+    root: int | None
+    pg: Postgres | None
+    interval: float = 0.25
+    rss_total_max: int = 0
+    rss_worker_max: int = 0
+    pg_max: int = 0
+    pg_samples: list[int] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __enter__(self) -> Sampler:
+        if self.root:
+            reset_peak_rss(proc_tree(self.root))
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join()
+        if self.root:  # the kernel's peak since reset also catches spikes between samples
+            peaks = [proc_status(pid).get("VmHWM", 0) for pid in proc_tree(self.root)[1:]] or [0]
+            self.rss_worker_max = max(self.rss_worker_max, *peaks)
+
+    def _loop(self) -> None:
+        try:
+            conn = self.pg.connect() if self.pg else None
+        except Exception as exc:  # e.g. "too many clients": then that is the finding
+            log(f"cannot sample PostgreSQL: {exc}")
+            conn = None
+        try:
+            while not self._stop.is_set():
+                if self.root:
+                    pids = proc_tree(self.root)
+                    rss = [proc_status(pid).get("VmRSS", 0) for pid in pids]
+                    self.rss_total_max = max(self.rss_total_max, sum(rss))
+                    # The first pid is the tree's root (gunicorn's arbiter, LiteLLM's parent).
+                    self.rss_worker_max = max(self.rss_worker_max, *(rss[1:] or rss))
+                if conn is not None:
+                    count = conn.execute(
+                        "select count(*) from pg_stat_activity"
+                        " where datname = %s and pid <> pg_backend_pid()",
+                        (DB_NAME,),
+                    ).fetchone()[0]
+                    self.pg_max = max(self.pg_max, count)
+                    self.pg_samples.append(count)
+                self._stop.wait(self.interval)
+        finally:
+            if conn is not None:
+                conn.close()
+
+
+LOADS: list[subprocess.Popen] = []
+
+
+def wrk_run(
+    wrk: str,
+    target: Target,
+    *,
+    model: str,
+    connections: int,
+    duration: float,
+    max_requests: int = 0,
+    timeout: float = 30,
+) -> dict[str, Any]:
+    threads = 1 if connections == 1 else 2
+    env = dict(os.environ, BENCH_MODEL=model, BENCH_PATH=target.path, BENCH_KEY=target.key or "")
+    if max_requests:
+        env["BENCH_MAX_REQUESTS"] = str(max_requests)
+    argv = [
+        wrk, "-t", str(threads), "-c", str(connections), "-d", f"{int(duration)}s",
+        "--timeout", f"{int(timeout)}s", "-s", str(BENCH / "post.lua"), f"http://127.0.0.1:{target.port}",
+    ]  # fmt: skip
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # noqa: S603
+    LOADS.append(process)  # stopped on exit too
+    if max_requests:
+        # wrk's main thread sleeps for the whole -d duration even when every thread has stopped;
+        # once the load thread is gone (wrk.thread:stop() after max_requests), SIGINT ends the sleep.
+        deadline, seen_threads = time.monotonic() + duration + 5, False
+        while process.poll() is None and time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                tasks = len(os.listdir(f"/proc/{process.pid}/task"))
+                seen_threads = seen_threads or tasks > 1
+                if seen_threads and tasks <= 1:
+                    process.send_signal(signal.SIGINT)
+                    break
+            time.sleep(0.01)
+    stdout, stderr = process.communicate(timeout=duration + timeout + 30)
+    output = subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
+    for line in output.stdout.splitlines():
+        if line.startswith("BENCH_JSON "):
+            result = json.loads(line.removeprefix("BENCH_JSON "))
+            result["errors"] = sum(
+                result[name]
+                for name in ("non_2xx", "connect_errors", "read_errors", "write_errors", "timeouts")
+            )
+            return result
+    raise RuntimeError(f"wrk printed no result:\n{output.stdout}\n{output.stderr}")
+
+
+@dataclass
+class Scenario:
+    id: str
+    title: str
+    upstream: str
+    connections: int
+    duration: float  # seconds; with max_requests, an upper bound
+    max_requests: int = 0
+    targets: tuple[str, ...] = ("direct", "gateway", "peer")
+    warmup: float = 0
+
+
+def scenarios(quick: bool) -> list[Scenario]:
+    scale = 0.2 if quick else 1.0
+    return [
+        Scenario("overhead", "1. Overhead: concurrency 1, upstream latency 0", "fast", 1, 120 * scale,
+                 max_requests=int(2000 * scale) if not quick else 200, warmup=2 * scale + 1),
+        Scenario("throughput", "2. Throughput: concurrency 64, upstream latency 0", "fast", 64,
+                 max(3, 20 * scale), warmup=3 * scale + 1),
+        Scenario("slow-1s-256", "3a. Slow upstream: 1 s latency, 256 in flight", "slow1", 256,
+                 max(5, 30 * scale)),
+        Scenario("slow-2s-500", "3b. Slow upstream: 2 s latency, 500 in flight", "slow2", 500,
+                 max(6, 30 * scale), targets=("gateway",)),
+        Scenario("large", "4. Large images: 4 MB b64_json, concurrency 16", "large", 16, max(3, 20 * scale),
+                 targets=("direct", "gateway"), warmup=1),
+    ]  # fmt: skip
+
+
+def peer_freeze(peer: Target, *, frozen: bool) -> None:
+    for pid in proc_tree(peer.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP if frozen else signal.SIGCONT)
+
+
+def drain(target: Target, timeout: float = 120) -> None:
+    """Wait until the target answers a call at once: requests queued by the previous scenario
+    (wrk stops, the server still works through its backlog) must not count against the next one."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        started = time.monotonic()
+        if post_ok(target, target.models["fast"], timeout=timeout) and time.monotonic() - started < 0.5:
+            return
+        time.sleep(0.5)
+    log(f"warning: {target.name} still busy after {timeout} s")
+
+
+def scenario_run(
+    scenario: Scenario, target: Target, *, wrk: str, pg: Postgres | None, own_roots: list[int]
+) -> dict[str, Any]:
+    model = target.models[scenario.upstream]
+    # Worker RSS before this scenario's first call (the warm-up already grows it).
+    idle = (
+        max([proc_status(pid).get("VmRSS", 0) for pid in proc_tree(target.pid)[1:]] or [0])
+        if target.pid
+        else 0
+    )
+    if scenario.warmup:
+        wrk_run(wrk, target, model=model, connections=scenario.connections, duration=scenario.warmup)
+    roots = [pid for pid in own_roots if pid]
+    cpu_target_before = proc_cpu_seconds(proc_tree(target.pid)) if target.pid else 0.0
+    cpu_ours_before = proc_cpu_seconds([p for root in roots for p in proc_tree(root)])
+    busy_before = machine_busy_seconds()
+    started = time.monotonic()
+    with Sampler(root=target.pid, pg=pg if target.name == "gateway" else None) as sampler:
+        result = wrk_run(
+            wrk, target, model=model, connections=scenario.connections, duration=scenario.duration,
+            max_requests=scenario.max_requests,
+        )  # fmt: skip
+    wall = time.monotonic() - started
+    cpu_target = (proc_cpu_seconds(proc_tree(target.pid)) - cpu_target_before) if target.pid else None
+    # CPU used on the machine by processes this run did not start (the lead's tests, say): wrk's own
+    # time is in neither number, so this is an upper bound that includes wrk.
+    busy = machine_busy_seconds() - busy_before
+    ours = proc_cpu_seconds([p for root in roots for p in proc_tree(root)]) - cpu_ours_before
+    result.update(
+        target=target.name,
+        rss_total_mb=round(sampler.rss_total_max / 2**20, 1) if target.pid else None,
+        rss_worker_peak_mb=round(sampler.rss_worker_max / 2**20, 1) if target.pid else None,
+        rss_worker_idle_mb=round(idle / 2**20, 1) if target.pid else None,
+        pg_connections_max=sampler.pg_max if target.name == "gateway" else None,
+        cpu_ms_per_request=round(cpu_target * 1000 / max(1, result["requests"]), 3)
+        if cpu_target is not None
+        else None,
+        cpu_cores_used=round(cpu_target / wall, 2) if cpu_target is not None else None,
+        other_cpu_cores=round(max(0.0, busy - ours) / wall, 2),
+    )
+    return result
+
+
+# --------------------------------------------------------------------------------------------------
+# The report
+
+
+def machine_info() -> dict[str, Any]:
+    meminfo = Path("/proc/meminfo").read_text()
+    mem_kb = int(re.search(r"MemTotal:\s+(\d+)", meminfo).group(1))
+    cpu = re.search(r"model name\s*:\s*(.+)", Path("/proc/cpuinfo").read_text())
+    git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)  # noqa: S607
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],  # noqa: S607
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    wrk_version = subprocess.run(["wrk", "-v"], capture_output=True, text=True)  # noqa: S607
+    return {
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem_kb / 2**20, 1),
+        "cpu": cpu.group(1).strip() if cpu else platform.processor(),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "git_commit": git.stdout.strip(),
+        "git_dirty": bool(dirty.stdout.strip()),
+        "wrk": (wrk_version.stdout + wrk_version.stderr).split("\n")[0].strip(),
+        "loadavg_at_start": Path("/proc/loadavg").read_text().split()[:3],
+    }
+
+
+def gunicorn_settings(src: Path, env: dict[str, str]) -> dict[str, Any]:
+    namespace: dict[str, Any] = {}
+    saved = dict(os.environ)
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        exec((src / "gunicorn.conf.py").read_text(), namespace)  # noqa: S102 - our own config file
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return {name: namespace.get(name) for name in ("workers", "worker_class", "threads", "keepalive")}
+
+
+def fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return f"{value:,}"
+
+
+def render(report: dict[str, Any]) -> str:
+    m, pg = report["machine"], report["postgres"]
+    dirty = " with uncommitted changes" if m["git_dirty"] and report["source"] == "worktree" else ""
+    overrides = ", ".join(f"{k}={v}" for k, v in report["overrides"].items())
+    gunicorn = ", ".join(f"{k}={v}" for k, v in report["gunicorn"].items())
+    lines = [
+        f"Run of {report['date']} on {m['cores']} cores, {m['memory_gib']} GiB ({m['cpu']}), "
+        f"Linux {m['kernel']}, Python {m['python']}; commit `{m['git_commit']}`{dirty}. "
+        f"PostgreSQL {pg['version']} (max_connections {pg['max_connections']}), Redis, {m['wrk']}; "
+        f"peer: LiteLLM {report.get('peer_version') or '-'} proxy ({report['peer_workers']} workers, "
+        f"no database). Load average at start: {' '.join(m['loadavg_at_start'])}.",
+        "",
+        f"Command: `{report['command']}`",
+        "",
+        f"Code under test: {report['source']} (a snapshot taken at the start of the run). "
+        f"Gateway: gunicorn {gunicorn}" + (f"; environment: {overrides}" if overrides else "") + ".",
+        "",
+        "| scenario | target | requests | req/s | p50 ms | p90 ms | p99 ms | errors | RSS total MB | "
+        "RSS peak/worker MB | PG conns max | CPU ms/req | other CPU (cores) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for item in report["scenarios"]:
+        for r in item["results"]:
+            cells = [
+                item["id"], r["target"], fmt(r["requests"]), fmt(r["rps"]), fmt(r["p50_ms"], 2),
+                fmt(r["p90_ms"], 2), fmt(r["p99_ms"], 2), fmt(r["errors"]), fmt(r["rss_total_mb"]),
+                fmt(r["rss_worker_peak_mb"]), fmt(r["pg_connections_max"]), fmt(r["cpu_ms_per_request"], 2),
+                fmt(r["other_cpu_cores"], 2),
+            ]  # fmt: skip
+            lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
+    lines += ["", "Derived:", ""]
+    lines += [f"- {line}" for line in report["derived"]]
+    return "\n".join(lines)
+
+
+def derive(report: dict[str, Any]) -> list[str]:
+    by = {(s["id"], r["target"]): r for s in report["scenarios"] for r in s["results"]}
+    out = []
+    direct = by.get(("overhead", "direct"))
+    for name in ("gateway", "peer"):
+        r = by.get(("overhead", name))
+        if r and direct:
+            out.append(
+                f"overhead of the {name} at concurrency 1: p50 +{r['p50_ms'] - direct['p50_ms']:.2f} ms, "
+                f"p99 +{r['p99_ms'] - direct['p99_ms']:.2f} ms over direct "
+                f"(direct p50 {direct['p50_ms']:.2f} ms, p99 {direct['p99_ms']:.2f} ms)"
+            )
+    g, p = by.get(("throughput", "gateway")), by.get(("throughput", "peer"))
+    if g and p:
+        out.append(
+            f"throughput at concurrency 64: gateway {g['rps']:.0f} req/s, peer {p['rps']:.0f} req/s: "
+            f"{g['rps'] / p['rps']:.2f}x"
+        )
+    for sid, inflight, latency in (("slow-1s-256", 256, 1.0), ("slow-2s-500", 500, 2.0)):
+        for name in ("gateway", "peer"):
+            r = by.get((sid, name))
+            if not r:
+                continue
+            line = (
+                f"{sid} {name}: {r['rps']:.0f} req/s of {inflight / latency:.0f} possible "
+                f"({100 * r['rps'] * latency / inflight:.0f} %), {r['errors']} errors"
+            )
+            if r.get("pg_connections_max") is not None:
+                limit = report["postgres"]["max_connections"]
+                line += f", PostgreSQL connections max {r['pg_connections_max']} of {limit}"
+            out.append(line)
+    g = by.get(("large", "gateway"))
+    if g and g.get("rss_worker_idle_mb") is not None:
+        per_worker = 16 / (report["gunicorn"]["workers"] or 1)
+        growth = (g["rss_worker_peak_mb"] - g["rss_worker_idle_mb"]) / per_worker
+        body_mb = LARGE_IMAGE_BYTES * 4 / 3 / 2**20  # base64
+        out.append(
+            f"large: peak RSS per worker {g['rss_worker_peak_mb']:.0f} MB "
+            f"(idle {g['rss_worker_idle_mb']:.0f} MB) "
+            f"with ~{per_worker:.0f} calls in flight per worker: {growth:.1f} MB per call = "
+            f"{growth / body_mb:.1f}x the {body_mb:.1f} MB response"
+        )
+    return out
+
+
+def doc_write(text: str) -> None:
+    block = f"{DOC_START}\n{text}\n{DOC_END}"
+    if DOC.exists():
+        current = DOC.read_text()
+        if DOC_START in current and DOC_END in current:
+            head, _, rest = current.partition(DOC_START)
+            _, _, tail = rest.partition(DOC_END)
+            DOC.write_text(head + block + tail)
+            return
+        DOC.write_text(current.rstrip() + "\n\n## Latest results\n\n" + block + "\n")
+        return
+    DOC.write_text("# Benchmarks\n\n## Latest results\n\n" + block + "\n")
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short runs (about a fifth), for development")
+    parser.add_argument("--no-peer", action="store_true", help="skip LiteLLM's proxy")
+    parser.add_argument("--only", action="append", default=[], help="scenario id(s) to run (repeatable)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="environment for the gateway (repeatable)",
+    )
+    parser.add_argument(
+        "--pg-max-connections", type=int, default=100, help="PostgreSQL's max_connections (its default: 100)"
+    )
+    parser.add_argument("--peer-workers", type=int, default=2)
+    parser.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
+    parser.add_argument(
+        "--source", choices=("worktree", "head"), default="worktree",
+        help="code under test: a copy of the working tree (default) or of the last commit",
+    )  # fmt: skip
+    parser.add_argument(
+        "--overlay",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="with --source head: also copy PATH from the working tree",
+    )
+    parser.add_argument(
+        "--patch", action="append", default=[], metavar="FILE", help="apply a patch to the snapshot"
+    )
+    parser.add_argument(
+        "--render", metavar="JSON", help="only rewrite docs/benchmarks.md from a results file"
+    )
+    parser.add_argument("--serve", action="store_true", help="start everything, print how to reach it, wait")
+    parser.add_argument("--keep-logs", action="store_true", help="keep the temp dir with the servers' logs")
+    args = parser.parse_args(argv)
+    overrides = dict(item.split("=", 1) for item in args.set)
+    if args.render:
+        report = json.loads(Path(args.render).read_text())
+        report["derived"] = derive(report)
+        doc_write(render(report))
+        return 0
+    given = argv if argv is not None else sys.argv[1:]
+    command = (
+        "make bench" + (f" BENCH_ARGS={shlex.quote(shlex.join(given))}" if given else "")
+        if os.environ.get("BENCH_VIA_MAKE")
+        else shlex.join([".venv/bin/python", "bench/run.py", *given])
+    )
+
+    procs = Processes()
+    workdir = Path(tempfile.mkdtemp(prefix="igw-bench-"))
+
+    def interrupted(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupted)
+    signal.signal(signal.SIGINT, interrupted)  # also when started in the background (SIGINT ignored)
+    started = time.monotonic()
+    try:
+        wrk = ensure_apt("wrk", "wrk")
+        peer_version = None if args.no_peer else peer_install(sys.executable)
+        log(f"workdir {workdir}")
+        pg = postgres_start(procs, workdir, max_connections=args.pg_max_connections)
+        redis_url = redis_start(procs, workdir)
+        src = source_snapshot(workdir, source=args.source, overlays=args.overlay, patches=args.patch)
+        ports = {
+            name: fake_upstream_start(procs, workdir, src, name=name, latency=latency, image_bytes=size)
+            for name, (latency, size) in UPSTREAMS.items()
+        }
+        upstream_pids = [process.pid for name, process in procs.started if name.startswith("upstream")]
+        env = gateway_env(pg=pg, redis_url=redis_url, port=free_port(), workdir=workdir, overrides=overrides)
+        gateway = gateway_start(procs, workdir, src, env, ports)
+        log(f"gateway up on :{gateway.port} (postgres :{pg.port}, {redis_url})")
+        peer = None if args.no_peer else peer_start(procs, workdir, ports, workers=args.peer_workers)
+        direct = {
+            name: Target(
+                name="direct",
+                port=port,
+                key=None,
+                models={name: f"bench-{name}"},
+                path="/v1/images/generations",
+            )
+            for name, port in ports.items()
+        }
+        if args.serve:
+            print(
+                f"gateway http://127.0.0.1:{gateway.port} key {gateway.key} (pid {gateway.pid})\n"
+                f"peer {peer.port if peer else '-'} key {PEER_MASTER_KEY}\nupstreams {ports}\n"
+                f"postgres {pg.url}\nCtrl-C stops everything",
+                flush=True,
+            )
+            while True:
+                time.sleep(3600)
+        pg_pid = int((pg.data / "postmaster.pid").read_text().split()[0])
+        own_roots = [gateway.pid, pg_pid, *upstream_pids, peer.pid if peer else None] + [
+            process.pid for name, process in procs.started if name == "redis"
+        ]
+        report: dict[str, Any] = {
+            "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "command": command,
+            "machine": machine_info(),
+            "postgres": {"version": pg.version(), "max_connections": pg.max_connections},
+            "peer_version": peer_version,
+            "peer_workers": args.peer_workers,
+            "gunicorn": gunicorn_settings(src, env),
+            "source": args.source
+            + "".join(f" + {path}" for path in args.overlay if args.source == "head")
+            + "".join(f", patched with {path}" for path in args.patch),
+            "overrides": overrides,
+            "quick": args.quick,
+            "scenarios": [],
+        }
+        for scenario in scenarios(args.quick):
+            if args.only and scenario.id not in args.only:
+                continue
+            item = {"id": scenario.id, "title": scenario.title, "results": []}
+            for name in scenario.targets:
+                target = {"direct": direct[scenario.upstream], "gateway": gateway, "peer": peer}[name]
+                if target is None:
+                    continue
+                if peer is not None:
+                    # LiteLLM's idle processes use CPU (~0.4 core here): frozen unless measured.
+                    peer_freeze(peer, frozen=name != "peer")
+                if name != "direct":
+                    drain(target)
+                log(f"{scenario.id}: {name}, {scenario.connections} connections")
+                result = scenario_run(scenario, target, wrk=wrk, pg=pg, own_roots=own_roots)
+                r = result
+                log(
+                    f"  {r['rps']:.1f} req/s, p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, "
+                    f"errors {r['errors']}, RSS {r['rss_total_mb']} MB, PG {r['pg_connections_max']}, "
+                    f"other CPU {r['other_cpu_cores']}"
+                )
+                item["results"].append(result)
+            report["scenarios"].append(item)
+        report["derived"] = derive(report)
+        report["elapsed_s"] = round(time.monotonic() - started)
+        RESULTS_DIR.mkdir(exist_ok=True)
+        out = RESULTS_DIR / f"run-{time.strftime('%Y%m%d-%H%M%S')}.json"
+        out.write_text(json.dumps(report, indent=2) + "\n")
+        text = render(report)
+        print("\n" + text + "\n")
+        log(f"results: {out.relative_to(ROOT)} ({report['elapsed_s']} s)")
+        if not args.no_doc:
+            doc_write(text)
+            shutil.copy(out, BENCH / "last-run.json")
+            log(f"updated {DOC.relative_to(ROOT)} and bench/last-run.json")
+        return 0
+    except KeyboardInterrupt:
+        log("interrupted: stopping everything")
+        return 130
+    finally:
+        procs.stop_all()
+        if args.keep_logs:
+            log(f"logs kept in {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
