@@ -42,7 +42,10 @@ def main() -> None:
         f"  curl -s http://{bind}/v1/images/generations \\\n"
         f"    -H {shlex.quote('Authorization: Bearer ' + key)} \\\n"
         "    -H 'Content-Type: application/json' \\\n"
-        f"    -d {shlex.quote(body)}\n",
+        f"    -d {shlex.quote(body)}\n"
+        f"\nConsole: http://{bind}/console/ (give the demo user a password first: "
+        ".venv/bin/python manage.py changepassword demo)\n"
+        f"Admin:   http://{bind}/admin/ (create a staff user: .venv/bin/python manage.py createsuperuser)\n",
         flush=True,
     )
     gunicorn = str(Path(PYTHON).with_name("gunicorn"))
