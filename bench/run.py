@@ -715,7 +715,7 @@ def scenario_run(
         )  # fmt: skip
     wall = time.monotonic() - started
     cpu_target = (proc_cpu_seconds(proc_tree(target.pid)) - cpu_target_before) if target.pid else None
-    # CPU used on the machine by processes this run did not start (the lead's tests, say): wrk's own
+    # CPU used on the machine by processes this run did not start (a test suite, say): wrk's own
     # time is in neither number, so this is an upper bound that includes wrk.
     busy = machine_busy_seconds() - busy_before
     ours = proc_cpu_seconds([p for root in roots for p in proc_tree(root)]) - cpu_ours_before
