@@ -32,7 +32,7 @@ from images.uploads import (
 
 Operation = Literal["generate", "edit"]
 
-# The spec's fields (plus `stream`, issue 6). Anything else in a request is dropped.
+# The spec's fields (plus `stream`, for streamed partial images). Anything else is dropped.
 SPEC_FIELDS = (
     "model",
     "prompt",
