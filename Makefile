@@ -13,10 +13,14 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $@
 
-run: $(BIN)/.installed
+# A development .env (DEBUG=1, generated secrets) so that manage.py works in a fresh checkout.
+.env:
+	$(PYTHON) scripts/dev_env.py
+
+run: $(BIN)/.installed | .env
 	DEBUG=$${DEBUG:-1} $(BIN)/python scripts/run_demo.py
 
-lint: $(BIN)/.installed
+lint: $(BIN)/.installed | .env
 	$(BIN)/ruff check .
 
 format: $(BIN)/.installed

@@ -6,6 +6,7 @@ A bad value stops the process at start with a message naming the variable.
 from __future__ import annotations
 
 import importlib.util
+import os
 from decimal import Decimal
 from pathlib import Path
 
@@ -26,7 +27,10 @@ from gateway_project.env import (
 from keys.credentials import SCOPES as OAUTH_SCOPES
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-load_dotenv(BASE_DIR / ".env")
+# GATEWAY_ENV_FILE names another file; empty reads none (the test settings do that).
+_env_file = os.environ.get("GATEWAY_ENV_FILE", str(BASE_DIR / ".env"))
+if _env_file:
+    load_dotenv(Path(_env_file))
 
 DEBUG = env_bool("DEBUG", False)
 

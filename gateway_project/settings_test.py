@@ -2,6 +2,8 @@
 
 import os
 
+# Tests never read a developer's .env: they see only what they set (subprocesses inherit this).
+os.environ.setdefault("GATEWAY_ENV_FILE", "")
 os.environ.setdefault("SECRET_KEY", "test-only-secret-key")
 os.environ.setdefault("GATEWAY_KEY_PEPPER", "test-only-key-pepper")
 

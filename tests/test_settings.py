@@ -58,7 +58,7 @@ def test_each_reader_names_the_variable_when_the_value_is_bad(monkeypatch, reade
 
 def _check(env: dict) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "GATEWAY_KEY_PEPPER", "DEBUG")}
-    clean.update(env, DJANGO_SETTINGS_MODULE="gateway_project.settings")
+    clean.update({"GATEWAY_ENV_FILE": "", **env}, DJANGO_SETTINGS_MODULE="gateway_project.settings")
     return subprocess.run(
         [sys.executable, "manage.py", "check"],
         cwd=ROOT,
@@ -90,3 +90,31 @@ def test_a_bad_value_fails_at_start_with_a_clear_message():
 
 def test_debug_starts_with_development_defaults():
     assert _check({"DEBUG": "1"}).returncode == 0
+
+
+def test_a_dotenv_file_supplies_what_the_environment_does_not(tmp_path):
+    env_file = tmp_path / "gateway.env"
+    env_file.write_text(
+        "# comment\nDEBUG=1\nexport SECRET_KEY='from-the-file'\nGATEWAY_TIMEZONE=Nowhere/Land\n"
+    )
+    # The file's DEBUG=1 lets the check start without secrets; the real environment wins over the file.
+    assert _check({"GATEWAY_ENV_FILE": str(env_file), "GATEWAY_TIMEZONE": "UTC"}).returncode == 0
+    failing = _check({"GATEWAY_ENV_FILE": str(env_file)})
+    assert failing.returncode == 2
+    assert "GATEWAY_TIMEZONE='Nowhere/Land'" in failing.stderr
+
+
+def test_make_writes_a_development_env_once(tmp_path):
+    import shutil
+
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "dev_env.py", tmp_path / "scripts" / "dev_env.py")
+    subprocess.run([sys.executable, "scripts/dev_env.py"], cwd=tmp_path, check=True, capture_output=True)
+    first = (tmp_path / ".env").read_text()
+    assert "DEBUG=1" in first
+    assert (
+        len([line for line in first.splitlines() if line.startswith(("SECRET_KEY=", "GATEWAY_KEY_PEPPER="))])
+        == 2
+    )
+    subprocess.run([sys.executable, "scripts/dev_env.py"], cwd=tmp_path, check=True, capture_output=True)
+    assert (tmp_path / ".env").read_text() == first  # never rewritten: the key pepper must stay
