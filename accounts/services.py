@@ -34,18 +34,24 @@ def account_create_for_user(*, user: User) -> Account:
 def account_set_groups(
     *, account: Account, allowed_groups: Iterable[Group], current_group: Group | None
 ) -> bool:
-    """Set the allowed groups and the current group (which must be one of them). True if anything changed."""
+    """Set the allowed groups and the current group (which must be one of them). True if anything changed.
+
+    Cached credentials hold the account (accounts/signals.py): each change invalidates them on every
+    process once this commits."""
     allowed = {group.pk: group for group in allowed_groups}
     if current_group is not None and current_group.pk not in allowed:
         raise ValueError(f"current group {current_group.name!r} is not among the allowed groups")
     changed = False
-    existing = set(account.allowed_groups.values_list("pk", flat=True))
-    if existing != set(allowed):
-        account.allowed_groups.set(allowed.values())
-        changed = True
-    new_current = current_group.pk if current_group is not None else None
-    if account.current_group_id != new_current:
-        account.current_group = current_group
-        account.save(update_fields=["current_group"])
-        changed = True
+    # One transaction: no request sees the new allowed groups with the old current group (or one
+    # that is no longer allowed), and the invalidations run after both are committed.
+    with transaction.atomic():
+        existing = set(account.allowed_groups.values_list("pk", flat=True))
+        if existing != set(allowed):
+            account.allowed_groups.set(allowed.values())
+            changed = True
+        new_current = current_group.pk if current_group is not None else None
+        if account.current_group_id != new_current:
+            account.current_group = current_group
+            account.save(update_fields=["current_group"])
+            changed = True
     return changed

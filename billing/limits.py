@@ -2,7 +2,8 @@
 
 With REDIS_URL set the cache is Redis, so every process and machine shares one count; without it
 (the `make run` default) it is a per-process memory cache and each worker process counts on its own.
-The group's `rpm` and `concurrency` are read per call from the database, so staff changes apply live.
+The group's `rpm` and `concurrency` come from the per-process configuration cache, which every group
+save invalidates after commit (gateway_project/generations.py), so staff changes apply from the next call.
 """
 
 from __future__ import annotations

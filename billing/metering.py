@@ -84,11 +84,17 @@ class MeteredCall:
         self.resolved = False
 
     def capture(self) -> bool:
-        """Charge the call; False when the hold had already expired (then nothing is charged)."""
+        """Charge the call and write its usage record (status 200, the amount charged), together: one
+        statement on PostgreSQL. False when the hold had already expired: nothing is charged, and the
+        record says 0. Either way the usage scope writes no second record."""
         if self.resolved:
             return False
         self.resolved = True
-        if hold_capture(hold=self.hold):
+        record = self.usage.record_build(status=200, error_code="")
+        captured = hold_capture(hold=self.hold, usage_record=record)
+        if record.pk is not None:
+            self.usage.record = record
+        if captured:
             self.usage.charged = self.amount
             return True
         # The hold expired before the call returned (GATEWAY_HOLD_TTL_SECONDS shorter than the call):
@@ -166,8 +172,9 @@ def metered_call(
 
     `metered_begin` (limits, then the reservation), then `call()` with no database transaction open
     and no row lock held. On return the hold is captured (charged exactly once, reference = the
-    request id) and `usage.charged` is set; on any exception the hold is released (nothing charged)
-    and the exception re-raised unchanged. The concurrency slot is given back on every exit path.
+    request id), the usage record written with it and `usage.charged` set; on any exception the hold
+    is released (nothing charged) and the exception re-raised unchanged. The concurrency slot is given
+    back on every exit path.
 
     `now` moves the clock of the reservation (calendar windows, hold expiry); tests use it.
     """

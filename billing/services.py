@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable
+from contextlib import AbstractContextManager, nullcontext
 from datetime import date, datetime, timedelta
 from decimal import Decimal
+from types import SimpleNamespace
+from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DataError, IntegrityError, connection, models, transaction
 from django.db.models import DecimalField, F
 from django.db.models.expressions import Combinable
 from django.db.models.functions import Round
@@ -43,6 +47,37 @@ def money_sql(expression: Combinable) -> Round:
     columns in binary floating point, where 0.1 + 0.2 - 0.3 is not 0 and a CHECK (held >= 0) could
     refuse a correct release, so the result is rounded back to the money places."""
     return Round(expression, settings.MONEY_DECIMAL_PLACES, output_field=DecimalField(**MONEY))
+
+
+def _on_postgresql() -> bool:
+    """PostgreSQL runs the hot path (reserve, capture) as single statements with data-modifying CTEs;
+    SQLite has no DML inside WITH, so it runs the ORM path: the same results in one transaction."""
+    return connection.vendor == "postgresql"
+
+
+def _sql_names(model: type[models.Model]) -> SimpleNamespace:
+    """Quoted table and column names of a model for hand-written SQL: `.table`, and one attribute per
+    concrete field under its attname (`.wallet_id`, `.held`, ...), so the SQL follows the models."""
+    quote = connection.ops.quote_name
+    names = {field.attname: quote(field.column) for field in model._meta.concrete_fields}
+    return SimpleNamespace(table=quote(model._meta.db_table), **names)
+
+
+def _statement_run(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()
+
+
+M = TypeVar("M", bound=models.Model)
+
+
+def _as_saved(instance: M) -> M:
+    """Mark an instance built from values a statement has just written as a saved row, so callers get
+    a model instance without a second round trip to read it back."""
+    instance._state.adding = False
+    instance._state.db = connection.alias
+    return instance
 
 
 def wallet_create(*, account: Account) -> Wallet:
@@ -182,36 +217,84 @@ def hold_reserve(
 ) -> Hold:
     """Reserve `amount` of the account's available balance (balance - held) for one call.
 
-    One short transaction: a conditional UPDATE that raises `held` only while the available balance
-    covers the amount, plus the Hold row. Nothing is reserved when it does not: 403 billing_error
-    INSUFFICIENT_BALANCE. Available balance therefore never goes below zero, whatever the concurrency.
+    A conditional UPDATE raises `held` only while the available balance covers the amount, and the
+    Hold row is written with it, all or nothing. Nothing is reserved when it does not: 403
+    billing_error INSUFFICIENT_BALANCE. Available balance therefore never goes below zero, whatever
+    the concurrency. On PostgreSQL this is one statement in autocommit (one round trip).
     """
     value = money_parse(amount)
     moment = now or timezone.now()
-    with transaction.atomic():
-        # Conditional update, checked by rows affected: on PostgreSQL the row lock makes a concurrent
-        # reserve wait and re-evaluate `balance >= held + amount` against the committed row, so two
-        # calls can never both take the last money.
-        updated = (
-            Wallet.objects.alias(held_after=money_sql(F("held") + value))
-            .filter(account=account, balance__gte=F("held_after"))
-            .update(held=money_sql(F("held") + value))
+    hold = Hold(
+        kind=Hold.Kind.WALLET,
+        amount=value,
+        status=Hold.Status.OPEN,
+        reference=reference,
+        created_at=moment,
+        expires_at=_hold_expiry(now=moment, ttl_seconds=ttl_seconds),
+    )
+    if _on_postgresql():
+        row = _statement_run(
+            _hold_reserve_sql(),
+            {
+                "account_id": account.pk,
+                "amount": value,
+                "kind": hold.kind,
+                "status": hold.status,
+                "reference": reference,
+                "created_at": hold.created_at,
+                "expires_at": hold.expires_at,
+            },
         )
-        if updated != 1:
-            raise BillingError(
-                f"Insufficient balance: this call costs ¥{money_str(value)} and the account's "
-                "available balance does not cover it. Top up and try again.",
-                code=INSUFFICIENT_BALANCE,
+        if row is not None:
+            hold.pk, hold.wallet_id = row
+            return _as_saved(hold)
+    else:
+        with transaction.atomic():
+            # Conditional update, checked by rows affected: the row lock makes a concurrent reserve
+            # wait and re-evaluate `balance >= held + amount` against the committed row, so two calls
+            # can never both take the last money.
+            updated = (
+                Wallet.objects.alias(held_after=money_sql(F("held") + value))
+                .filter(account=account, balance__gte=F("held_after"))
+                .update(held=money_sql(F("held") + value))
             )
-        wallet_id = Wallet.objects.filter(account=account).values_list("pk", flat=True).get()
-        return Hold.objects.create(
-            kind=Hold.Kind.WALLET,
-            wallet_id=wallet_id,
-            amount=value,
-            reference=reference,
-            created_at=moment,
-            expires_at=_hold_expiry(now=moment, ttl_seconds=ttl_seconds),
+            if updated == 1:
+                hold.wallet_id = Wallet.objects.filter(account=account).values_list("pk", flat=True).get()
+                hold.save(force_insert=True)
+                return hold
+    raise BillingError(
+        f"Insufficient balance: this call costs ¥{money_str(value)} and the account's "
+        "available balance does not cover it. Top up and try again.",
+        code=INSUFFICIENT_BALANCE,
+    )
+
+
+@functools.cache
+def _hold_reserve_sql() -> str:
+    """Reserve as ONE statement (PostgreSQL): the conditional UPDATE of the wallet and the INSERT of
+    the hold run inside the server, so the wallet's row lock is held only for the length of this
+    statement, never across a client round trip (under load, a round trip in a busy process waits for
+    the GIL for milliseconds, and every call of the account would queue behind the lock meanwhile).
+
+    Conditional UPDATE, checked by the row it returns: a concurrent reserve waits for the row lock,
+    then re-evaluates `balance >= held + amount` against the committed row (READ COMMITTED), so two
+    calls can never both take the last money. No row returned: insufficient balance, nothing written.
+    """
+    w, h = _sql_names(Wallet), _sql_names(Hold)
+    return f"""
+        WITH reserved AS (
+            UPDATE {w.table} SET {w.held} = {w.held} + %(amount)s
+            WHERE {w.account_id} = %(account_id)s AND {w.balance} >= {w.held} + %(amount)s
+            RETURNING {w.id} AS wallet_id
         )
+        INSERT INTO {h.table} (
+            {h.kind}, {h.wallet_id}, {h.amount}, {h.status}, {h.reference}, {h.created_at}, {h.expires_at}
+        )
+        SELECT %(kind)s, reserved.wallet_id, %(amount)s, %(status)s, %(reference)s, %(created_at)s,
+            %(expires_at)s
+        FROM reserved
+        RETURNING {h.id}, {h.wallet_id}
+    """  # noqa: S608 - identifiers from the models' _meta, values bound as parameters
 
 
 def _subscription_windows(
@@ -233,6 +316,8 @@ class _CapReached(Exception):
 
 
 WINDOW_NAMES = {"day": "daily", "week": "weekly", "month": "monthly", "total": "total"}
+# The one order in which reservations and releases touch a subscription's counters (no deadlocks).
+WINDOW_ORDER = ("day", "week", "month", "total")
 
 
 def subscription_hold_reserve(
@@ -248,51 +333,146 @@ def subscription_hold_reserve(
     One short transaction: per window a conditional UPDATE `used = used + amount WHERE used + amount
     <= cap`, all or none; a refused window rolls back the others and answers 429 rate_limit_error
     USAGE_LIMIT_EXCEEDED with Retry-After until the blocking window ends. Uncapped windows count
-    too, so a cap added later starts from the real usage.
+    too, so a cap added later starts from the real usage. On PostgreSQL the transaction holds one
+    statement (three round trips: BEGIN, the statement, COMMIT).
     """
     value = money_parse(amount)
     moment = now or timezone.now()
     windows = _subscription_windows(subscription=subscription, now=moment)
+    starts = {window: start for window, start, _ in windows}
+    hold = Hold(
+        kind=Hold.Kind.SUBSCRIPTION,
+        subscription=subscription,
+        amount=value,
+        status=Hold.Status.OPEN,
+        reference=reference,
+        day_start=starts["day"],
+        week_start=starts["week"],
+        month_start=starts["month"],
+        created_at=moment,
+        expires_at=_hold_expiry(now=moment, ttl_seconds=ttl_seconds),
+    )
     try:
+        # All or none: a refused window raises _CapReached, which rolls back the windows already
+        # counted.
         with transaction.atomic():
-            # Counters are created on first use. ON CONFLICT DO NOTHING: concurrent first calls of a
-            # window all go on to the conditional update below instead of failing on the unique key.
-            SubscriptionUsage.objects.bulk_create(
-                [
-                    SubscriptionUsage(subscription=subscription, window=window, window_start=start)
-                    for window, start, _ in windows
-                ],
-                ignore_conflicts=True,
-            )
-            # Always the same order (day, week, month, total): concurrent reservations lock the
-            # counter rows in one order and cannot deadlock.
-            for window, start, cap in windows:
-                rows = SubscriptionUsage.objects.filter(
-                    subscription=subscription, window=window, window_start=start
-                )
-                if cap is not None:
-                    rows = rows.filter(used__lte=cap - value)
-                # Conditional update, checked by rows affected: the row lock makes a concurrent
-                # reservation wait and re-check `used` against the committed value, so a cap is
-                # never overshot.
-                if rows.update(used=money_sql(F("used") + value)) != 1:
-                    raise _CapReached(window)
-            starts = {window: start for window, start, _ in windows}
-            return Hold.objects.create(
-                kind=Hold.Kind.SUBSCRIPTION,
-                subscription=subscription,
-                amount=value,
-                reference=reference,
-                day_start=starts["day"],
-                week_start=starts["week"],
-                month_start=starts["month"],
-                created_at=moment,
-                expires_at=_hold_expiry(now=moment, ttl_seconds=ttl_seconds),
-            )
+            if _on_postgresql():
+                _subscription_hold_reserve_statement(hold=hold, windows=windows)
+            else:
+                _subscription_hold_reserve_orm(hold=hold, windows=windows)
     except _CapReached as refused:
         raise _usage_limit_error(
             subscription=subscription, amount=value, windows=windows, refused=refused.window, now=moment
         ) from None
+    return hold
+
+
+def _subscription_hold_reserve_orm(*, hold: Hold, windows: list[tuple[str, date, Decimal | None]]) -> None:
+    # Counters are created on first use. ON CONFLICT DO NOTHING: concurrent first calls of a window
+    # all go on to the conditional update below instead of failing on the unique key.
+    SubscriptionUsage.objects.bulk_create(
+        [
+            SubscriptionUsage(subscription_id=hold.subscription_id, window=window, window_start=start)
+            for window, start, _ in windows
+        ],
+        ignore_conflicts=True,
+    )
+    # Always the same order (day, week, month, total): concurrent reservations lock the counter rows
+    # in one order and cannot deadlock.
+    for window, start, cap in windows:
+        rows = SubscriptionUsage.objects.filter(
+            subscription_id=hold.subscription_id, window=window, window_start=start
+        )
+        if cap is not None:
+            rows = rows.filter(used__lte=cap - hold.amount)
+        # Conditional update, checked by rows affected: the row lock makes a concurrent reservation
+        # wait and re-check `used` against the committed value, so a cap is never overshot.
+        if rows.update(used=money_sql(F("used") + hold.amount)) != 1:
+            raise _CapReached(window)
+    hold.save(force_insert=True)
+
+
+def _subscription_hold_reserve_statement(
+    *, hold: Hold, windows: list[tuple[str, date, Decimal | None]]
+) -> None:
+    params: dict[str, Any] = {
+        "subscription_id": hold.subscription_id,
+        "amount": hold.amount,
+        "updated_at": timezone.now(),  # a new counter's, as auto_now sets it
+        "kind": hold.kind,
+        "status": hold.status,
+        "reference": hold.reference,
+        "created_at": hold.created_at,
+        "expires_at": hold.expires_at,
+    }
+    # Per window: its name, its start (day_start, week_start, month_start are also the hold's
+    # columns) and its cap.
+    for window, start, cap in windows:
+        name = str(window)
+        params.update({f"{name}_window": name, f"{name}_start": start, f"{name}_cap": cap})
+    capped = frozenset(str(window) for window, _, cap in windows if cap is not None)
+    row = _statement_run(_subscription_hold_reserve_sql(capped=capped), params)
+    assert row is not None  # the final SELECT always returns one row
+    *counted, hold_id = row  # per window in WINDOW_ORDER: 1 if counted, 0 if not
+    if hold_id is None:
+        # The chain stops at the first refused window; the windows after it were not tried.
+        raise _CapReached(WINDOW_ORDER[counted.index(0)])
+    hold.pk = hold_id
+    _as_saved(hold)
+
+
+@functools.cache
+def _subscription_hold_reserve_sql(*, capped: frozenset[str]) -> str:
+    """Count the amount in every window and write the hold in ONE statement (PostgreSQL), run in a
+    transaction so that a window refused after others were counted rolls them back.
+
+    Per window an upsert: a missing counter is created (the first call of a day) at `amount`, an
+    existing one is raised with the conditional `used + amount <= cap`, which PostgreSQL evaluates on
+    the locked, committed row, so a cap is never overshot. Each window's upsert runs only once the
+    previous window's has returned its row (`EXISTS (SELECT FROM counted_<previous>)`): this data
+    dependency makes PostgreSQL lock the counters in the fixed order day, week, month, total (the
+    order release uses too, so they cannot deadlock), and the chain stops at the first refused
+    window. The hold is written only when all four counted. `capped` names the windows that have a
+    cap: one statement per combination.
+    """
+    u, h = _sql_names(SubscriptionUsage), _sql_names(Hold)
+    counters = []
+    previous = None
+    for window in WINDOW_ORDER:
+        has_cap = window in capped
+        conditions = [f"EXISTS (SELECT FROM {previous})"] if previous else []
+        if has_cap:
+            conditions.append(f"%(amount)s <= %({window}_cap)s")  # a new counter must fit too
+        where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
+        guard = f"WHERE counter.{u.used} + EXCLUDED.{u.used} <= %({window}_cap)s" if has_cap else ""
+        key = f"{u.subscription_id}, {u.window}, {u.window_start}"
+        counters.append(
+            f"""
+        counted_{window} AS (
+            INSERT INTO {u.table} AS counter ({key}, {u.used}, {u.updated_at})
+            SELECT %(subscription_id)s, %({window}_window)s, %({window}_start)s, %(amount)s, %(updated_at)s
+            {where}
+            ON CONFLICT ({key}) DO UPDATE SET {u.used} = counter.{u.used} + EXCLUDED.{u.used}
+            {guard}
+            RETURNING 1
+        )"""
+        )
+        previous = f"counted_{window}"
+    counts = ", ".join(f"(SELECT count(*) FROM counted_{w})" for w in WINDOW_ORDER)  # noqa: S608
+    return f"""
+        WITH {",".join(counters)},
+        held AS (
+            INSERT INTO {h.table} (
+                {h.kind}, {h.subscription_id}, {h.amount}, {h.status}, {h.reference}, {h.day_start},
+                {h.week_start}, {h.month_start}, {h.created_at}, {h.expires_at}
+            )
+            SELECT %(kind)s, %(subscription_id)s, %(amount)s, %(status)s, %(reference)s, %(day_start)s,
+                %(week_start)s, %(month_start)s, %(created_at)s, %(expires_at)s
+            WHERE EXISTS (SELECT FROM {previous})
+            RETURNING {h.id}
+        )
+        SELECT {counts}, (SELECT {h.id} FROM held)
+    """  # noqa: S608 - identifiers from the models' _meta, values bound as parameters
 
 
 def _usage_limit_error(
@@ -332,23 +512,55 @@ def _usage_limit_error(
     )
 
 
-def hold_capture(*, hold: Hold, now: datetime | None = None) -> bool:
+def hold_capture(*, hold: Hold, now: datetime | None = None, usage_record: UsageRecord | None = None) -> bool:
     """Resolve an open hold as used: a wallet hold becomes a ledger charge (reference = the hold's
     request id); a subscription hold's counted usage is kept.
 
     Exactly once: True only for the caller that moved the hold from `open` to `captured`. A hold
     already released (failed call) or expired (release_stale_holds) is not charged: False.
+
+    `usage_record` (unsaved, from `usage_record_build`): the call's usage record, written with the
+    capture, all or nothing, its `amount` set to what this capture charged (or counted), 0 when the
+    hold was no longer open; its pk is set once written. On PostgreSQL the capture, the ledger charge
+    and the record are one statement. Should the database refuse the record itself (e.g. its group was
+    deleted meanwhile), the failed statement changed nothing: the hold is captured without it and the
+    record is left unsaved for the caller to write, so a successful call is still charged and answered.
     """
     moment = now or timezone.now()
+    if usage_record is not None:
+        try:
+            with _savepoint_if_in_transaction():
+                return _hold_capture(hold=hold, now=moment, usage_record=usage_record)
+        except (IntegrityError, DataError):
+            logger.exception(
+                "could not write the usage record of request %s with its capture; capturing without it",
+                usage_record.request_id,
+            )
+            usage_record.pk = None
+            usage_record._state.adding = True
+    return _hold_capture(hold=hold, now=moment, usage_record=None)
+
+
+def _savepoint_if_in_transaction() -> AbstractContextManager[object]:
+    """Inside a transaction, a savepoint, so that a refused statement does not abort it; outside one
+    (autocommit, as metered calls run), nothing: a failed statement has rolled back on its own, and a
+    BEGIN would cost a round trip."""
+    return transaction.atomic() if connection.in_atomic_block else nullcontext()
+
+
+def _hold_capture(*, hold: Hold, now: datetime, usage_record: UsageRecord | None) -> bool:
+    if _on_postgresql():
+        return _hold_capture_statement(hold=hold, now=now, usage_record=usage_record)
     with transaction.atomic():
         # Status transition guarded by the old status: of a capture racing a release or an expiry,
         # exactly one updates the row; the loser sees 0 rows and moves no money.
-        won = Hold.objects.filter(pk=hold.pk, status=Hold.Status.OPEN).update(
-            status=Hold.Status.CAPTURED, resolved_at=moment
+        won = (
+            Hold.objects.filter(pk=hold.pk, status=Hold.Status.OPEN).update(
+                status=Hold.Status.CAPTURED, resolved_at=now
+            )
+            == 1
         )
-        if won != 1:
-            return False
-        if hold.kind == Hold.Kind.WALLET and hold.amount > 0:
+        if won and hold.kind == Hold.Kind.WALLET and hold.amount > 0:
             # Lock the wallet row so balance_after is exactly this charge's result under concurrency.
             wallet = Wallet.objects.select_for_update().get(pk=hold.wallet_id)
             Wallet.objects.filter(pk=wallet.pk).update(
@@ -361,17 +573,112 @@ def hold_capture(*, hold: Hold, now: datetime | None = None) -> bool:
                 balance_after=wallet.balance - hold.amount,
                 reference=hold.reference,
             )
-        return True
+        if usage_record is not None:
+            # What this capture charged; a hold no longer open charged nothing.
+            usage_record.amount = hold.amount if won else Decimal("0")
+            usage_record_insert(record=usage_record)
+        return won
+
+
+def _hold_capture_statement(*, hold: Hold, now: datetime, usage_record: UsageRecord | None) -> bool:
+    params: dict[str, Any] = {
+        "hold_id": hold.pk,
+        "open": Hold.Status.OPEN,
+        "captured": Hold.Status.CAPTURED,
+        "charge": LedgerEntry.Kind.CHARGE,
+        "now": now,
+        "written_at": timezone.now(),  # the ledger entry's created_at, as auto_now_add sets it
+    }
+    if usage_record is not None:
+        for field in _usage_record_fields():
+            params[f"usage_{field.attname}"] = getattr(usage_record, field.attname)
+    row = _statement_run(_hold_capture_sql(recorded=usage_record is not None), params)
+    assert row is not None  # the final SELECT always returns one row
+    if usage_record is not None:
+        usage_record.pk, usage_record.amount = row[1], row[2]
+        _as_saved(usage_record)
+    return bool(row[0])
+
+
+def _usage_record_fields() -> list[models.Field]:
+    return [field for field in UsageRecord._meta.concrete_fields if not field.primary_key]
+
+
+@functools.cache
+def _hold_capture_sql(*, recorded: bool) -> str:
+    """Capture as ONE statement (PostgreSQL), and with `recorded` the call's usage record too: no
+    transaction and no lock held across a client round trip, and the charge and its record can only
+    be written together.
+
+    - `captured`: the status transition guarded by the old status: of a capture racing a release or
+      an expiry exactly one updates the hold; the loser gets no row and everything below moves nothing.
+    - `debited`: the wallet's balance and held go down by the amount (only for a wallet hold of a
+      non-zero amount). The UPDATE locks the wallet row and, under concurrency, computes from the
+      committed row, so the balance it returns is exactly this charge's balance_after.
+    - `charged`: the ledger charge (append-only), with that balance_after and the hold's request id.
+    - `recorded`: the usage record, with the amount captured, or 0 when the hold was no longer open.
+    """
+    h, w, e = _sql_names(Hold), _sql_names(Wallet), _sql_names(LedgerEntry)
+    ledger_columns = ", ".join(
+        (e.wallet_id, e.kind, e.amount, e.balance_after, e.reference, e.note, e.created_at)
+    )
+    recorded_cte, result = "", "SELECT EXISTS (SELECT FROM captured)"
+    if recorded:
+        u = _sql_names(UsageRecord)
+        fields = _usage_record_fields()
+        columns = ", ".join(getattr(u, field.attname) for field in fields)
+        values = ", ".join(
+            "COALESCE((SELECT amount FROM captured), 0)"
+            if field.attname == "amount"
+            else f"%(usage_{field.attname})s"
+            for field in fields
+        )
+        recorded_cte = f""",
+        recorded AS (
+            INSERT INTO {u.table} ({columns})
+            VALUES ({values})
+            RETURNING {u.id} AS id, {u.amount} AS amount
+        )"""  # noqa: S608 - identifiers from the models' _meta, values bound as parameters
+        result = "SELECT EXISTS (SELECT FROM captured), recorded.id, recorded.amount FROM recorded"
+    return f"""
+        WITH captured AS (
+            UPDATE {h.table} SET {h.status} = %(captured)s, {h.resolved_at} = %(now)s
+            WHERE {h.id} = %(hold_id)s AND {h.status} = %(open)s
+            RETURNING {h.wallet_id} AS wallet_id, {h.amount} AS amount, {h.reference} AS reference
+        ),
+        debited AS (
+            UPDATE {w.table} SET
+                {w.balance} = {w.table}.{w.balance} - captured.amount,
+                {w.held} = {w.table}.{w.held} - captured.amount
+            FROM captured
+            WHERE {w.table}.{w.id} = captured.wallet_id AND captured.amount > 0
+            RETURNING {w.table}.{w.id} AS wallet_id, {w.table}.{w.balance} AS balance_after
+        ),
+        charged AS (
+            INSERT INTO {e.table} ({ledger_columns})
+            SELECT debited.wallet_id, %(charge)s, -captured.amount, debited.balance_after,
+                captured.reference, '', %(written_at)s
+            FROM debited CROSS JOIN captured
+        ){recorded_cte}
+        {result}
+    """  # noqa: S608 - identifiers from the models' _meta, values bound as parameters
 
 
 def hold_release(*, hold: Hold, now: datetime | None = None, expired: bool = False) -> bool:
     """Void an open hold: the wallet's `held` (or the subscription's window counters) go back down.
 
     Exactly once: True only for the caller that moved the hold out of `open`; a hold already captured
-    or released is left alone (False). `expired` marks a release by release_stale_holds.
+    or released is left alone (False). `expired` marks a release by release_stale_holds. A wallet
+    hold's release is one statement on PostgreSQL.
     """
     moment = now or timezone.now()
     new_status = Hold.Status.EXPIRED if expired else Hold.Status.RELEASED
+    if hold.kind == Hold.Kind.WALLET and _on_postgresql():
+        row = _statement_run(
+            _hold_release_sql(),
+            {"hold_id": hold.pk, "open": Hold.Status.OPEN, "status": new_status, "now": moment},
+        )
+        return bool(row and row[0])
     with transaction.atomic():
         # Status transition guarded by the old status: exactly one resolution per hold.
         won = Hold.objects.filter(pk=hold.pk, status=Hold.Status.OPEN).update(
@@ -395,6 +702,28 @@ def hold_release(*, hold: Hold, now: datetime | None = None, expired: bool = Fal
                     subscription_id=hold.subscription_id, window=window, window_start=start
                 ).update(used=money_sql(F("used") - hold.amount))
         return True
+
+
+@functools.cache
+def _hold_release_sql() -> str:
+    """Release a wallet hold as ONE statement (PostgreSQL): the status transition guarded by the old
+    status (exactly one resolution per hold; a loser gets no row and gives nothing back), then `held`
+    goes down by the amount with a relative update, the wallet's row lock held only inside the
+    statement. The held >= 0 constraint is the backstop."""
+    h, w = _sql_names(Hold), _sql_names(Wallet)
+    return f"""
+        WITH released AS (
+            UPDATE {h.table} SET {h.status} = %(status)s, {h.resolved_at} = %(now)s
+            WHERE {h.id} = %(hold_id)s AND {h.status} = %(open)s
+            RETURNING {h.wallet_id} AS wallet_id, {h.amount} AS amount
+        ),
+        unheld AS (
+            UPDATE {w.table} SET {w.held} = {w.table}.{w.held} - released.amount
+            FROM released
+            WHERE {w.table}.{w.id} = released.wallet_id AND released.amount > 0
+        )
+        SELECT EXISTS (SELECT FROM released)
+    """  # noqa: S608 - identifiers from the models' _meta, values bound as parameters
 
 
 def holds_release_stale(
@@ -425,6 +754,41 @@ def holds_release_stale(
 # --- Usage log ---------------------------------------------------------------------------------------
 
 
+def usage_record_build(
+    *,
+    request_id: str,
+    account: Account,
+    credential: str,
+    group: Group | None,
+    model_id: str,
+    endpoint: str,
+    billing: str,
+    status: int,
+    error_code: str,
+    amount: Decimal,
+    upstream: str,
+    latency_ms: int,
+    created_at: datetime | None = None,
+) -> UsageRecord:
+    """An unsaved usage record, its values cut to their columns: `usage_record_create` saves it, or
+    `hold_capture(usage_record=...)` writes it together with the charge."""
+    return UsageRecord(
+        request_id=request_id[:200],
+        account=account,
+        credential=credential[:64],
+        group=group,
+        model_id=model_id[:200],
+        endpoint=endpoint[:100],
+        billing=billing,
+        status=status,
+        error_code=error_code[:100],
+        amount=amount,
+        upstream=upstream[:100],
+        latency_ms=max(0, latency_ms),
+        created_at=created_at or timezone.now(),
+    )
+
+
 def usage_record_create(
     *,
     request_id: str,
@@ -441,21 +805,38 @@ def usage_record_create(
     latency_ms: int,
     created_at: datetime | None = None,
 ) -> UsageRecord:
-    return UsageRecord.objects.create(
-        request_id=request_id[:200],
+    record = usage_record_build(
+        request_id=request_id,
         account=account,
-        credential=credential[:64],
+        credential=credential,
         group=group,
-        model_id=model_id[:200],
-        endpoint=endpoint[:100],
+        model_id=model_id,
+        endpoint=endpoint,
         billing=billing,
         status=status,
-        error_code=error_code[:100],
+        error_code=error_code,
         amount=amount,
-        upstream=upstream[:100],
-        latency_ms=max(0, latency_ms),
-        created_at=created_at or timezone.now(),
+        upstream=upstream,
+        latency_ms=latency_ms,
+        created_at=created_at,
     )
+    return usage_record_insert(record=record)
+
+
+def usage_record_insert(*, record: UsageRecord) -> UsageRecord:
+    """Write a record built by `usage_record_build`."""
+    record.save(force_insert=True)
+    return record
+
+
+def usage_record_outcome_set(*, record: UsageRecord, status: int, error_code: str, latency_ms: int) -> None:
+    """A call whose usage record was written with its capture, and which failed after that (e.g. the
+    response could not be stored or sent): the record now says how the call ended. Its amount stays
+    what the capture charged, as the ledger has it."""
+    record.status = status
+    record.error_code = error_code[:100]
+    record.latency_ms = max(0, latency_ms)
+    record.save(update_fields=["status", "error_code", "latency_ms"])
 
 
 def usage_records_purge(

@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 
-from billing.services import usage_record_create
+from billing.services import usage_record_build, usage_record_insert, usage_record_outcome_set
 from gateway_project.errors import ApiError
 from images.providers.base import UpstreamError
 
 if TYPE_CHECKING:
+    from billing.models import UsageRecord
     from groups.models import Group
     from keys.credentials import Credential
 
@@ -35,6 +36,9 @@ class UsageScope:
         self.billing = ""
         # What was charged (wallet) or counted (subscription); set by metered_call on capture only.
         self.charged = Decimal("0")
+        # The record once written: a capture writes it in the same statement as the charge, and the
+        # scope then writes no second one.
+        self.record: UsageRecord | None = None
         self.started = time.monotonic()
 
     def set_target(self, *, group: Group, model_id: str) -> None:
@@ -47,6 +51,23 @@ class UsageScope:
 
     def elapsed_ms(self) -> int:
         return int((time.monotonic() - self.started) * 1000)
+
+    def record_build(self, *, status: int, error_code: str) -> UsageRecord:
+        """This call's usage record as it stands now, unsaved."""
+        return usage_record_build(
+            request_id=self.request_id,
+            account=self.credential.account,
+            credential=self.credential.limit_key,
+            group=self.group,
+            model_id=self.model_id,
+            endpoint=self.endpoint,
+            billing=self.billing,
+            status=status,
+            error_code=error_code,
+            amount=self.charged,
+            upstream=self.upstream,
+            latency_ms=self.elapsed_ms(),
+        )
 
 
 def usage_outcome_for(*, error: BaseException | None) -> tuple[int, str]:
@@ -64,13 +85,16 @@ def usage_outcome_for(*, error: BaseException | None) -> tuple[int, str]:
 
 @contextmanager
 def usage_scope(*, request_id: str, endpoint: str, credential: Credential) -> Iterator[UsageScope]:
-    """Open a usage scope for one call; on exit write exactly one UsageRecord.
+    """Open a usage scope for one call; exactly one UsageRecord is written for it.
 
-    Normal exit: status 200 with the amount charged. An escaping exception: the status and code of
-    the ApiError (an UpstreamError: its status or 502, "upstream_error"; anything else: 500,
-    "internal_error"), then the exception is re-raised. The amount is what metered_call captured,
-    which is 0 for every call that failed before or during the upstream call. Failing to write the
-    record is logged and never turns the caller's answer into an error.
+    A successful metered call's capture writes the record together with the charge (status 200, the
+    amount captured); otherwise the scope writes it on exit. Normal exit: status 200 with the amount
+    charged. An escaping exception: the status and code of the ApiError (an UpstreamError: its status
+    or 502, "upstream_error"; anything else: 500, "internal_error"), then the exception is re-raised;
+    if the capture had already written the record, the record is updated to that status and keeps
+    its charge. The amount is what metered_call captured, which is 0 for every call that failed
+    before or during the upstream call. Failing to write the record is logged and never turns the
+    caller's answer into an error.
     """
     scope = UsageScope(request_id=request_id, endpoint=endpoint, credential=credential)
     error: BaseException | None = None
@@ -82,19 +106,13 @@ def usage_scope(*, request_id: str, endpoint: str, credential: Credential) -> It
     finally:
         status, code = usage_outcome_for(error=error)
         try:
-            usage_record_create(
-                request_id=scope.request_id,
-                account=credential.account,
-                credential=credential.limit_key,
-                group=scope.group,
-                model_id=scope.model_id,
-                endpoint=scope.endpoint,
-                billing=scope.billing,
-                status=status,
-                error_code=code,
-                amount=scope.charged,
-                upstream=scope.upstream,
-                latency_ms=scope.elapsed_ms(),
-            )
+            if scope.record is None:
+                usage_record_insert(record=scope.record_build(status=status, error_code=code))
+            elif (status, code) != (scope.record.status, scope.record.error_code):
+                # Failed after the capture had written the record (the call is charged): one UPDATE,
+                # on this rare path only, so the record says how the call ended.
+                usage_record_outcome_set(
+                    record=scope.record, status=status, error_code=code, latency_ms=scope.elapsed_ms()
+                )
         except DatabaseError:
             logger.exception("could not write the usage record of request %s", request_id)

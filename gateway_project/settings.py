@@ -275,6 +275,9 @@ MONEY_QUANTUM = Decimal(1).scaleb(-MONEY_DECIMAL_PLACES)
 # may void it: it must exceed the longest upstream call (upstream timeouts, GUNICORN_TIMEOUT).
 GATEWAY_HOLD_TTL_SECONDS = env_int("GATEWAY_HOLD_TTL_SECONDS", 900, minimum=60)
 GATEWAY_USAGE_RETENTION_DAYS = env_int("GATEWAY_USAGE_RETENTION_DAYS", 30, minimum=1)
+# Per-process caches of credentials and routing, exact through a shared generation counter in Redis
+# (gateway_project/generations.py); this is only the backstop age of an entry. 0 turns caching off.
+GATEWAY_CONFIG_CACHE_SECONDS = env_int("GATEWAY_CONFIG_CACHE_SECONDS", 60, minimum=0)
 GATEWAY_IDEMPOTENCY_TTL_SECONDS = env_int("GATEWAY_IDEMPOTENCY_TTL_SECONDS", 24 * 60 * 60, minimum=60)
 
 LOGGING = {

@@ -12,6 +12,10 @@ Everything that needs such a decision calls these functions; nothing else decide
   group: unknown everywhere 404 model_not_found, known elsewhere 403 model_not_allowed.
 
 Subscription checks (SUBSCRIPTION_NOT_FOUND / SUBSCRIPTION_INVALID) belong to billing's reserve step.
+
+Groups and image models are read through groups/selectors.py, from per-process caches that every
+write to them invalidates (the next call on every process sees it); an account's allowed groups are
+read from the database on every decision.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from gateway_project.errors import (
     PermissionDenied,
 )
 from groups.models import Group
+from groups.selectors import group_get, group_image_models_enabled, image_model_ids_enabled
 from images.models import ImageModel
 from keys.credentials import Credential
 
@@ -110,7 +115,7 @@ def _override_target(*, account: Account, current: Group | None, group_id: int) 
             "'<group_id>:<model>'; send the model name without a prefix.",
             code=GROUP_OVERRIDE_UNSUPPORTED,
         )
-    target = Group.objects.filter(pk=group_id).first() if group_id <= _MAX_GROUP_ID else None
+    target = group_get(group_id=group_id) if group_id <= _MAX_GROUP_ID else None
     if target is None:
         raise InvalidRequest(f"The group {group_id} does not exist.", code=GROUP_UNAVAILABLE)
     if not _account_allows(account=account, group=target):
@@ -164,15 +169,14 @@ def group_resolve_for_credential(
 
 
 def model_resolve_for_group(*, group: Group, model_name: str) -> ImageModel:
-    """The group's enabled image model called `model_name`; 404 if no group has it, 403 if others do."""
-    image_model = (
-        ImageModel.objects.select_related("group")
-        .filter(group=group, model_id=model_name, enabled=True)
-        .first()
-    )
+    """The group's enabled image model called `model_name`; 404 if no group has it, 403 if others do.
+
+    Served from the per-process configuration cache (groups/selectors.py): the returned instance is
+    shared and read-only."""
+    image_model = group_image_models_enabled(group_id=group.pk).get(model_name)
     if image_model is not None:
         return image_model
-    if ImageModel.objects.filter(model_id=model_name, enabled=True).exists():
+    if model_name in image_model_ids_enabled():
         raise PermissionDenied(
             f"The model {_shown(model_name)!r} is not available in your group {group.name!r}; "
             "GET /v1/models lists the models you may use.",
@@ -220,7 +224,7 @@ def model_list_for_credential(*, credential: Credential, all_groups: bool = Fals
     """
     if not all_groups or credential.kind != "oauth":
         group = group_resolve_for_credential(credential=credential).group
-        models = ImageModel.objects.filter(group=group, enabled=True).select_related("group")
+        models = group_image_models_enabled(group_id=group.pk).values()
         return [ListedModel(id=m.model_id, image_model=m, group=group) for m in models]
 
     account = credential.account

@@ -6,23 +6,45 @@ consecutive failures the circuit opens for `cooldown` seconds: the upstream is s
 network call. When the cooldown ends, exactly one caller wins the probe (an atomic cache `add`); its
 success closes the circuit, its failure opens it for another cooldown.
 
-Per-minute call and error counters feed the admin's "recent error rate".
+Round trips: `circuit_admit` reads the circuit with one MGET (the end of the cooldown and the failure
+count) and returns an `Admission`. A success writes nothing when its admission found the circuit
+closed with no failure counted, which is the steady state: one round trip per call in all. Otherwise
+(failures counted, or the call is the half-open probe) the success resets the circuit with one
+DELETE. A success thus resets what its admission saw: a failure counted by another call while this
+one was in flight is reset by the next success admitted after it.
+
+The per-minute call and error counts behind the admin's "recent error rate" are counted per process
+and added to the shared counters at most every STATS_FLUSH_SECONDS, by the first call after that
+(and at once before this process shows them, `circuit_state`). The admin's figure therefore leaves
+out up to the last STATS_FLUSH_SECONDS of each other process's calls, and the last calls of a process
+that has received none since.
 """
 
 from __future__ import annotations
 
+import atexit
+import logging
+import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 from django.core.cache import cache
 
+logger = logging.getLogger("gateway.upstream")
+
 DEFAULT_THRESHOLD = 5
 DEFAULT_COOLDOWN_SECONDS = 30
 STATS_WINDOW_MINUTES = 5
+STATS_FLUSH_SECONDS = 5.0
 
 
 def _key(upstream_id: int, name: str) -> str:
     return f"circuit:{upstream_id}:{name}"
+
+
+def _state_keys(upstream_id: int) -> list[str]:
+    return [_key(upstream_id, "failures"), _key(upstream_id, "open_until"), _key(upstream_id, "probe")]
 
 
 @dataclass(frozen=True)
@@ -38,25 +60,56 @@ class CircuitState:
         return self.recent_errors / self.recent_calls if self.recent_calls else None
 
 
+@dataclass(frozen=True)
+class Admission:
+    """A call `circuit_admit` let through; pass it to `circuit_record_success`.
+
+    clean: the circuit was closed with no failure counted, so a success has nothing to reset."""
+
+    upstream_id: int
+    clean: bool
+
+
+def circuit_admit(
+    *, upstream_id: int, cooldown: float = DEFAULT_COOLDOWN_SECONDS, now: float | None = None
+) -> Admission | None:
+    """Let a call go to this upstream now (an Admission), or None while its circuit is open. Takes the
+    single probe slot when the cooldown has ended."""
+    open_key, failures_key = _key(upstream_id, "open_until"), _key(upstream_id, "failures")
+    # One round trip (MGET) decides the common case.
+    values = cache.get_many([open_key, failures_key])
+    open_until = values.get(open_key)
+    if open_until is None:
+        return Admission(upstream_id=upstream_id, clean=not values.get(failures_key))
+    moment = time.time() if now is None else now
+    if moment < open_until:
+        return None
+    # Half-open: one probe at a time, across every process sharing the cache.
+    if cache.add(_key(upstream_id, "probe"), 1, timeout=max(1, int(cooldown))):
+        return Admission(upstream_id=upstream_id, clean=False)
+    return None
+
+
 def circuit_allows(
     *, upstream_id: int, cooldown: float = DEFAULT_COOLDOWN_SECONDS, now: float | None = None
 ) -> bool:
     """May a call go to this upstream now? Takes the single probe slot when the cooldown has ended."""
-    open_until = cache.get(_key(upstream_id, "open_until"))
-    if open_until is None:
-        return True
-    moment = time.time() if now is None else now
-    if moment < open_until:
-        return False
-    # Half-open: one probe at a time, across every process sharing the cache.
-    return bool(cache.add(_key(upstream_id, "probe"), 1, timeout=max(1, int(cooldown))))
+    return circuit_admit(upstream_id=upstream_id, cooldown=cooldown, now=now) is not None
 
 
-def circuit_record_success(*, upstream_id: int) -> None:
-    cache.delete_many(
-        [_key(upstream_id, "failures"), _key(upstream_id, "open_until"), _key(upstream_id, "probe")]
-    )
-    _count(upstream_id, error=False)
+def circuit_record_success(*, upstream_id: int, admission: Admission | None = None) -> None:
+    """A call succeeded: reset the failure count and close the circuit. With the call's `admission`
+    this writes nothing when the admission found nothing to reset."""
+    if admission is not None and admission.upstream_id != upstream_id:
+        raise ValueError(f"admission of upstream {admission.upstream_id} used for upstream {upstream_id}")
+    _stats.count(upstream_id, error=False)
+    if admission is not None and admission.clean:
+        return
+    try:
+        cache.delete_many(_state_keys(upstream_id))
+    except Exception:
+        # The upstream has answered: its answer is delivered whatever the bookkeeping does.
+        logger.warning("could not reset the circuit of upstream %s", upstream_id, exc_info=True)
 
 
 def circuit_record_failure(
@@ -68,7 +121,7 @@ def circuit_record_failure(
 ) -> bool:
     """Count a failure; open the circuit at the threshold (or re-open it after a failed probe).
     Returns True when the circuit is open after this failure."""
-    _count(upstream_id, error=True)
+    _stats.count(upstream_id, error=True)
     failures_key = _key(upstream_id, "failures")
     cache.add(failures_key, 0, timeout=None)
     try:
@@ -86,6 +139,9 @@ def circuit_record_failure(
 
 
 def circuit_state(*, upstream_id: int, now: float | None = None) -> CircuitState:
+    """The circuit and the last STATS_WINDOW_MINUTES of calls, as every process has reported them
+    (this process's own counts included up to now)."""
+    circuit_stats_flush()
     moment = time.time() if now is None else now
     open_until = cache.get(_key(upstream_id, "open_until"))
     if open_until is None:
@@ -112,18 +168,64 @@ def circuit_state(*, upstream_id: int, now: float | None = None) -> CircuitState
 
 def circuit_reset(*, upstream_id: int) -> None:
     """Close the circuit by hand (admin action)."""
-    cache.delete_many(
-        [_key(upstream_id, "failures"), _key(upstream_id, "open_until"), _key(upstream_id, "probe")]
-    )
+    cache.delete_many(_state_keys(upstream_id))
 
 
-def _count(upstream_id: int, *, error: bool) -> None:
-    minute = int(time.time() // 60)
-    names = ["calls", "errors"] if error else ["calls"]
-    for name in names:
-        key = _key(upstream_id, f"{name}:{minute}")
-        cache.add(key, 0, timeout=(STATS_WINDOW_MINUTES + 1) * 60)
-        try:
-            cache.incr(key)
-        except ValueError:
-            cache.set(key, 1, timeout=(STATS_WINDOW_MINUTES + 1) * 60)
+def circuit_stats_flush() -> None:
+    """Add this process's pending call and error counts to the shared per-minute counters now."""
+    _stats.flush()
+
+
+class _StatsBuffer:
+    """This process's call and error counts per (upstream, counter, minute) not yet in the cache."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: Counter[tuple[int, str, int]] = Counter()
+        self._flushed_at = time.monotonic()
+
+    def count(self, upstream_id: int, *, error: bool) -> None:
+        minute = int(time.time() // 60)
+        with self._lock:
+            self._pending[(upstream_id, "calls", minute)] += 1
+            if error:
+                self._pending[(upstream_id, "errors", minute)] += 1
+            if time.monotonic() - self._flushed_at < STATS_FLUSH_SECONDS:
+                return
+            taken = self._take()
+        _stats_write(taken)
+
+    def flush(self) -> None:
+        with self._lock:
+            taken = self._take()
+        _stats_write(taken)
+
+    def _take(self) -> Counter[tuple[int, str, int]]:
+        taken, self._pending = self._pending, Counter()
+        self._flushed_at = time.monotonic()
+        return taken
+
+
+def _stats_write(counts: Counter[tuple[int, str, int]]) -> None:
+    """Add counts to the shared counters (two round trips a counter). They only feed the admin's
+    figure: if the cache cannot be written they are dropped with a warning, never failing a call."""
+    oldest = int(time.time() // 60) - STATS_WINDOW_MINUTES
+    timeout = (STATS_WINDOW_MINUTES + 1) * 60
+    try:
+        for (upstream_id, name, minute), delta in counts.items():
+            if minute <= oldest:
+                continue  # already outside every window the admin shows
+            key = _key(upstream_id, f"{name}:{minute}")
+            try:
+                cache.incr(key, delta)
+            except ValueError:  # the minute's first count: create it, unless another process just did
+                if not cache.add(key, delta, timeout=timeout):
+                    cache.incr(key, delta)
+    except Exception:
+        logger.warning(
+            "could not record upstream call counts; the admin's error rate misses them", exc_info=True
+        )
+
+
+_stats = _StatsBuffer()
+atexit.register(circuit_stats_flush)

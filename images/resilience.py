@@ -1,6 +1,6 @@
 """Retries with backoff, failover across upstreams, circuit breaking and a deadline for one call.
 
-The rules (spec, "Recommended retry behaviour"; docs/images.md, "Upstream resilience"):
+The rules (spec, "Recommended retry behaviour"; docs/images.md, "Routing and upstream resilience"):
 - Upstreams are tried in `upstreams_for_model` order (priority, then weight). A retryable failure
   (connection refused or reset before the request went out, 429, 500, 502, 503, 504) moves on to the
   next upstream at once; only when every upstream has been tried in a round does the call wait
@@ -10,7 +10,8 @@ The rules (spec, "Recommended retry behaviour"; docs/images.md, "Upstream resili
 - A failure after the request was sent (read timeout, connection dropped mid-answer) is never
   retried: the provider may have made, and billed, the image. The call ends 504 or 502 and is logged
   as "outcome unknown".
-- Upstreams whose circuit is open are skipped without a network call.
+- Upstreams whose circuit is open are skipped without a network call (images/circuit.py; a success
+  on a closed circuit costs one cache round trip in all).
 - The caller gets 503 when every upstream answered 503 or every circuit is open, 429 (with
   Retry-After) when every upstream said 429, 504 when the deadline ran out, else 502 naming the last
   upstream status.
@@ -28,7 +29,7 @@ from typing import TypeVar
 from django.conf import settings
 
 from gateway_project.errors import ApiError, RateLimited, UpstreamFailed
-from images.circuit import circuit_allows, circuit_record_failure, circuit_record_success
+from images.circuit import circuit_admit, circuit_record_failure, circuit_record_success
 from images.models import Upstream
 from images.providers.base import UpstreamError
 
@@ -115,7 +116,8 @@ def upstream_call_resilient(
                 break
             if clock() >= deadline:
                 raise _deadline_error(failures, request_id)
-            if not circuit_allows(upstream_id=upstream.pk, cooldown=policy.circuit_cooldown):
+            admission = circuit_admit(upstream_id=upstream.pk, cooldown=policy.circuit_cooldown)
+            if admission is None:
                 skipped_open += 1
                 continue
             attempts += 1
@@ -144,7 +146,7 @@ def upstream_call_resilient(
                     exc.message,
                 )
                 continue
-            circuit_record_success(upstream_id=upstream.pk)
+            circuit_record_success(upstream_id=upstream.pk, admission=admission)
             return result, upstream
         if not failures and tried_this_round == 0:
             # Nothing was even tried: every circuit is open.

@@ -9,6 +9,9 @@ for everything else:
 - malformed, bad checksum, unknown: 401 `invalid_api_key`; revoked: 401 `revoked_api_key`;
   expired: 401 `expired_api_key`.
 
+Known credentials are read from a per-process cache that every relevant write invalidates on every
+process (keys/selectors.py); the Credential holds private copies of the cached account and group.
+
 Nothing here logs or echoes a credential.
 """
 
@@ -20,7 +23,7 @@ from django.utils import timezone
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.request import Request
 
-from accounts.models import Account, User
+from accounts.models import User
 from gateway_project.errors import (
     API_KEY_IN_QUERY_DEPRECATED,
     EXPIRED_API_KEY,
@@ -37,7 +40,7 @@ from keys.secrets import (
     api_key_well_formed,
     oauth_access_token_well_formed,
 )
-from keys.selectors import api_key_get_by_secret, oauth_access_token_get_by_secret
+from keys.selectors import api_key_snapshot_get, oauth_access_token_snapshot_get
 from keys.services import api_key_mark_used
 
 # The headers a credential may come in (spec, Authentication rules 2 and 4), as WSGI META names.
@@ -106,20 +109,22 @@ def credential_verify(*, secret: str, now: datetime | None = None) -> Credential
 def _api_key_verify(*, secret: str, now: datetime) -> Credential:
     if not api_key_well_formed(secret):
         raise _invalid("The API key is malformed or mistyped (its checksum does not match).")
-    api_key = api_key_get_by_secret(secret=secret)
+    # Cached per process while the configuration generation is unchanged (keys/selectors.py); the
+    # expiry is compared with the clock here, on every request.
+    api_key = api_key_snapshot_get(secret=secret)
     if api_key is None:
         raise _invalid("The API key is not valid.")
     if api_key.revoked_at is not None:
         raise AuthenticationFailed("The API key has been revoked.", code=REVOKED_API_KEY)
     if api_key.expires_at is not None and api_key.expires_at <= now:
         raise AuthenticationFailed("The API key has expired.", code=EXPIRED_API_KEY)
-    _require_active_user(api_key.account.user)
-    api_key_mark_used(api_key=api_key, now=now)
+    _require_active_user(active=api_key.user_active)
+    api_key_mark_used(api_key_id=api_key.id, last_used=api_key.last_used, now=now)
     return Credential(
         kind="api_key",
-        id=api_key.pk,
-        account=api_key.account,
-        bound_group=api_key.group,
+        id=api_key.id,
+        account=api_key.account_for_request(),
+        bound_group=api_key.group_for_request(),
         scopes=frozenset(),
         label=api_key.label,
     )
@@ -128,32 +133,30 @@ def _api_key_verify(*, secret: str, now: datetime) -> Credential:
 def _oauth_token_verify(*, token: str, now: datetime) -> Credential:
     if not oauth_access_token_well_formed(token):
         raise _invalid("The OAuth access token is malformed or mistyped (its checksum does not match).")
-    access_token = oauth_access_token_get_by_secret(token=token)
+    access_token = oauth_access_token_snapshot_get(token=token)
     if access_token is None:
         # Revoked access tokens are deleted, so "revoked" and "never existed" look the same here.
         raise _invalid("The OAuth access token is not valid or has been revoked.")
     if access_token.expires <= now:
         raise AuthenticationFailed("The OAuth access token has expired.", code=EXPIRED_API_KEY)
-    user = access_token.user
-    if user is None:
+    if not access_token.has_user:
         raise _invalid("The OAuth access token does not act for a user.")
-    _require_active_user(user)
-    try:
-        account = user.account
-    except Account.DoesNotExist:
-        raise _invalid("The OAuth access token's user has no account.") from None
+    _require_active_user(active=access_token.user_active)
+    account = access_token.account_for_request()
+    if account is None:
+        raise _invalid("The OAuth access token's user has no account.")
     return Credential(
         kind="oauth",
-        id=access_token.pk,
+        id=access_token.id,
         account=account,
         bound_group=None,
-        scopes=frozenset(access_token.scope.split()),
-        label=access_token.application.name if access_token.application_id else "",
+        scopes=access_token.scopes,
+        label=access_token.label,
     )
 
 
-def _require_active_user(user: User) -> None:
-    if not user.is_active:
+def _require_active_user(*, active: bool) -> None:
+    if not active:
         raise _invalid("The credential belongs to a deactivated user.")
 
 

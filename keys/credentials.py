@@ -26,6 +26,10 @@ class Credential:
     bound_group: the key's group (API keys); None for OAuth tokens, which act in the account's
     current group unless the request selects another with `<group_id>:<model>`.
     scopes: the token's scopes; empty for API keys (which are not scope-limited).
+
+    For API keys and OAuth tokens, `account` (with its user and current group) and `bound_group` are
+    this request's own instances, copied from the per-process credential cache (keys/selectors.py):
+    loading a relation on them (e.g. `account.wallet`) queries and stays with this request.
     """
 
     kind: Literal["api_key", "oauth", "console"]

@@ -1,18 +1,157 @@
-"""Reads of credentials. Every lookup is by a digest of the secret, never by the secret itself."""
+"""Reads of credentials. Every lookup is by a digest of the secret, never by the secret itself.
+
+Authentication reads a credential through `api_key_snapshot_get` / `oauth_access_token_snapshot_get`:
+what it needs of a key or token, kept per process in a `GenerationCache` keyed by that digest (the
+HMAC of an API key, the SHA-256 checksum of an OAuth token) while the shared configuration generation
+is unchanged (gateway_project/generations.py). Every write that can change an authentication answer
+bumps the generation after its commit (keys/signals.py, accounts/signals.py, `api_key_revoke`), so a
+revoked key, a deactivated user or a changed group is seen by every process at its next request.
+Without Redis the cache is off and every request queries, as before.
+
+- Only credentials that exist are cached: an unknown secret costs its query every time, so random
+  keys cannot fill the memory (and a key created later is found at once).
+- Expiry is a time, not a decision: `expires_at` / `expires` are cached and compared with the clock
+  on every request.
+- The cached model instances (account, user, groups) are templates shared by every thread and are
+  never handed out: each request gets private copies (`account_for_request()`), so nothing a request
+  does to its instances (assigning a field, loading a relation) reaches another request.
+"""
 
 from __future__ import annotations
 
 import hmac
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TypeVar, cast
 
+from django.db.models import Model
+from django.db.models.base import ModelState
 from oauth2_provider.models import AccessToken
 
+from accounts.models import Account, User
+from gateway_project.generations import GenerationCache
+from groups.models import Group
 from keys.models import ApiKey
 from keys.secrets import api_key_hash, oauth_token_checksum
 
+M = TypeVar("M", bound=Model)
+
+
+class LastUsedMark:
+    """This process's latest known `last_used_at` of one key, shared by the threads serving it.
+
+    It only moves forward, so a thread that read an older time can never set it back."""
+
+    __slots__ = ("_lock", "_value")
+
+    def __init__(self, value: datetime | None) -> None:
+        self._value = value
+        self._lock = threading.Lock()
+
+    @property
+    def value(self) -> datetime | None:
+        return self._value
+
+    def advance(self, value: datetime) -> None:
+        with self._lock:
+            if self._value is None or value > self._value:
+                self._value = value
+
+
+@dataclass(frozen=True, eq=False)
+class ApiKeySnapshot:
+    """What authentication needs of one API key, as read at one configuration generation.
+
+    `account_template` (with its user and current group) and `group_template` are shared: read them
+    only through `account_for_request()` / `group_for_request()`, which return private copies.
+    """
+
+    id: int
+    label: str
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    user_active: bool
+    account_template: Account
+    group_template: Group
+    last_used: LastUsedMark = field(repr=False)
+
+    def account_for_request(self) -> Account:
+        return _account_copy(self.account_template)
+
+    def group_for_request(self) -> Group:
+        return _model_copy(self.group_template)
+
+
+@dataclass(frozen=True, eq=False)
+class AccessTokenSnapshot:
+    """What authentication needs of one OAuth access token, as read at one configuration generation.
+
+    `account_template` is None when the token acts for no user or for a user without an account
+    (such tokens are refused and never cached). Read it through `account_for_request()`.
+    """
+
+    id: int
+    expires: datetime
+    scopes: frozenset[str]
+    label: str
+    has_user: bool
+    user_active: bool
+    account_template: Account | None
+
+    def account_for_request(self) -> Account | None:
+        return _account_copy(self.account_template) if self.account_template is not None else None
+
+
+class _Uncached(Exception):
+    """Raised by a loader to return `value` without storing it in the cache (a control-flow signal)."""
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+
+# Keyed by digest; bounded (GenerationCache clears itself when full), and only real credentials enter.
+_api_keys: GenerationCache[ApiKeySnapshot] = GenerationCache(name="api_keys")
+_access_tokens: GenerationCache[AccessTokenSnapshot] = GenerationCache(name="oauth_access_tokens")
+
 
 def api_key_get_by_secret(*, secret: str) -> ApiKey | None:
-    """The key whose stored HMAC matches `secret` (with its account, user and group), or None."""
+    """The key whose stored HMAC matches `secret` (with its account, user and group), or None.
+
+    Always a database read (for authentication, use `api_key_snapshot_get`)."""
+    return _api_key_get_by_digest(digest=api_key_hash(secret))
+
+
+def api_key_snapshot_get(*, secret: str) -> ApiKeySnapshot | None:
+    """The authentication view of the key `secret`, or None; served from the per-process cache while
+    the configuration generation is unchanged."""
     digest = api_key_hash(secret)
+    try:
+        return _api_keys.get_or_load(digest, lambda: _api_key_snapshot_load(digest=digest))
+    except _Uncached as uncached:
+        return cast("ApiKeySnapshot | None", uncached.value)
+
+
+def oauth_access_token_get_by_secret(*, token: str) -> AccessToken | None:
+    """The access token whose stored checksum matches `token` (with its user and account), or None.
+
+    Revoked access tokens are deleted by django-oauth-toolkit, so they are simply not found. Always a
+    database read (for authentication, use `oauth_access_token_snapshot_get`).
+    """
+    return _access_token_get_by_checksum(checksum=oauth_token_checksum(token))
+
+
+def oauth_access_token_snapshot_get(*, token: str) -> AccessTokenSnapshot | None:
+    """The authentication view of the access token `token`, or None; served from the per-process
+    cache while the configuration generation is unchanged."""
+    checksum = oauth_token_checksum(token)
+    try:
+        return _access_tokens.get_or_load(checksum, lambda: _access_token_snapshot_load(checksum=checksum))
+    except _Uncached as uncached:
+        return cast("AccessTokenSnapshot | None", uncached.value)
+
+
+def _api_key_get_by_digest(*, digest: str) -> ApiKey | None:
     api_key = (
         ApiKey.objects.select_related("account__user", "account__current_group", "group")
         .filter(key_hash=digest)
@@ -24,12 +163,7 @@ def api_key_get_by_secret(*, secret: str) -> ApiKey | None:
     return api_key
 
 
-def oauth_access_token_get_by_secret(*, token: str) -> AccessToken | None:
-    """The access token whose stored checksum matches `token` (with its user and account), or None.
-
-    Revoked access tokens are deleted by django-oauth-toolkit, so they are simply not found.
-    """
-    checksum = oauth_token_checksum(token)
+def _access_token_get_by_checksum(*, checksum: str) -> AccessToken | None:
     access_token = (
         AccessToken.objects.select_related("user__account__current_group", "application")
         .filter(token_checksum=checksum)
@@ -38,3 +172,73 @@ def oauth_access_token_get_by_secret(*, token: str) -> AccessToken | None:
     if access_token is None or not hmac.compare_digest(access_token.token_checksum, checksum):
         return None
     return access_token
+
+
+def _api_key_snapshot_load(*, digest: str) -> ApiKeySnapshot:
+    api_key = _api_key_get_by_digest(digest=digest)
+    if api_key is None:
+        raise _Uncached(None)  # unknown secrets are never cached: no memory for random keys
+    return ApiKeySnapshot(
+        id=api_key.pk,
+        label=api_key.label,
+        expires_at=api_key.expires_at,
+        revoked_at=api_key.revoked_at,
+        user_active=api_key.account.user.is_active,
+        account_template=api_key.account,
+        group_template=api_key.group,
+        last_used=LastUsedMark(api_key.last_used_at),
+    )
+
+
+def _access_token_snapshot_load(*, checksum: str) -> AccessTokenSnapshot:
+    access_token = _access_token_get_by_checksum(checksum=checksum)
+    if access_token is None:
+        raise _Uncached(None)  # revoked (deleted) or unknown: never cached
+    user: User | None = access_token.user
+    try:
+        account = user.account if user is not None else None
+    except Account.DoesNotExist:
+        account = None
+    snapshot = AccessTokenSnapshot(
+        id=access_token.pk,
+        expires=access_token.expires,
+        scopes=frozenset(access_token.scope.split()),
+        label=access_token.application.name if access_token.application_id else "",
+        has_user=user is not None,
+        user_active=user is not None and user.is_active,
+        account_template=account,
+    )
+    if account is None:
+        # Refused today, but creating the account bumps nothing (no cached answer can depend on a new
+        # row), so this answer must not be kept.
+        raise _Uncached(snapshot)
+    return snapshot
+
+
+def _model_copy(instance: M, **related: Model | None) -> M:
+    """A private copy of a cached instance: its own field values and its own relation cache, holding
+    only `related` (themselves private copies), so nothing leads back to the shared template."""
+    clone = instance.__class__.__new__(instance.__class__)
+    clone.__dict__.update(instance.__dict__)
+    state = ModelState()
+    state.db = instance._state.db
+    state.adding = False
+    state.fields_cache = dict(related)
+    clone._state = state
+    return clone
+
+
+def _account_copy(template: Account) -> Account:
+    """The account with its user and current group (as loaded with it), all private copies."""
+    cached = template._state.fields_cache
+    user = _model_copy(cached["user"]) if "user" in cached else None
+    related: dict[str, Model | None] = {}
+    if user is not None:
+        related["user"] = user
+    if "current_group" in cached:
+        current_group = cached["current_group"]
+        related["current_group"] = _model_copy(current_group) if current_group is not None else None
+    account = _model_copy(template, **related)
+    if user is not None:
+        user._state.fields_cache["account"] = account  # user.account without a query, as select_related
+    return account

@@ -1,7 +1,10 @@
 """Every write to API keys and OAuth tokens goes through these functions.
 
-Credential lookups are not cached: each request reads its key or token with one indexed query, so a
-revocation committed here is refused by every process on its very next request (no cache to evict).
+Authentication serves credentials from per-process caches (keys/selectors.py) that are valid while the
+shared configuration generation is unchanged. A write that changes an authentication answer must bump
+the generation once committed, so every process refuses a revoked credential at its very next request:
+saves and deletes do so through the receivers in keys/signals.py and accounts/signals.py; a
+`QuerySet.update()` sends no signal, so the service that uses one bumps explicitly (`api_key_revoke`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from oauth2_provider.models import AccessToken, RefreshToken, set_token_value
 from oauth2_provider.settings import oauth2_settings
 
 from accounts.models import Account
+from gateway_project.generations import config_generation_bump_on_commit
 from groups.models import Group
 from keys.credentials import SCOPES
 from keys.models import ApiKey
@@ -25,6 +29,7 @@ from keys.secrets import (
     api_key_hash,
     oauth_access_token_generate,
 )
+from keys.selectors import LastUsedMark
 
 # `last_used_at` is written at most this often per key: a write per request would turn every API
 # call into a row update (lock + WAL) on a hot row.
@@ -50,32 +55,49 @@ def api_key_create(
 def api_key_revoke(*, api_key: ApiKey) -> bool:
     """Revoke a key; True if this call revoked it, False if it already was.
 
-    Takes effect on every process at once: authentication reads the key row on every request.
+    Takes effect on every process at its next request: the configuration generation is bumped once the
+    revocation is committed, which drops every process's cached credentials.
     """
     with transaction.atomic():
+        # Conditional UPDATE: of concurrent revocations exactly one sets revoked_at.
         changed = ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(
             revoked_at=timezone.now()
         )
+        if changed:
+            # update() sends no post_save: invalidate the cached credentials ourselves, after commit.
+            config_generation_bump_on_commit()
     if changed:
         api_key.refresh_from_db(fields=["revoked_at"])
     return bool(changed)
 
 
-def api_key_mark_used(*, api_key: ApiKey, now: datetime | None = None) -> bool:
-    """Record that the key was used; writes at most once per LAST_USED_RESOLUTION. True if written."""
+def api_key_mark_used(*, api_key_id: int, last_used: LastUsedMark, now: datetime | None = None) -> bool:
+    """Record that the key was used; writes at most once per LAST_USED_RESOLUTION. True if written.
+
+    `last_used` is this process's latest known `last_used_at` of the key, shared by its threads (it
+    lives in the cached credential), so a busy key costs a statement about once a minute per process,
+    never one per request; the stored time only ever moves forward.
+    """
     moment = now or timezone.now()
     threshold = moment - LAST_USED_RESOLUTION
-    if api_key.last_used_at is not None and api_key.last_used_at > threshold:
-        return False  # recent enough, as far as this request saw: no query at all
-    # Conditional UPDATE: of many concurrent requests (threads, processes) only one writes.
+    known = last_used.value
+    if known is not None and known > threshold:
+        return False  # recent enough, as far as this process knows: no query at all
+    # Conditional UPDATE: of many concurrent requests (threads, processes) only one writes, and it can
+    # only move the time forward.
     written = (
-        ApiKey.objects.filter(pk=api_key.pk)
+        ApiKey.objects.filter(pk=api_key_id)
         .filter(Q(last_used_at__isnull=True) | Q(last_used_at__lte=threshold))
         .update(last_used_at=moment)
     )
     if written:
-        api_key.last_used_at = moment
-    return bool(written)
+        last_used.advance(moment)
+        return True
+    # Another thread or process wrote it within the minute: learn when, so that this process waits for
+    # that minute to pass instead of trying again on every request (a deleted row: wait a minute too).
+    stored = ApiKey.objects.filter(pk=api_key_id).values_list("last_used_at", flat=True).first()
+    last_used.advance(stored or moment)
+    return False
 
 
 def oauth_scopes_validate(*, scopes: Iterable[str]) -> frozenset[str]:
@@ -116,8 +138,9 @@ def oauth_token_create(
 def oauth_token_revoke(*, access_token: AccessToken) -> bool:
     """Revoke an access token and the refresh token issued with it; True if anything was revoked.
 
-    django-oauth-toolkit revokes an access token by deleting its row, so the next request carrying it
-    is refused by every process.
+    django-oauth-toolkit revokes an access token by deleting its row; the deletion bumps the
+    configuration generation after commit (keys/signals.py), so the next request carrying it is
+    refused by every process.
     """
     with transaction.atomic():
         refresh_tokens = list(
@@ -132,7 +155,10 @@ def oauth_token_revoke(*, access_token: AccessToken) -> bool:
 def oauth_application_revoke_for_user(*, user_id: int, application_id: int | None) -> int:
     """Revoke everything an OAuth application holds for a user: its access tokens (expired ones too, so
     nothing a refresh could revive remains) and its live refresh tokens. `application_id=None` covers
-    tokens an operator issued with createtoken. Returns how many tokens were revoked."""
+    tokens an operator issued with createtoken. Returns how many tokens were revoked.
+
+    Every access token is deleted, row by row, so keys/signals.py invalidates the cached credentials on
+    every process once this commits."""
     revoked = 0
     with transaction.atomic():
         for access_token in AccessToken.objects.filter(user_id=user_id, application_id=application_id):

@@ -13,9 +13,19 @@ import requests
 
 from accounts.services import account_create, account_set_groups
 from billing.services import wallet_top_up
+from gateway_project.generations import config_caches_clear
 from groups.services import group_upsert
 from images.services import image_model_upsert, upstream_upsert
 from tests.factories import image_model_make
+
+
+@pytest.fixture(autouse=True)
+def _fresh_config_caches():
+    """Each test starts with empty per-process caches: rolled-back rows fire no invalidation, and the
+    fixtures reuse ids (group 1, 2) from test to test."""
+    config_caches_clear()
+    yield
+    config_caches_clear()
 
 
 @pytest.fixture

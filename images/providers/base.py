@@ -7,6 +7,8 @@ retrying can help. Every HTTP call to a provider goes through `Adapter._request`
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -15,7 +17,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import requests
 from requests.adapters import HTTPAdapter
-from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, NameResolutionError, NewConnectionError
+from requests.utils import get_environ_proxies
+from urllib3.exceptions import (
+    ConnectTimeoutError,
+    MaxRetryError,
+    NameResolutionError,
+    NewConnectionError,
+    ReadTimeoutError,
+)
+from urllib3.exceptions import HTTPError as BodyReadError  # any failure while reading a body ourselves
 
 if TYPE_CHECKING:
     from images.models import Upstream
@@ -99,23 +109,62 @@ class UpstreamError(Exception):
         self.outcome_unknown = outcome_unknown
 
 
-_sessions: dict[int, requests.Session] = {}
+_sessions: dict[tuple[int, str], requests.Session] = {}
 _sessions_lock = threading.Lock()
 
 
-def session_for(upstream_id: int) -> requests.Session:
-    """One pooled session per upstream per process, shared by the worker's threads."""
-    session = _sessions.get(upstream_id)
+def session_for(upstream: Upstream) -> requests.Session:
+    """One pooled session per upstream (and base URL) per process, shared by the worker's threads."""
+    key = (upstream.pk, upstream.base_url)
+    session = _sessions.get(key)
     if session is None:
         with _sessions_lock:
-            session = _sessions.get(upstream_id)
+            session = _sessions.get(key)
             if session is None:
-                session = requests.Session()
-                adapter = HTTPAdapter(pool_connections=4, pool_maxsize=POOL_SIZE, max_retries=0)
-                session.mount("http://", adapter)
-                session.mount("https://", adapter)
-                _sessions[upstream_id] = session
+                session = _session_new(base_url=upstream.base_url)
+                _sessions[key] = session
     return session
+
+
+def _session_new(*, base_url: str) -> requests.Session:
+    """A session that reads the environment once instead of on every call.
+
+    With `trust_env` on, requests scans os.environ for proxies twice and looks for ~/.netrc on every
+    request. Every request of a session goes to its upstream's origin (the API, and image downloads
+    only from the same scheme, host and port, see images.hosting), so the proxy decision for that
+    origin (HTTP(S)_PROXY, NO_PROXY) and the CA bundle (REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE) are taken
+    here once. ~/.netrc is never read: its password would replace the provider key's Authorization
+    header, and image downloads must send no credentials.
+    """
+    session = requests.Session()
+    session.trust_env = False
+    if base_url:
+        session.proxies.update(get_environ_proxies(base_url))
+    ca_bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+    if ca_bundle:
+        session.verify = ca_bundle
+    adapter = HTTPAdapter(pool_connections=4, pool_maxsize=POOL_SIZE, max_retries=0)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
+def response_json_take(response: requests.Response) -> Any:
+    """The JSON of a fully read response; the response is left without its body.
+
+    A large image answer is then never held more than twice at once: its bytes and their text (the
+    bytes are dropped before parsing), then the text and the parsed strings. No charset guessing: JSON
+    between systems is UTF-8 (a BOM is allowed; UTF-16/32 are still detected). Raises ValueError when
+    the body is not JSON.
+    """
+    body = response.content
+    response._content = b""  # the caller keeps the parsed answer, not the bytes
+    try:
+        text = body.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return json.loads(body)  # UTF-16/32 (json detects them), or a ValueError
+    del body
+    return json.loads(text)
 
 
 class Adapter:
@@ -141,8 +190,12 @@ class Adapter:
         """Partial and completed images as they arrive; raises UpstreamError before or during the stream."""
         raise UpstreamError(f"{self.kind} upstreams cannot stream images", status=400, retryable=False)
 
-    def _request(self, method: str, url: str, **kwargs: Any) -> requests.Response:
-        """Every HTTP call to a provider goes through here: pooled session, explicit timeouts."""
+    def _request(self, method: str, url: str, *, stream: bool = False, **kwargs: Any) -> requests.Response:
+        """Every HTTP call to a provider goes through here: pooled session, explicit timeouts.
+
+        Unless `stream` is set, the whole body is read before this returns (as `response.content`),
+        and a failure while reading it is an UpstreamError like a failure before the answer.
+        """
         read_timeout = float(self.upstream.timeout_seconds)
         if self.deadline is not None:
             remaining = self.deadline - time.monotonic()
@@ -151,14 +204,17 @@ class Adapter:
             read_timeout = min(read_timeout, remaining)
         timeout = (min(CONNECT_TIMEOUT_SECONDS, read_timeout), read_timeout)
         try:
-            return session_for(self.upstream.pk).request(method, url, timeout=timeout, **kwargs)
+            response = session_for(self.upstream).request(method, url, timeout=timeout, stream=True, **kwargs)
+            if not stream:
+                _body_read(response)
+            return response
         except requests.ConnectTimeout as exc:
             raise UpstreamError("upstream connect timed out", status=None, retryable=True) from exc
-        except requests.ReadTimeout as exc:
+        except (requests.ReadTimeout, ReadTimeoutError) as exc:
             raise UpstreamError(
                 "upstream timed out", status=504, retryable=False, outcome_unknown=True
             ) from exc
-        except requests.exceptions.ChunkedEncodingError as exc:
+        except (requests.exceptions.ChunkedEncodingError, BodyReadError) as exc:
             raise UpstreamError(
                 "upstream dropped the connection mid-answer",
                 status=502,
@@ -175,6 +231,17 @@ class Adapter:
                 retryable=False,
                 outcome_unknown=True,
             ) from exc
+
+
+def _body_read(response: requests.Response) -> None:
+    """Read the whole body into `response.content` with one allocation.
+
+    requests' own `content` joins 10 KB reads, each a Python-level call: a 5 MB image answer is then
+    held twice at the join, after ~500 iterations. urllib3 reads a body of known length in one piece
+    (and gives the connection back to the pool once it is read).
+    """
+    response._content = response.raw.read(decode_content=True) or b""
+    response._content_consumed = True
 
 
 def _never_connected(exc: requests.ConnectionError) -> bool:

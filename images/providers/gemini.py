@@ -17,7 +17,14 @@ from typing import Any
 
 from PIL import Image
 
-from images.providers.base import Adapter, ImageItem, ImageRequest, ImageResult, UpstreamError
+from images.providers.base import (
+    Adapter,
+    ImageItem,
+    ImageRequest,
+    ImageResult,
+    UpstreamError,
+    response_json_take,
+)
 from images.upstream_errors import UpstreamMisconfigured
 
 ASPECT_RATIOS = ("1:1", "2:3", "3:2", "3:4", "4:3", "4:5", "5:4", "9:16", "16:9", "21:9")
@@ -99,7 +106,7 @@ class GeminiAdapter(Adapter):
         url = f"{self.upstream.base_url.rstrip('/')}/models/{model}:generateContent"
         response = self._request("POST", url, json=payload, headers={"x-goog-api-key": key})
         try:
-            body = response.json()
+            body = response_json_take(response)  # the parsed answer holds the images, not the bytes
         except ValueError:
             body = None
         if response.status_code != 200:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Iterator
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -19,11 +20,13 @@ from django.utils import timezone
 
 from images.providers.base import (
     Adapter,
+    BodyReadError,
     ImageItem,
     ImageRequest,
     ImageResult,
     StreamEvent,
     UpstreamError,
+    response_json_take,
     stream_event_names,
 )
 from images.uploads import CONTENT_TYPES, image_format_sniff
@@ -37,6 +40,11 @@ NO_RESPONSE_FORMAT_PREFIXES = ("gpt-image",)
 STREAM_OPTIONS = ("stream", "partial_images")
 ERROR_BODY_LIMIT = 4000
 USER_AGENT = "image-gateway/0.1"
+# Event streams are read in pieces of whatever has arrived, up to this size (never waiting for more).
+SSE_READ_BYTES = 64 * 1024
+_SSE_LINE_END = re.compile(rb"\r\n|\r|\n")
+_COLON, _SPACE = ord(":"), ord(" ")
+_BOM = b"\xef\xbb\xbf"
 
 
 class OpenAIAdapter(Adapter):
@@ -166,7 +174,8 @@ class OpenAIAdapter(Adapter):
     def _success(self, response: requests.Response) -> ImageResult:
         content_type = response.headers.get("Content-Type", "")
         try:
-            payload = response.json() if "json" in content_type.lower() else None
+            # The parsed answer holds the images; the response's bytes of them are dropped.
+            payload = response_json_take(response) if "json" in content_type.lower() else None
         except ValueError:
             payload = None
         items = payload.get("data") if isinstance(payload, dict) else None
@@ -247,13 +256,9 @@ def _sse_events(response: requests.Response, *, completed_type: str) -> Iterator
     whose outcome is unknown (the upstream may still finish, and bill, the image)."""
     event_type, data_lines = "", []
     try:
-        for raw in response.iter_lines(decode_unicode=True):
-            line = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
-            if line.startswith(":"):
-                continue
-            if line:
-                field, _, value = line.partition(":")
-                value = value[1:] if value.startswith(" ") else value
+        for line in _sse_fields(response):
+            if line is not None:
+                field, value = line
                 if field == "event":
                     event_type = value
                 elif field == "data":
@@ -274,6 +279,7 @@ def _sse_events(response: requests.Response, *, completed_type: str) -> Iterator
                     retryable=False,
                     outcome_unknown=True,
                 ) from None
+            del payload  # the event's text; only the parsed event is kept
             kind = current or (data.get("type") if isinstance(data, dict) else "") or ""
             if kind == "error" or (
                 isinstance(data, dict) and "error" in data and not kind.startswith("image_")
@@ -287,7 +293,63 @@ def _sse_events(response: requests.Response, *, completed_type: str) -> Iterator
                 )
             if isinstance(data, dict):
                 yield StreamEvent(type=kind, data=data, final=kind == completed_type)
-    except requests.RequestException as exc:
+    except (requests.RequestException, BodyReadError) as exc:
         raise UpstreamError(
             "upstream stream was cut off", status=502, retryable=False, outcome_unknown=True
         ) from exc
+
+
+def _sse_fields(response: requests.Response) -> Iterator[tuple[str, str] | None]:
+    """The lines of an event stream as they arrive: (field, value) for a field line, None for the
+    blank line that ends an event; comment lines are skipped. Lines end with CRLF, LF or CR, and the
+    stream is UTF-8 (the encoding of every event stream).
+
+    Linear in the stream's size, and each value is decoded straight from the read buffer: requests'
+    `iter_lines` joins and splits everything it holds again for every 512-byte read (seconds of CPU
+    for one event carrying a large partial image), and decodes text/event-stream as ISO-8859-1.
+    """
+    raw = response.raw
+    buffer = bytearray()
+    searched = 0  # no line end in buffer[:searched]
+    bom_pending = True  # a BOM may open the stream
+    while chunk := raw.read1(SSE_READ_BYTES, decode_content=True):
+        buffer += chunk
+        if bom_pending:
+            if len(buffer) < len(_BOM) and _BOM.startswith(buffer):
+                continue
+            if buffer.startswith(_BOM):
+                del buffer[: len(_BOM)]
+            bom_pending = False
+        start = 0
+        while (match := _SSE_LINE_END.search(buffer, searched)) is not None:
+            if match.group() == b"\r" and match.end() == len(buffer):
+                searched = match.start()  # perhaps the first half of a CRLF: decide with more data
+                break
+            line_start, start = start, match.end()
+            searched = start
+            if match.start() == line_start:
+                yield None
+            elif buffer[line_start] != _COLON:
+                yield _sse_field(buffer, line_start, match.start())
+        else:
+            searched = len(buffer)
+        if start:
+            del buffer[:start]  # bytearray drops a prefix without moving the rest
+            searched -= start
+    if buffer:  # the stream ended inside a line, or after a lone CR
+        end = len(buffer) - 1 if buffer.endswith(b"\r") else len(buffer)
+        if end == 0:
+            yield None
+        elif buffer[0] != _COLON:
+            yield _sse_field(buffer, 0, end)
+
+
+def _sse_field(buffer: bytearray, start: int, end: int) -> tuple[str, str]:
+    """(field, value) of the line buffer[start:end]; a line without a colon is a field without value."""
+    colon = buffer.find(b":", start, end)
+    value_start = end if colon < 0 else colon + 1
+    colon = end if colon < 0 else colon
+    if value_start < end and buffer[value_start] == _SPACE:
+        value_start += 1
+    with memoryview(buffer) as view:  # decoded in place: a large value is not copied twice
+        return str(view[start:colon], "utf-8", "replace"), str(view[value_start:end], "utf-8", "replace")

@@ -367,3 +367,38 @@ def test_a_console_credential_is_served_by_the_group_it_is_bound_to(carol, gamma
     resolved = resolve(credential, "gamma-image-1")
 
     assert (resolved.group, resolved.image_model) == (gamma_group, gamma_model)
+
+
+# --- decisions after a change: the per-process cache (with Redis) must not answer from before it ------
+
+
+def test_it_refuses_an_override_to_a_group_disabled_after_it_served_one(
+    carol_credential, gamma_group, django_capture_on_commit_callbacks
+):
+    credential = carol_credential()
+    assert resolve(credential, "3:gamma-image-1").group.pk == gamma_group.pk  # now cached, with Redis
+    with django_capture_on_commit_callbacks(execute=True):  # the commit of the change
+        set_group(gamma_group, status="disabled")
+
+    assert_refused(
+        lambda: resolve(carol_credential(), "3:gamma-image-1"),
+        status=400,
+        type_="invalid_request_error",
+        code="GROUP_UNAVAILABLE",
+    )
+
+
+def test_it_answers_model_not_allowed_once_the_model_moved_out_of_the_group(
+    key_credential, alpha_model, gamma_group, django_capture_on_commit_callbacks
+):
+    assert resolve(key_credential(), "alpha-image-2").image_model.pk == alpha_model.pk
+    with django_capture_on_commit_callbacks(execute=True):
+        alpha_model.group = gamma_group
+        alpha_model.save(update_fields=["group"])
+
+    assert_refused(
+        lambda: resolve(key_credential(), "alpha-image-2"),
+        status=403,
+        type_="permission_error",
+        code="model_not_allowed",
+    )

@@ -12,7 +12,7 @@ from django.db import connection
 
 from billing.idempotency import StoredResponse, idempotent_execute
 from billing.metering import metered_call
-from billing.models import Hold, LedgerEntry, SubscriptionUsage, Wallet
+from billing.models import Hold, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
 from billing.selectors import ledger_check, wallet_ledger_sum
 from billing.services import hold_capture, hold_reserve, holds_release_stale, wallet_top_up
 from billing.usage import usage_scope
@@ -94,6 +94,36 @@ def test_balance_for_k_calls_serves_exactly_k_of_5k_concurrent_calls(bob, alpha_
     assert wallet_ledger_sum(wallet=wallet) == wallet.balance
     assert LedgerEntry.objects.filter(wallet=wallet, kind="charge").count() == k
     assert lowest_available and min(lowest_available) >= 0
+    # One usage record per call: the served ones written with their charge, the refused ones by the scope.
+    records = UsageRecord.objects.values_list("request_id", "status", "amount")
+    assert sorted(r[0] for r in records) == sorted(f"r{i}" for i in range(5 * k))
+    assert sorted((status, amount) for _, status, amount in records) == sorted(
+        [(200, PRICE)] * k + [(403, Decimal("0"))] * (4 * k)
+    )
+    assert ledger_check() == []
+
+
+def test_concurrent_captures_and_top_ups_chain_every_balance_after(alice, alpha_group, alpha_model):
+    credential = credential_for(alice)
+    upstream = FakeUpstream()
+
+    def worker(i):
+        if i % 4 == 0:
+            return wallet_top_up(account=alice, amount="1", reference=f"t{i}")
+        return billed(credential, alpha_group, "alpha-image-2", PRICE, upstream, request_id=f"r{i}")
+
+    outcomes = run_concurrently(worker, 48)
+    assert [status for status, _ in outcomes] == ["ok"] * 48
+    # In the ledger's order every entry's balance_after is the running sum: each charge computed its
+    # balance under the wallet's row lock, from the committed balance.
+    running = Decimal("0")
+    for amount, balance_after in LedgerEntry.objects.order_by("pk").values_list("amount", "balance_after"):
+        running += amount
+        assert balance_after == running
+    wallet = Wallet.objects.get(account=alice)
+    assert wallet.balance == running == Decimal("10") + 12 - PRICE * 36
+    assert wallet.held == 0
+    assert UsageRecord.objects.filter(status=200, amount=PRICE).count() == 36
     assert ledger_check() == []
 
 
@@ -241,6 +271,42 @@ def test_a_daily_cap_admits_exactly_c_concurrent_calls_per_day_within_the_total(
     assert upstream.calls == 8
     total = SubscriptionUsage.objects.get(subscription=subscription, window="total")
     assert total.used == price * 8
+    assert ledger_check() == []
+
+
+def test_random_subscription_failures_count_exactly_the_successes_in_every_window(
+    carol, beta_group, beta_model
+):
+    price = Decimal("0.02")
+    # Every window capped, so every reservation takes all four counter locks (day, week, month, total)
+    # while releases of failed calls take them too: a wrong lock order would deadlock here.
+    subscription = subscribe(carol, beta_group, daily=price * 25, weekly="1", monthly="1", total="1")
+    credential = credential_for(carol)
+    upstream = FakeUpstream(failure_rate=0.3, seed=7)
+    outcomes = run_concurrently(
+        lambda i: billed(
+            credential,
+            beta_group,
+            "beta-imagine-image",
+            price,
+            slow_upstream(upstream),
+            request_id=f"s{i}",
+            now=WEDNESDAY_NOON,
+        ),
+        60,
+    )
+    served = sum(1 for status, _ in outcomes if status == "ok")
+    failed = errors_of(outcomes, UpstreamError)
+    refused = errors_of(outcomes, RateLimited)
+    assert served + len(failed) + len(refused) == 60
+    assert served == upstream.successes <= 25
+    assert {e.code for e in refused} <= {"USAGE_LIMIT_EXCEEDED"}
+    used = dict(SubscriptionUsage.objects.filter(subscription=subscription).values_list("window", "used"))
+    assert used == {w: price * served for w in ("day", "week", "month", "total")}
+    assert Hold.objects.filter(status=Hold.Status.CAPTURED).count() == served
+    assert not Hold.objects.filter(status=Hold.Status.OPEN).exists()
+    assert UsageRecord.objects.count() == 60
+    assert UsageRecord.objects.filter(status=200, amount=price).count() == served
     assert ledger_check() == []
 
 

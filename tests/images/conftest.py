@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import ipaddress
 import socket
+import socketserver
+import threading
 from decimal import Decimal
 
 import pytest
@@ -159,3 +161,70 @@ def dns(monkeypatch):
 
     monkeypatch.setattr(socket, "getaddrinfo", fake)
     return table
+
+
+class RawUpstream:
+    """A TCP server on 127.0.0.1 that answers every request with fixed bytes, headers included, then
+    holds the connection for `hold_seconds` and closes it: answers no HTTP server library sends (a
+    body shorter than its Content-Length, a body that stalls, a broken chunked encoding)."""
+
+    def __init__(self, answer: bytes, *, hold_seconds: float = 0.0) -> None:
+        self.answer = answer
+        self.hold = threading.Event()
+        self.hold_seconds = hold_seconds
+        raw = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                received = b""
+                while b"\r\n\r\n" not in received:
+                    piece = self.request.recv(65536)
+                    if not piece:
+                        return
+                    received += piece
+                head, _, body = received.partition(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                while len(body) < length:
+                    body += self.request.recv(65536)
+                self.request.sendall(raw.answer)
+                raw.hold.wait(raw.hold_seconds)  # set at teardown, so no test waits for it
+
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.hold.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def raw_upstream(db, provider_key):
+    """`raw_upstream(answer, hold_seconds=0)` → an `openai` Upstream row served by a RawUpstream."""
+    servers: list[RawUpstream] = []
+
+    def start(answer: bytes, *, hold_seconds: float = 0.0):
+        server = RawUpstream(answer, hold_seconds=hold_seconds)
+        servers.append(server)
+        upstream, _ = upstream_upsert(
+            name=f"raw-{len(servers)}",
+            kind="openai",
+            base_url=server.base_url,
+            api_key_env=OPENAI_KEY_ENV,
+            timeout_seconds=30,
+            priority=0,
+            weight=1,
+            enabled=True,
+        )
+        return upstream
+
+    yield start
+    for server in servers:
+        server.close()

@@ -1,0 +1,148 @@
+"""Per-process caches of what rarely changes (credentials, groups, models, upstreams), kept exact by
+one shared counter: the configuration generation.
+
+Every entry is stored with the generation it was read under and is used only while the shared counter
+(one key in the Django cache, i.e. Redis) still holds that value. Every write that can change a cached
+answer bumps the counter once its transaction has committed (`config_generation_bump_on_commit`), so
+at its next request every process on every machine drops what it held: a revoked key or a deactivated
+user is refused at once everywhere, and a price or upstream change applies to the next call.
+
+The counter is read at most once per request (the memo is reset by Django's `request_started`); outside
+a request (commands, tests calling services) it is read on every use. Caching is on only when the cache
+is shared between processes (REDIS_URL); without it, or when Redis cannot be reached, callers query the
+database as if there were no cache. Entries also expire after GATEWAY_CONFIG_CACHE_SECONDS, a backstop
+should a bump ever be lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from django.conf import settings
+from django.core.cache import cache
+from django.core.signals import request_finished, request_started
+from django.db import transaction
+
+logger = logging.getLogger("gateway.cache")
+
+GENERATION_KEY = "config:generation"
+
+V = TypeVar("V")
+
+_local = threading.local()
+_caches: list[GenerationCache[Any]] = []
+
+
+def config_cache_enabled() -> bool:
+    return bool(settings.REDIS_URL) and settings.GATEWAY_CONFIG_CACHE_SECONDS > 0
+
+
+def config_generation() -> int | None:
+    """The shared generation (memoized for the current request), or None when caching is off or the
+    shared cache cannot be read: then nothing may be served from a cache."""
+    if not config_cache_enabled():
+        return None
+    in_request = getattr(_local, "in_request", False)
+    if in_request and hasattr(_local, "generation"):
+        return _local.generation
+    try:
+        value = cache.get(GENERATION_KEY)
+        if value is None:
+            # First use (or Redis lost the key): start a counter, from the clock so that it cannot
+            # come back to a value some process still holds entries under. `add` keeps a concurrent bump.
+            cache.add(GENERATION_KEY, time.time_ns() // 1_000_000, timeout=None)
+            value = cache.get(GENERATION_KEY)
+        generation = int(value) if value is not None else None
+    except Exception:  # Redis down: no cache, the database answers (and limits report their own errors)
+        logger.warning("configuration generation unreadable; serving without the config cache", exc_info=True)
+        generation = None
+    if in_request:
+        _local.generation = generation
+    return generation
+
+
+def config_generation_bump() -> None:
+    """Invalidate every process's cached configuration now."""
+    if not settings.REDIS_URL:
+        return
+    try:
+        try:
+            cache.incr(GENERATION_KEY)
+        except ValueError:  # no counter yet: any value differs from what no entry was stored under
+            cache.set(GENERATION_KEY, time.time_ns() // 1_000_000, timeout=None)
+    except Exception:
+        # The entries still expire after GATEWAY_CONFIG_CACHE_SECONDS; say loudly that until then a
+        # change may not be seen by every process.
+        logger.error(
+            "could not bump the configuration generation; caches expire within %s s",
+            settings.GATEWAY_CONFIG_CACHE_SECONDS,
+            exc_info=True,
+        )
+    _local.__dict__.pop("generation", None)
+    for entry_cache in _caches:
+        entry_cache.clear()
+
+
+def config_generation_bump_on_commit() -> None:
+    """Bump once the current transaction commits (at once outside one): a bump before the commit would
+    let another process cache the old rows again in between. A transaction writing N rows bumps N
+    times (one INCR each, at commit); writes of configuration are rare."""
+    transaction.on_commit(config_generation_bump)
+
+
+def config_caches_clear() -> None:
+    """Drop this process's entries (tests call it between tests)."""
+    _local.__dict__.pop("generation", None)
+    for entry_cache in _caches:
+        entry_cache.clear()
+
+
+class GenerationCache(Generic[V]):
+    """A bounded per-process map whose entries are valid for one generation and a maximum age."""
+
+    def __init__(self, *, name: str, max_entries: int = 10_000) -> None:
+        self.name = name
+        self.max_entries = max_entries
+        self._entries: dict[Any, tuple[int, float, V]] = {}
+        self._lock = threading.Lock()
+        _caches.append(self)
+
+    def get_or_load(self, key: Any, load: Callable[[], V]) -> V:
+        """The cached value for `key` under the current generation, else `load()` (cached when the
+        generation is known)."""
+        generation = config_generation()
+        if generation is None:
+            return load()
+        now = time.monotonic()
+        entry = self._entries.get(key)
+        max_age = settings.GATEWAY_CONFIG_CACHE_SECONDS
+        if entry is not None and entry[0] == generation and now - entry[1] < max_age:
+            return entry[2]
+        value = load()
+        with self._lock:
+            if len(self._entries) >= self.max_entries:
+                self._entries.clear()  # rare; cheaper and simpler than LRU bookkeeping on every hit
+            self._entries[key] = (generation, now, value)
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+def _request_started(**_: Any) -> None:
+    _local.in_request = True
+    _local.__dict__.pop("generation", None)
+
+
+def _request_finished(**_: Any) -> None:
+    _local.in_request = False
+    _local.__dict__.pop("generation", None)
+
+
+request_started.connect(_request_started, dispatch_uid="config_generation_request_started")
+request_finished.connect(_request_finished, dispatch_uid="config_generation_request_finished")

@@ -1,0 +1,190 @@
+"""Round trips of the billing hot path on PostgreSQL: reserve is one statement, capture and the usage
+record are one statement, each in autocommit (its own transaction: no BEGIN or COMMIT round trip, no
+row lock held across a client round trip)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+
+from billing.metering import metered_call
+from billing.models import Hold, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
+from billing.selectors import ledger_check
+from billing.services import (
+    hold_capture,
+    hold_reserve,
+    subscription_hold_reserve,
+    usage_record_build,
+)
+from billing.usage import usage_scope
+from gateway_project.errors import BillingError
+from tests.billing.conftest import FakeUpstream, credential_for, postgres_only, subscribe
+
+pytestmark = [pytest.mark.postgres, postgres_only, pytest.mark.django_db(transaction=True)]
+
+PRICE = Decimal("0.15")
+WEDNESDAY_NOON = datetime(2025, 1, 15, 12, 0, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Statement:
+    sql: str
+    in_transaction: bool  # False: autocommit, the statement is its own transaction (one round trip)
+
+
+@contextmanager
+def statements_sent() -> Iterator[list[Statement]]:
+    """Every statement sent on this thread's connection meanwhile, and whether a transaction was open
+    around it (then BEGIN and COMMIT are round trips of their own)."""
+    connection.ensure_connection()  # connecting runs statements of its own; not the subject here
+    sent: list[Statement] = []
+
+    def record(execute, sql, params, many, context):
+        sent.append(Statement(sql=sql, in_transaction=not connection.get_autocommit()))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        yield sent
+
+
+def build_record(account, credential, *, request_id="req_1", group=None):
+    return usage_record_build(
+        request_id=request_id,
+        account=account,
+        credential=credential.limit_key,
+        group=group,
+        model_id="alpha-image-2",
+        endpoint="images.generations",
+        billing="balance",
+        status=200,
+        error_code="",
+        amount=Decimal("0"),
+        upstream="demo",
+        latency_ms=12,
+    )
+
+
+def test_it_reserves_a_wallet_hold_in_one_statement_outside_any_transaction(alice):
+    with statements_sent() as sent:
+        hold = hold_reserve(account=alice, amount=PRICE, reference="req_1")
+    assert [s.in_transaction for s in sent] == [False]
+    stored = Hold.objects.get()
+    assert (hold.pk, hold.wallet_id, hold.kind, hold.status, hold.amount, hold.reference) == (
+        stored.pk,
+        stored.wallet_id,
+        stored.kind,
+        stored.status,
+        stored.amount,
+        stored.reference,
+    )
+    assert (hold.created_at, hold.expires_at) == (stored.created_at, stored.expires_at)
+    assert hold._state.adding is False
+    wallet = Wallet.objects.get(account=alice)
+    assert (wallet.pk, wallet.balance, wallet.held) == (hold.wallet_id, Decimal("10"), PRICE)
+
+
+def test_it_refuses_insufficient_balance_in_one_statement_that_writes_nothing(alice):
+    hold_reserve(account=alice, amount=Decimal("9.90"), reference="req_1")
+    with statements_sent() as sent, pytest.raises(BillingError) as refused:
+        hold_reserve(account=alice, amount=PRICE, reference="req_2")
+    assert refused.value.code == "INSUFFICIENT_BALANCE"
+    assert len(sent) == 1
+    assert Wallet.objects.get(account=alice).held == Decimal("9.90")
+    assert not Hold.objects.filter(reference="req_2").exists()
+
+
+def test_it_captures_and_records_a_call_in_one_statement_outside_any_transaction(alice):
+    hold = hold_reserve(account=alice, amount=PRICE, reference="req_1")
+    record = build_record(alice, credential_for(alice))
+    with statements_sent() as sent:
+        assert hold_capture(hold=hold, usage_record=record) is True
+    assert [s.in_transaction for s in sent] == [False]
+    assert Hold.objects.get().status == Hold.Status.CAPTURED
+    wallet = Wallet.objects.get(account=alice)
+    assert (wallet.balance, wallet.held) == (Decimal("9.85"), Decimal("0"))
+    charge = LedgerEntry.objects.get(kind="charge")
+    assert (charge.amount, charge.balance_after, charge.reference) == (-PRICE, Decimal("9.85"), "req_1")
+    stored = UsageRecord.objects.get()
+    assert (record.pk, record.amount, record._state.adding) == (stored.pk, PRICE, False)
+    assert (stored.status, stored.amount, stored.upstream, stored.latency_ms) == (200, PRICE, "demo", 12)
+    assert ledger_check() == []
+
+
+def test_a_successful_wallet_billed_call_costs_two_statements_reserve_and_capture(
+    alice, alpha_group, alpha_model
+):
+    credential = credential_for(alice)
+    with (
+        statements_sent() as sent,
+        usage_scope(request_id="req_1", endpoint="images.generations", credential=credential) as usage,
+    ):
+        metered_call(
+            usage=usage,
+            credential=credential,
+            group=alpha_group,
+            model_id="alpha-image-2",
+            price=PRICE,
+            call=FakeUpstream(),
+        )
+    assert [s.in_transaction for s in sent] == [False, False]
+    assert "billing_hold" in sent[0].sql and "billing_usagerecord" in sent[1].sql
+    record = UsageRecord.objects.get()
+    assert (record.status, record.amount, record.request_id) == (200, PRICE, "req_1")
+    assert LedgerEntry.objects.filter(kind="charge").count() == 1
+
+
+def test_a_failed_wallet_billed_call_releases_in_one_statement_and_records_it_once(
+    alice, alpha_group, alpha_model
+):
+    credential = credential_for(alice)
+    with (
+        statements_sent() as sent,
+        pytest.raises(Exception, match="overloaded"),
+        usage_scope(request_id="req_1", endpoint="images.generations", credential=credential) as usage,
+    ):
+        metered_call(
+            usage=usage,
+            credential=credential,
+            group=alpha_group,
+            model_id="alpha-image-2",
+            price=PRICE,
+            call=FakeUpstream(fail=True),
+        )
+    # Reserve, release, usage record: each one statement in autocommit.
+    assert [s.in_transaction for s in sent] == [False, False, False]
+    assert UsageRecord.objects.values_list("status", "amount").get() == (503, Decimal("0"))
+    wallet = Wallet.objects.get(account=alice)
+    assert (wallet.balance, wallet.held) == (Decimal("10"), Decimal("0"))
+    assert Hold.objects.get().status == Hold.Status.RELEASED
+
+
+def test_it_reserves_a_subscription_call_in_one_statement_in_one_transaction(carol, beta_group):
+    subscription = subscribe(carol, beta_group, daily="1", weekly="2", monthly="3", total="4")
+    with statements_sent() as sent:
+        hold = subscription_hold_reserve(
+            subscription=subscription, amount=Decimal("0.02"), reference="req_1", now=WEDNESDAY_NOON
+        )
+    # One statement; the transaction around it (BEGIN, COMMIT) rolls back a partly counted call.
+    assert [s.in_transaction for s in sent] == [True]
+    used = dict(SubscriptionUsage.objects.values_list("window", "used"))
+    assert used == {w: Decimal("0.02") for w in ("day", "week", "month", "total")}
+    stored = Hold.objects.get()
+    assert (hold.pk, hold.subscription_id, hold.day_start, hold.week_start, hold.month_start) == (
+        stored.pk,
+        subscription.pk,
+        stored.day_start,
+        stored.week_start,
+        stored.month_start,
+    )
+    record = build_record(carol, credential_for(carol), group=beta_group)
+    with statements_sent() as sent:
+        assert hold_capture(hold=hold, usage_record=record) is True
+    assert [s.in_transaction for s in sent] == [False]
+    assert UsageRecord.objects.values_list("amount", flat=True).get() == Decimal("0.02")
+    assert ledger_check() == []

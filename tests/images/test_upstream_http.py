@@ -1,0 +1,133 @@
+"""The one HTTP path to upstreams (`Adapter._request`): bodies read whole in one piece, failures while
+reading them, and the environment (proxies, ~/.netrc) read once per upstream."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import time
+
+import pytest
+
+from images.providers import adapter_for
+from images.providers.base import ImageRequest, UpstreamError
+from images.services import upstream_upsert
+from images.upstream_errors import upstream_error_to_api_error
+from tests.fake_upstream import _png
+from tests.images.conftest import OPENAI_BASE, OPENAI_KEY, OPENAI_KEY_ENV
+
+pytestmark = pytest.mark.django_db
+
+GENERATIONS = f"{OPENAI_BASE}/images/generations"
+LARGE_B64 = base64.b64encode(_png(pad_to=4_000_000)).decode()
+REQUEST = ImageRequest(operation="generate", upstream_model="gpt-image-1", prompt="a fox")
+
+
+def test_it_reads_a_large_answer_whole_and_keeps_its_base64_as_sent(openai_upstream, mocked):
+    mocked.post(GENERATIONS, json={"created": 7, "data": [{"b64_json": LARGE_B64, "revised_prompt": "é"}]})
+    result = adapter_for(openai_upstream).call(REQUEST)
+    assert result.created == 7
+    assert [(item.b64_json, item.revised_prompt) for item in result.items] == [(LARGE_B64, "é")]
+
+
+def test_it_reads_a_gzip_encoded_answer(openai_upstream, mocked):
+    answer = json.dumps({"created": 7, "data": [{"b64_json": LARGE_B64}]}).encode()
+    mocked.post(
+        GENERATIONS,
+        body=gzip.compress(answer),
+        content_type="application/json",
+        headers={"Content-Encoding": "gzip"},
+    )
+    assert adapter_for(openai_upstream).call(REQUEST).items[0].b64_json == LARGE_B64
+
+
+def test_it_reads_a_utf8_answer_with_a_byte_order_mark(openai_upstream, mocked):
+    answer = json.dumps({"created": 7, "data": [{"url": "https://api.provider.test/a.png"}]})
+    mocked.post(GENERATIONS, body=b"\xef\xbb\xbf" + answer.encode(), content_type="application/json")
+    assert adapter_for(openai_upstream).call(REQUEST).items[0].url == "https://api.provider.test/a.png"
+
+
+def test_an_answer_cut_short_is_a_502_whose_outcome_is_unknown(raw_upstream):
+    upstream = raw_upstream(
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+        b'{"created": 1, "data": [{"b64_json": "iVBORw0KGgo'
+    )
+    with pytest.raises(UpstreamError) as info:
+        adapter_for(upstream).call(REQUEST)
+    error = info.value
+    assert (error.status, error.retryable, error.outcome_unknown) == (502, False, True)
+    api_error = upstream_error_to_api_error(error=error, upstream=upstream)
+    assert (api_error.status, api_error.code) == (502, "upstream_error")
+
+
+def test_an_answer_that_stalls_mid_body_is_a_504_whose_outcome_is_unknown(raw_upstream):
+    upstream = raw_upstream(
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+        b'{"created": 1, "data": [',
+        hold_seconds=30,
+    )
+    # The call's deadline bounds the read; the server holds the connection far longer.
+    with pytest.raises(UpstreamError) as info:
+        adapter_for(upstream, deadline=time.monotonic() + 0.5).call(REQUEST)
+    error = info.value
+    assert (error.status, error.retryable, error.outcome_unknown) == (504, False, True)
+    api_error = upstream_error_to_api_error(error=error, upstream=upstream)
+    assert (api_error.status, api_error.code) == (504, "upstream_timeout")
+
+
+def test_an_error_answer_keeps_its_body_for_the_caller(openai_upstream, mocked):
+    mocked.post(GENERATIONS, status=400, body="size must be one of 1024x1024", content_type="text/plain")
+    with pytest.raises(UpstreamError) as info:
+        adapter_for(openai_upstream).call(REQUEST)
+    assert (info.value.status, info.value.body) == (400, "size must be one of 1024x1024")
+
+
+def test_the_provider_key_is_sent_even_when_netrc_names_the_upstream_host(
+    openai_upstream, mocked, monkeypatch, tmp_path
+):
+    # requests would replace the Authorization header with ~/.netrc's password for the host.
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine api.provider.test login someone password netrc-secret\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    mocked.post(GENERATIONS, json={"created": 1, "data": [{"url": "https://api.provider.test/a.png"}]})
+    adapter_for(openai_upstream).call(REQUEST)
+    assert mocked.calls[0].request.headers["Authorization"] == f"Bearer {OPENAI_KEY}"
+
+
+def proxied_upstream(name: str, base_url: str):
+    upstream, _ = upstream_upsert(
+        name=name,
+        kind="openai",
+        base_url=base_url,
+        api_key_env=OPENAI_KEY_ENV,
+        timeout_seconds=30,
+        priority=0,
+        weight=1,
+        enabled=True,
+    )
+    return upstream
+
+
+@pytest.fixture
+def proxy_env(monkeypatch, provider_key):
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    monkeypatch.setenv("https_proxy", "http://proxy.internal:3128")
+    monkeypatch.setenv("no_proxy", "direct.provider.test")
+
+
+def test_it_calls_through_the_proxy_the_environment_names(proxy_env, mocked):
+    upstream = proxied_upstream("proxied", "https://proxied.provider.test/v1")
+    mocked.post("https://proxied.provider.test/v1/images/generations", json={"data": [{"url": "https://x"}]})
+    adapter_for(upstream).call(REQUEST)
+    assert mocked.calls[0].request.req_kwargs["proxies"].get("https") == "http://proxy.internal:3128"
+
+
+def test_it_calls_directly_a_host_the_environment_exempts_from_the_proxy(proxy_env, mocked):
+    upstream = proxied_upstream("direct", "https://direct.provider.test/v1")
+    mocked.post("https://direct.provider.test/v1/images/generations", json={"data": [{"url": "https://x"}]})
+    adapter_for(upstream).call(REQUEST)
+    assert mocked.calls[0].request.req_kwargs["proxies"].get("https") is None

@@ -1,0 +1,191 @@
+"""The circuit breaker's cost: Redis commands per call, counted by the Redis server itself (MONITOR),
+plus the semantics that the cheaper success path keeps (tests/test_resilience.py has the rest)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from urllib.parse import urlsplit
+
+import pytest
+from django.conf import settings
+from django.core.cache import cache
+
+from images.circuit import (
+    circuit_admit,
+    circuit_record_failure,
+    circuit_record_success,
+    circuit_state,
+    circuit_stats_flush,
+)
+from keys.services import api_key_create
+
+pytestmark = pytest.mark.django_db
+
+needs_redis = pytest.mark.skipif(
+    not settings.REDIS_URL,
+    reason="counts commands on the Redis server (MONITOR); without REDIS_URL the circuit lives in a "
+    "per-process memory cache with no round trips to count",
+)
+
+
+@pytest.fixture(autouse=True)
+def clean_cache():
+    # Counts buffered by earlier tests' calls go out first, so they cannot land in this test's counters.
+    circuit_stats_flush()
+    cache.clear()
+    yield
+    circuit_stats_flush()
+    cache.clear()
+
+
+class RedisCommands:
+    """The commands the Redis server received for this test's database while the block ran."""
+
+    def __init__(self) -> None:
+        self.commands: list[str] = []
+
+    def circuit(self) -> list[str]:
+        return [command for command in self.commands if ":circuit:" in command]
+
+
+@contextmanager
+def redis_commands() -> Iterator[RedisCommands]:
+    import redis
+
+    url = settings.REDIS_URL
+    db = int(urlsplit(url).path.lstrip("/") or 0)
+    seen = RedisCommands()
+    monitor = redis.Redis.from_url(url).monitor()
+    monitor.__enter__()  # from here the server copies every command to this connection
+    try:
+        yield seen
+        # A sentinel marks the end: everything before it in the monitor's stream belongs to the block.
+        sentinel = f"monitor-end-{uuid.uuid4().hex}"
+        redis.Redis.from_url(url).get(sentinel)
+        for entry in monitor.listen():
+            if sentinel in entry["command"]:
+                break
+            if entry["db"] == db:
+                seen.commands.append(entry["command"])
+    finally:
+        monitor.__exit__(None, None, None)
+
+
+@needs_redis
+def test_a_success_on_a_closed_circuit_costs_one_redis_round_trip(demo_upstream):
+    circuit_stats_flush()  # the next flush is due only STATS_FLUSH_SECONDS from now
+
+    with redis_commands() as redis_seen:
+        admission = circuit_admit(upstream_id=demo_upstream.pk)
+        circuit_record_success(upstream_id=demo_upstream.pk, admission=admission)
+
+    assert admission is not None and admission.clean
+    assert len(redis_seen.circuit()) == 1
+    assert redis_seen.circuit()[0].startswith("MGET")
+    assert circuit_state(upstream_id=demo_upstream.pk).recent_calls == 1
+
+
+@needs_redis
+def test_an_api_call_touches_the_circuit_once(client, alice, alpha_group, alpha_model):
+    key = api_key_create(account=alice, group=alpha_group)[1]
+    circuit_stats_flush()
+
+    with redis_commands() as redis_seen:
+        response = client.post(
+            "/v1/images/generations",
+            data=json.dumps({"model": "alpha-image-2", "prompt": "a red square", "size": "64x64"}),
+            content_type="application/json",
+            headers={"Authorization": f"Bearer {key}"},
+        )
+
+    assert response.status_code == 200
+    assert [command.split()[0] for command in redis_seen.circuit()] == ["MGET"]
+    assert circuit_state(upstream_id=alpha_model.upstreams.get().pk).state == "closed"
+
+
+@needs_redis
+def test_a_success_after_failures_resets_them_with_one_more_round_trip(demo_upstream):
+    circuit_record_failure(upstream_id=demo_upstream.pk, threshold=5, cooldown=30)
+    circuit_stats_flush()
+
+    with redis_commands() as redis_seen:
+        admission = circuit_admit(upstream_id=demo_upstream.pk)
+        circuit_record_success(upstream_id=demo_upstream.pk, admission=admission)
+
+    assert [command.split()[0] for command in redis_seen.circuit()] == ["MGET", "DEL"]
+    assert circuit_state(upstream_id=demo_upstream.pk).consecutive_failures == 0
+
+
+def test_it_resets_the_failures_its_admission_saw(demo_upstream):
+    for _ in range(2):
+        circuit_record_failure(upstream_id=demo_upstream.pk, threshold=5, cooldown=30)
+    admission = circuit_admit(upstream_id=demo_upstream.pk)
+
+    circuit_record_success(upstream_id=demo_upstream.pk, admission=admission)
+
+    assert admission is not None and not admission.clean
+    assert circuit_state(upstream_id=demo_upstream.pk).consecutive_failures == 0
+
+
+def test_a_failure_counted_while_a_clean_call_was_in_flight_is_reset_by_the_next_success(demo_upstream):
+    in_flight = circuit_admit(upstream_id=demo_upstream.pk)
+    circuit_record_failure(upstream_id=demo_upstream.pk, threshold=5, cooldown=30)  # another call
+
+    circuit_record_success(upstream_id=demo_upstream.pk, admission=in_flight)
+    assert circuit_state(upstream_id=demo_upstream.pk).consecutive_failures == 1
+
+    later = circuit_admit(upstream_id=demo_upstream.pk)
+    circuit_record_success(upstream_id=demo_upstream.pk, admission=later)
+    assert circuit_state(upstream_id=demo_upstream.pk).consecutive_failures == 0
+
+
+def test_the_threshold_opens_the_circuit_and_the_probes_success_closes_it(demo_upstream):
+    for _ in range(4):
+        assert not circuit_record_failure(upstream_id=demo_upstream.pk, threshold=5, cooldown=30)
+    assert circuit_record_failure(upstream_id=demo_upstream.pk, threshold=5, cooldown=30)
+    assert circuit_admit(upstream_id=demo_upstream.pk) is None
+
+    later = circuit_state(upstream_id=demo_upstream.pk).open_until + 1
+    probe = circuit_admit(upstream_id=demo_upstream.pk, now=later)
+    assert probe is not None and not probe.clean
+    assert circuit_admit(upstream_id=demo_upstream.pk, now=later) is None  # one probe at a time
+
+    circuit_record_success(upstream_id=demo_upstream.pk, admission=probe)
+    state = circuit_state(upstream_id=demo_upstream.pk)
+    assert (state.state, state.consecutive_failures) == ("closed", 0)
+    assert (state.recent_calls, state.recent_errors) == (6, 5)
+
+
+def test_an_admission_is_for_its_own_upstream_only(demo_upstream):
+    admission = circuit_admit(upstream_id=demo_upstream.pk)
+
+    with pytest.raises(ValueError, match="admission of upstream"):
+        circuit_record_success(upstream_id=demo_upstream.pk + 1, admission=admission)
+
+
+def test_call_counts_reach_the_shared_counters_when_flushed(demo_upstream):
+    circuit_stats_flush()
+    first_minute = int(time.time() // 60)
+    for _ in range(3):
+        circuit_record_success(
+            upstream_id=demo_upstream.pk, admission=circuit_admit(upstream_id=demo_upstream.pk)
+        )
+    circuit_record_failure(upstream_id=demo_upstream.pk, threshold=5, cooldown=30)
+    minutes = range(first_minute, int(time.time() // 60) + 1)
+    assert counted(demo_upstream.pk, minutes) == (0, 0)  # buffered in this process: no round trip a call
+
+    circuit_stats_flush()
+
+    assert counted(demo_upstream.pk, minutes) == (4, 1)
+
+
+def counted(upstream_id: int, minutes: range) -> tuple[int, int]:
+    """(calls, errors) in the shared per-minute counters."""
+    return (
+        sum(cache.get(f"circuit:{upstream_id}:calls:{minute}") or 0 for minute in minutes),
+        sum(cache.get(f"circuit:{upstream_id}:errors:{minute}") or 0 for minute in minutes),
+    )
