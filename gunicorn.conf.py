@@ -4,24 +4,30 @@ gthread workers: a call spends nearly all its time waiting on the upstream, so t
 processes) carry the concurrency; a few processes use the cores. The values below were chosen from
 `make bench` runs on a 2-core machine (docs/benchmarks.md, "Serving settings"):
 
-- workers = cores (2): one process per core. The request path is CPU- and round-trip-bound, not
-  process-bound; more processes on 2 cores only add memory (~90 MB each) and database connections.
-- threads = 16 while every thread keeps its own database connection (CONN_MAX_AGE > 0, no pool):
-  workers x threads connections must stay under PostgreSQL's max_connections (100 by default); at
-  64 or 256 threads the bench ran out of connections ("too many clients") and throughput did not
-  rise. Calls in flight are capped at workers x threads, so 500 slow calls in flight need
-  GUNICORN_THREADS=256 together with DATABASE_POOL_MAX_SIZE (a bounded pool per process) and a
-  pipeline that gives its connection back before the upstream call (docs/benchmarks.md).
+- workers = cores (2): one process per core. 3 or 4 processes on 2 cores measured the same
+  throughput and overhead (the request path is CPU-bound, and the threads of one process rarely wait
+  on each other's GIL for long) at ~90 MB more memory each.
+- threads = 256: calls in flight per process. A thread waiting on an upstream costs little memory
+  and holds no database connection (the pool, DATABASE_POOL_MAX_SIZE = 16 per process, lends one
+  only while the thread talks to PostgreSQL), so 2 x 256 threads carry 500 slow calls on 32
+  connections. At fast upstreams 16 and 256 threads measured the same. Without the pool
+  (DATABASE_POOL_MAX_SIZE=0) every thread keeps its own connection: lower the threads to keep
+  workers x threads under PostgreSQL's max_connections.
+- glibc malloc arenas: 2 (GUNICORN_MALLOC_ARENAS). By default glibc gives threads up to 8 x cores
+  arenas, each keeping the peak of the large image bodies it once held; with the GIL, more arenas
+  than that buy no speed. Measured with 4 MB answers: ~4x the body per call in flight -> ~2.7x.
 - keepalive 5 s: idle keep-alive connections wait in the worker's poller, not in a thread, so
   clients that reuse connections (the SDKs, wrk) skip the TCP handshake at no thread cost.
 """
 
+import ctypes
+import ctypes.util
 import os
 
 bind = os.environ.get("GATEWAY_BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
 worker_class = "gthread"
-threads = int(os.environ.get("GUNICORN_THREADS", "16"))
+threads = int(os.environ.get("GUNICORN_THREADS", "256"))
 # Image calls can take minutes upstream; the gateway enforces its own upstream deadlines.
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", "300"))
 graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "30"))
@@ -32,3 +38,19 @@ accesslog = os.environ.get("GUNICORN_ACCESSLOG", "-")
 # The request line is logged without its query string: a key sent as ?key= must never reach a log.
 access_log_format = '%(h)s "%(m)s %(U)s %(H)s" %(s)s %(B)s %(M)sms rid=%({x-request-id}o)s'
 forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
+
+
+def _malloc_arenas_limit(arenas: int) -> None:
+    """mallopt(M_ARENA_MAX) in the master, before the workers are forked (they inherit it); the same
+    as MALLOC_ARENA_MAX, which takes precedence when set. Not glibc: nothing to do."""
+    if arenas <= 0 or "MALLOC_ARENA_MAX" in os.environ:
+        return
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name or "libc.so.6")
+        libc.mallopt(-8, arenas)  # M_ARENA_MAX
+    except (OSError, AttributeError):
+        pass
+
+
+_malloc_arenas_limit(int(os.environ.get("GUNICORN_MALLOC_ARENAS", "2")))

@@ -11,6 +11,7 @@ from decimal import Decimal
 from types import SimpleNamespace
 from typing import Any, TypeVar
 
+import psycopg
 from django.conf import settings
 from django.db import DataError, IntegrityError, connection, models, transaction
 from django.db.models import DecimalField, F
@@ -63,8 +64,40 @@ def _sql_names(model: type[models.Model]) -> SimpleNamespace:
     return SimpleNamespace(table=quote(model._meta.db_table), **names)
 
 
+class _PreparedCursor(psycopg.Cursor):
+    """A server-side-binding cursor whose statements PostgreSQL prepares once per connection.
+
+    The hot statements (reserve, capture) are long CTEs: parsing and planning them again on every
+    call cost PostgreSQL ~0.1 ms each, and psycopg's client-side binding (Django's default) rebuilt
+    their text in Python. Prepared, each call sends only the parameters. Django keeps prepared
+    statements off for its own queries (connection poolers such as PgBouncer in transaction mode
+    need version 1.21+ with max_prepared_statements for them); DATABASE_PREPARED_STATEMENTS=0 turns
+    these off too."""
+
+    def execute(
+        self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: bool | None = None
+    ) -> Any:
+        return super().execute(query, params, prepare=True, binary=binary)
+
+    def _convert_query(self, query: Any, params: Any = None) -> Any:
+        # Keep the statement as sent (with $n placeholders), as a client-side cursor does: Django's
+        # query log (DEBUG, CaptureQueriesContext) reads it from here.
+        self._query = super()._convert_query(query, params)
+        return self._query
+
+
 def _statement_run(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
-    with connection.cursor() as cursor:
+    if not settings.DATABASE_PREPARED_STATEMENTS:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchone()
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    with connection.wrap_database_errors:
+        raw = _PreparedCursor(connection.connection)
+    # Django's own wrapping (query logging, execute_wrappers, database error translation), as
+    # connection.cursor() does it around the cursor it creates.
+    with connection._prepare_cursor(raw) as cursor:
         cursor.execute(sql, params)
         return cursor.fetchone()
 
@@ -234,7 +267,7 @@ def hold_reserve(
     )
     if _on_postgresql():
         row = _statement_run(
-            _hold_reserve_sql(),
+            _hold_reserve_sql(own_transaction=not connection.in_atomic_block),
             {
                 "account_id": account.pk,
                 "amount": value,
@@ -270,7 +303,7 @@ def hold_reserve(
 
 
 @functools.cache
-def _hold_reserve_sql() -> str:
+def _hold_reserve_sql(*, own_transaction: bool) -> str:
     """Reserve as ONE statement (PostgreSQL): the conditional UPDATE of the wallet and the INSERT of
     the hold run inside the server, so the wallet's row lock is held only for the length of this
     statement, never across a client round trip (under load, a round trip in a busy process waits for
@@ -279,10 +312,24 @@ def _hold_reserve_sql() -> str:
     Conditional UPDATE, checked by the row it returns: a concurrent reserve waits for the row lock,
     then re-evaluates `balance >= held + amount` against the committed row (READ COMMITTED), so two
     calls can never both take the last money. No row returned: insufficient balance, nothing written.
+
+    `own_transaction` (the statement is its own transaction, autocommit): it commits without waiting
+    for the WAL flush (`synchronous_commit = off` for this transaction only; ~0.13 ms less per call on
+    fsync'ing storage). That is safe for a reservation and only for it: it moves no money, only `held`
+    and an open hold. PostgreSQL writes WAL in order, so the capture (or release) that follows it,
+    which commits synchronously, makes the reservation durable too; a crash can only lose a
+    reservation nothing durable depends on yet, and such a call is then simply not charged. Inside a
+    caller's transaction the setting would apply to that transaction's other writes: not used there.
     """
     w, h = _sql_names(Wallet), _sql_names(Hold)
+    no_flush_wait = (
+        "no_flush_wait AS (SELECT set_config('synchronous_commit', 'off', true)),"
+        if own_transaction
+        else ""
+    )
     return f"""
-        WITH reserved AS (
+        WITH {no_flush_wait}
+        reserved AS (
             UPDATE {w.table} SET {w.held} = {w.held} + %(amount)s
             WHERE {w.account_id} = %(account_id)s AND {w.balance} >= {w.held} + %(amount)s
             RETURNING {w.id} AS wallet_id
@@ -292,7 +339,7 @@ def _hold_reserve_sql() -> str:
         )
         SELECT %(kind)s, reserved.wallet_id, %(amount)s, %(status)s, %(reference)s, %(created_at)s,
             %(expires_at)s
-        FROM reserved
+        FROM reserved{" CROSS JOIN no_flush_wait" if own_transaction else ""}
         RETURNING {h.id}, {h.wallet_id}
     """  # noqa: S608 - identifiers from the models' _meta, values bound as parameters
 

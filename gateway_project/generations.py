@@ -35,6 +35,13 @@ V = TypeVar("V")
 
 _local = threading.local()
 _caches: list[GenerationCache[Any]] = []
+_local_state_clears: list[Callable[[], None]] = []
+
+
+def local_state_register(clear: Callable[[], None]) -> None:
+    """Have `clear` called with the caches: other per-process views of shared state (the circuit
+    breaker's) are dropped by every configuration change, and between tests."""
+    _local_state_clears.append(clear)
 
 
 def config_cache_enabled() -> bool:
@@ -66,25 +73,23 @@ def config_generation() -> int | None:
 
 
 def config_generation_bump() -> None:
-    """Invalidate every process's cached configuration now."""
-    if not settings.REDIS_URL:
-        return
-    try:
+    """Invalidate every process's cached configuration now (this process's at once, the others' at
+    their next request)."""
+    if settings.REDIS_URL:
         try:
-            cache.incr(GENERATION_KEY)
-        except ValueError:  # no counter yet: any value differs from what no entry was stored under
-            cache.set(GENERATION_KEY, time.time_ns() // 1_000_000, timeout=None)
-    except Exception:
-        # The entries still expire after GATEWAY_CONFIG_CACHE_SECONDS; say loudly that until then a
-        # change may not be seen by every process.
-        logger.error(
-            "could not bump the configuration generation; caches expire within %s s",
-            settings.GATEWAY_CONFIG_CACHE_SECONDS,
-            exc_info=True,
-        )
-    _local.__dict__.pop("generation", None)
-    for entry_cache in _caches:
-        entry_cache.clear()
+            try:
+                cache.incr(GENERATION_KEY)
+            except ValueError:  # no counter yet: any value differs from what no entry was stored under
+                cache.set(GENERATION_KEY, time.time_ns() // 1_000_000, timeout=None)
+        except Exception:
+            # The entries still expire after GATEWAY_CONFIG_CACHE_SECONDS; say loudly that until then
+            # a change may not be seen by every process.
+            logger.error(
+                "could not bump the configuration generation; caches expire within %s s",
+                settings.GATEWAY_CONFIG_CACHE_SECONDS,
+                exc_info=True,
+            )
+    config_caches_clear()
 
 
 def config_generation_bump_on_commit() -> None:
@@ -99,6 +104,8 @@ def config_caches_clear() -> None:
     _local.__dict__.pop("generation", None)
     for entry_cache in _caches:
         entry_cache.clear()
+    for clear in _local_state_clears:
+        clear()
 
 
 class GenerationCache(Generic[V]):

@@ -117,19 +117,30 @@ DATABASES = {
 DATABASES["default"]["CONN_MAX_AGE"] = env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 # PostgreSQL only: a psycopg connection pool per worker process (docs/benchmarks.md). Connections are
-# then bounded by processes x DATABASE_POOL_MAX_SIZE whatever the thread count; a thread takes one
-# for its request (Django requires CONN_MAX_AGE = 0 with a pool). 0 = no pool.
-DATABASE_POOL_MAX_SIZE = env_int("DATABASE_POOL_MAX_SIZE", 0, minimum=0)
+# then bounded by processes x DATABASE_POOL_MAX_SIZE whatever the thread count; a thread holds one
+# only while it talks to the database (never during an upstream call: billing.metering gives it
+# back), so 16 serve a worker's 256 threads. 0 = no pool: one connection per thread, kept
+# DATABASE_CONN_MAX_AGE seconds (then keep workers x threads under max_connections).
+DATABASE_POOL_MAX_SIZE = env_int("DATABASE_POOL_MAX_SIZE", 16, minimum=0)
 if DATABASE_POOL_MAX_SIZE and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"]["CONN_MAX_AGE"] = 0
-    # No per-request "SELECT 1": the pool drops a connection returned broken; a check on every loan
-    # would cost a round trip per request.
+    # No "SELECT 1" per loan (a round trip, twice per call: the connection is given back during the
+    # upstream call). A connection broken while idle (PostgreSQL restarted) fails the one request that
+    # gets it, before anything is charged or after (then its hold expires uncharged), and the pool
+    # discards it; pooled connections are also replaced after an hour (psycopg_pool's max_lifetime).
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": min(2, DATABASE_POOL_MAX_SIZE),
         "max_size": DATABASE_POOL_MAX_SIZE,
         "timeout": env_int("DATABASE_POOL_TIMEOUT", 10, minimum=1),  # seconds to wait for a free one
     }
+# PostgreSQL: the billing statements of every call (reserve, capture) are prepared once per connection
+# (billing/services.py). Turn off behind a pooler that cannot keep prepared statements.
+DATABASE_PREPARED_STATEMENTS = env_bool("DATABASE_PREPARED_STATEMENTS", True)
+if DATABASE_PREPARED_STATEMENTS and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # psycopg prepares a statement asked to be prepared only when the threshold is set; Django's own
+    # queries, never asked, would be prepared only after this many runs on one connection: never.
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = 2**31 - 1
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Several gunicorn threads write to one file: wait for the lock instead of failing at once.
     DATABASES["default"]["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
@@ -138,7 +149,7 @@ REDIS_URL = env_url("REDIS_URL")
 if REDIS_URL:
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "gateway_project.cache.RedisCache",  # Django's, minus a client object per call
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": "igw",
         }

@@ -20,7 +20,11 @@ class ImagesConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from gateway_project.generations import local_state_register
+        from images.circuit import circuit_views_clear
         from images.models import ImageModel, Upstream
+
+        local_state_register(circuit_views_clear)
 
         # Not HostedImage: it is written by calls, and no cached answer depends on it.
         for model in (ImageModel, Upstream):

@@ -7,7 +7,12 @@ network call. When the cooldown ends, exactly one caller wins the probe (an atom
 success closes the circuit, its failure opens it for another cooldown.
 
 Round trips: `circuit_admit` reads the circuit with one MGET (the end of the cooldown and the failure
-count) and returns an `Admission`. A success writes nothing when its admission found the circuit
+count) and returns an `Admission`. When that read finds the circuit closed with no failure counted,
+the process remembers it for CLEAN_VIEW_SECONDS and admits the upstream's next calls without asking
+Redis again; a failure, a reset or a configuration change made in this process ends that view at once.
+So a circuit opened by another process is seen here within CLEAN_VIEW_SECONDS (a few more calls may go to
+the failing upstream meanwhile, and fail over as usual); opening, the cooldown and the single
+half-open probe are decided in Redis as before. A success writes nothing when its admission found the circuit
 closed with no failure counted, which is the steady state: one round trip per call in all. Otherwise
 (failures counted, or the call is the half-open probe) the success resets the circuit with one
 DELETE. A success thus resets what its admission saw: a failure counted by another call while this
@@ -37,6 +42,10 @@ DEFAULT_THRESHOLD = 5
 DEFAULT_COOLDOWN_SECONDS = 30
 STATS_WINDOW_MINUTES = 5
 STATS_FLUSH_SECONDS = 5.0
+CLEAN_VIEW_SECONDS = 0.25
+
+# upstream id -> time.monotonic() of the last read that found its circuit closed with no failure.
+_clean_views: dict[int, float] = {}
 
 
 def _key(upstream_id: int, name: str) -> str:
@@ -75,12 +84,21 @@ def circuit_admit(
 ) -> Admission | None:
     """Let a call go to this upstream now (an Admission), or None while its circuit is open. Takes the
     single probe slot when the cooldown has ended."""
+    seen_clean = _clean_views.get(upstream_id)
+    if seen_clean is not None and time.monotonic() - seen_clean < CLEAN_VIEW_SECONDS:
+        return Admission(upstream_id=upstream_id, clean=True)
     open_key, failures_key = _key(upstream_id, "open_until"), _key(upstream_id, "failures")
     # One round trip (MGET) decides the common case.
     values = cache.get_many([open_key, failures_key])
     open_until = values.get(open_key)
     if open_until is None:
-        return Admission(upstream_id=upstream_id, clean=not values.get(failures_key))
+        clean = not values.get(failures_key)
+        if clean:
+            _clean_views[upstream_id] = time.monotonic()
+        else:
+            _clean_views.pop(upstream_id, None)
+        return Admission(upstream_id=upstream_id, clean=clean)
+    _clean_views.pop(upstream_id, None)
     moment = time.time() if now is None else now
     if moment < open_until:
         return None
@@ -105,6 +123,7 @@ def circuit_record_success(*, upstream_id: int, admission: Admission | None = No
     _stats.count(upstream_id, error=False)
     if admission is not None and admission.clean:
         return
+    _clean_views.pop(upstream_id, None)
     try:
         cache.delete_many(_state_keys(upstream_id))
     except Exception:
@@ -121,6 +140,7 @@ def circuit_record_failure(
 ) -> bool:
     """Count a failure; open the circuit at the threshold (or re-open it after a failed probe).
     Returns True when the circuit is open after this failure."""
+    _clean_views.pop(upstream_id, None)
     _stats.count(upstream_id, error=True)
     failures_key = _key(upstream_id, "failures")
     cache.add(failures_key, 0, timeout=None)
@@ -168,7 +188,13 @@ def circuit_state(*, upstream_id: int, now: float | None = None) -> CircuitState
 
 def circuit_reset(*, upstream_id: int) -> None:
     """Close the circuit by hand (admin action)."""
+    _clean_views.pop(upstream_id, None)
     cache.delete_many(_state_keys(upstream_id))
+
+
+def circuit_views_clear() -> None:
+    """Forget this process's clean views: the next admission of every upstream reads Redis."""
+    _clean_views.clear()
 
 
 def circuit_stats_flush() -> None:

@@ -14,7 +14,9 @@ import pytest
 from django.conf import settings
 from django.core.cache import cache
 
+from gateway_project.generations import config_generation_bump
 from images.circuit import (
+    CLEAN_VIEW_SECONDS,
     circuit_admit,
     circuit_record_failure,
     circuit_record_success,
@@ -189,3 +191,41 @@ def counted(upstream_id: int, minutes: range) -> tuple[int, int]:
         sum(cache.get(f"circuit:{upstream_id}:calls:{minute}") or 0 for minute in minutes),
         sum(cache.get(f"circuit:{upstream_id}:errors:{minute}") or 0 for minute in minutes),
     )
+
+
+@needs_redis
+def test_a_clean_circuit_is_admitted_from_memory_until_its_view_expires(demo_upstream):
+    first = circuit_admit(upstream_id=demo_upstream.pk)
+    assert first is not None and first.clean
+
+    with redis_commands() as redis_seen:
+        again = circuit_admit(upstream_id=demo_upstream.pk)
+
+    assert again is not None and again.clean
+    assert redis_seen.circuit() == []
+    # Another process opens the circuit: this one sees it once its clean view is older than allowed.
+    cache.set(f"circuit:{demo_upstream.pk}:open_until", time.time() + 30, timeout=60)
+    time.sleep(CLEAN_VIEW_SECONDS)
+    assert circuit_admit(upstream_id=demo_upstream.pk) is None
+
+
+@needs_redis
+def test_a_failure_here_ends_the_clean_view_at_once(demo_upstream):
+    assert circuit_admit(upstream_id=demo_upstream.pk).clean
+    circuit_record_failure(upstream_id=demo_upstream.pk, threshold=5, cooldown=30)
+
+    with redis_commands() as redis_seen:
+        admission = circuit_admit(upstream_id=demo_upstream.pk)
+
+    assert admission is not None and not admission.clean  # the failure is counted, so it is read
+    assert [command.split()[0] for command in redis_seen.circuit()] == ["MGET"]
+
+
+def test_a_configuration_change_ends_the_clean_views(demo_upstream):
+    assert circuit_admit(upstream_id=demo_upstream.pk).clean
+    cache.set(f"circuit:{demo_upstream.pk}:open_until", time.time() + 30, timeout=60)
+    assert circuit_admit(upstream_id=demo_upstream.pk) is not None  # still the clean view
+
+    config_generation_bump()
+
+    assert circuit_admit(upstream_id=demo_upstream.pk) is None

@@ -13,10 +13,12 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from http.cookiejar import DefaultCookiePolicy
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import requests
 from requests.adapters import HTTPAdapter
+from requests.structures import CaseInsensitiveDict
 from requests.utils import get_environ_proxies
 from urllib3.exceptions import (
     ConnectTimeoutError,
@@ -138,6 +140,9 @@ def _session_new(*, base_url: str) -> requests.Session:
     """
     session = requests.Session()
     session.trust_env = False
+    # One session serves every caller's calls to the upstream: never keep a cookie one call was given
+    # for the next (possibly another account's) call.
+    session.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))
     if base_url:
         session.proxies.update(get_environ_proxies(base_url))
     ca_bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
@@ -203,8 +208,18 @@ class Adapter:
                 raise UpstreamError("the call's deadline has passed", status=504, retryable=False)
             read_timeout = min(read_timeout, remaining)
         timeout = (min(CONNECT_TIMEOUT_SECONDS, read_timeout), read_timeout)
+        session = session_for(self.upstream)
+        allow_redirects = kwargs.pop("allow_redirects", True)
         try:
-            response = session_for(self.upstream).request(method, url, timeout=timeout, stream=True, **kwargs)
+            response = session.send(
+                _request_prepare(session, method, url, **kwargs),
+                timeout=timeout,
+                stream=True,
+                verify=session.verify,
+                cert=session.cert,
+                proxies=session.proxies,
+                allow_redirects=allow_redirects,
+            )
             if not stream:
                 _body_read(response)
             return response
@@ -231,6 +246,32 @@ class Adapter:
                 retryable=False,
                 outcome_unknown=True,
             ) from exc
+
+
+def _request_prepare(
+    session: requests.Session,
+    method: str,
+    url: str,
+    *,
+    headers: dict[str, str] | None = None,
+    json: Any = None,
+    data: Any = None,
+    files: Any = None,
+) -> requests.PreparedRequest:
+    """What `Session.request` sends, without its per-call merging of session-level settings.
+
+    That merging (`merge_setting` for headers, params, auth, hooks, proxies, stream, verify, cert,
+    each through runtime Protocol checks, and two cookie-jar copies) cost ~0.2 ms a call for settings
+    that never vary here: the session's headers are the defaults plus nothing, and the proxies, CA
+    bundle and certificate are passed to `send` as the session holds them. No cookies are sent: the
+    session is shared by every caller's calls (its jar accepts none, see `_session_new`).
+    """
+    merged = CaseInsensitiveDict(session.headers)
+    if headers:
+        merged.update(headers)
+    prepared = requests.PreparedRequest()
+    prepared.prepare(method=method.upper(), url=url, headers=merged, files=files, data=data, json=json)
+    return prepared
 
 
 def _body_read(response: requests.Response) -> None:

@@ -349,6 +349,9 @@ def test_twenty_concurrent_requests_with_one_key_make_one_call_and_one_charge(
                 if not seen_conflict:
                     seen_conflict = True
                     conflicts.release()
+                # A client's retry is a new request: the finished one gave its connection back (with a
+                # pool of DATABASE_POOL_MAX_SIZE connections, 20 waiting clients must not hold 20).
+                connection.close()
                 time.sleep(0.02)
         raise AssertionError("never got the response")
 

@@ -188,3 +188,43 @@ def test_it_reserves_a_subscription_call_in_one_statement_in_one_transaction(car
     assert [s.in_transaction for s in sent] == [False]
     assert UsageRecord.objects.values_list("amount", flat=True).get() == Decimal("0.02")
     assert ledger_check() == []
+
+
+def _prepared_statements() -> dict[str, str]:
+    """name -> statement of what is prepared on this thread's (pooled, maybe reused) connection."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name, statement FROM pg_prepared_statements")
+        return dict(cursor.fetchall())
+
+
+def test_the_hot_statements_are_prepared_once_per_connection(alice):
+    credential = credential_for(alice)
+    before = _prepared_statements()
+    for index in range(3):
+        hold = hold_reserve(account=alice, amount=PRICE, reference=f"req_{index}")
+        record = build_record(alice, credential, request_id=f"req_{index}")
+        assert hold_capture(hold=hold, usage_record=record)
+
+    # Both statements are prepared (unless an earlier test on this connection already did), once each.
+    prepared = _prepared_statements().values()
+    assert len([sql for sql in prepared if sql.lstrip().startswith("WITH no_flush_wait")]) == 1
+    assert len([sql for sql in prepared if sql.lstrip().startswith("WITH captured")]) >= 1
+    new = set(_prepared_statements()) - set(before)
+    assert len(new) <= 2
+    wallet = Wallet.objects.get(account=alice)
+    assert wallet.held == 0 and wallet.balance == Decimal("10") - 3 * PRICE
+    assert ledger_check() == []
+
+
+def test_it_can_run_without_prepared_statements(alice, settings):
+    settings.DATABASE_PREPARED_STATEMENTS = False
+    credential = credential_for(alice)
+    before = _prepared_statements()
+
+    with statements_sent() as sent:
+        hold = hold_reserve(account=alice, amount=PRICE, reference="req_1")
+        assert hold_capture(hold=hold, usage_record=build_record(alice, credential))
+
+    assert [s.in_transaction for s in sent] == [False, False]
+    assert _prepared_statements() == before  # nothing new prepared
+    assert UsageRecord.objects.get().amount == PRICE
