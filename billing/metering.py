@@ -115,6 +115,9 @@ class MeteredCall:
         self.release()
         concurrency_slot_release(slot=self.slot)
         self.slot = None
+        # The call's last statement has run: with a pool, give the connection back now rather than
+        # after the answer has been written to the client (a slow reader would hold it meanwhile).
+        connection_release()
 
 
 def metered_begin(

@@ -298,7 +298,8 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO") or "INFO"},
     # Django logs every 4xx as a warning; the gateway's own answers are expected, not noise.
-    "loggers": {"django.request": {"level": "ERROR"}},
+    # psycopg's pool logs every loan and return at INFO: four lines (and a handler lock) per call.
+    "loggers": {"django.request": {"level": "ERROR"}, "psycopg.pool": {"level": "WARNING"}},
 }
 
 # Upstream retries, failover and circuit breaking (images/resilience.py); an upstream's own fields,
