@@ -14,8 +14,9 @@ processes) carry the concurrency; a few processes use the cores. The values belo
   (DATABASE_POOL_MAX_SIZE=0) every thread keeps its own connection: lower the threads to keep
   workers x threads under PostgreSQL's max_connections.
 - glibc malloc arenas: 2 (GUNICORN_MALLOC_ARENAS). By default glibc gives threads up to 8 x cores
-  arenas, each keeping the peak of the large image bodies it once held; with the GIL, more arenas
-  than that buy no speed. Measured with 4 MB answers: ~4x the body per call in flight -> ~2.7x.
+  arenas, each keeping the peak of the image bodies it once held; with the GIL, more arenas buy no
+  speed. Measured with 4 MB answers: 743 -> 472 MB peak per worker (docs/benchmarks.md). A fixed
+  mmap threshold (MALLOC_MMAP_THRESHOLD_) was measured too: no less memory, 8 ms more CPU a call.
 - keepalive 5 s: idle keep-alive connections wait in the worker's poller, not in a thread, so
   clients that reuse connections (the SDKs, wrk) skip the TCP handshake at no thread cost.
 """
@@ -40,17 +41,19 @@ access_log_format = '%(h)s "%(m)s %(U)s %(H)s" %(s)s %(B)s %(M)sms rid=%({x-requ
 forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
 
 
-def _malloc_arenas_limit(arenas: int) -> None:
-    """mallopt(M_ARENA_MAX) in the master, before the workers are forked (they inherit it); the same
-    as MALLOC_ARENA_MAX, which takes precedence when set. Not glibc: nothing to do."""
-    if arenas <= 0 or "MALLOC_ARENA_MAX" in os.environ:
+M_ARENA_MAX = -8
+
+
+def _mallopt(option: int, value: int, env_name: str) -> None:
+    """mallopt() in the master, before the workers are forked (they inherit it); glibc's own
+    MALLOC_*_ environment variable wins when set. Not glibc: nothing to do."""
+    if value <= 0 or env_name in os.environ:
         return
-    name = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name or "libc.so.6")
-        libc.mallopt(-8, arenas)  # M_ARENA_MAX
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt(option, value)
     except (OSError, AttributeError):
         pass
 
 
-_malloc_arenas_limit(int(os.environ.get("GUNICORN_MALLOC_ARENAS", "2")))
+_mallopt(M_ARENA_MAX, int(os.environ.get("GUNICORN_MALLOC_ARENAS", "2")), "MALLOC_ARENA_MAX")

@@ -5,12 +5,18 @@ body, and the call is charged once (the upstream mocked with `responses`)."""
 from __future__ import annotations
 
 import base64
+import gc
+import io
 import json
+import tracemalloc
 from decimal import Decimal
 from urllib.parse import urlsplit
 
 import pytest
 from django.core.cache import cache
+from django.core.handlers.wsgi import WSGIHandler
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
 
 from billing.models import LedgerEntry, UsageRecord, Wallet
 from keys.services import api_key_create
@@ -111,3 +117,60 @@ def test_a_large_answer_with_broken_base64_is_a_502_and_not_charged(client, alic
     assert (wallet.balance, wallet.held) == (Decimal("10"), Decimal("0"))
     assert LedgerEntry.objects.filter(kind="charge").count() == 0
     assert UsageRecord.objects.get().status == 502
+
+
+def _wsgi_call(key: str) -> int:
+    """One call through the WSGI application as a server makes it: the answer is read, then closed."""
+    body = json.dumps({"model": "alpha-large", "prompt": "a fox"}).encode()
+    environ = {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": "/v1/images/generations",
+        "SERVER_NAME": "testserver",
+        "SERVER_PORT": "80",
+        "HTTP_HOST": "testserver",
+        "wsgi.url_scheme": "http",
+        "wsgi.input": io.BytesIO(body),
+        "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": str(len(body)),
+        "HTTP_AUTHORIZATION": f"Bearer {key}",
+    }
+    statuses = []
+    # As Django's test client does: the test's transaction must survive the request's start and end.
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    try:
+        answer = WSGIHandler()(environ, lambda status, headers: statuses.append(status))
+        try:
+            sent = sum(len(chunk) for chunk in answer)
+        finally:
+            answer.close()
+    finally:
+        request_started.connect(close_old_connections)
+        request_finished.connect(close_old_connections)
+    assert statuses == ["200 OK"] and sent > len(LARGE_B64)
+    return sent
+
+
+def test_a_finished_call_keeps_no_copy_of_its_body(key, large_model, mocked):
+    """Without the cyclic garbage collector: what keeps the answer after the call (DRF keeps it on the
+    view, which its request refers to and back) must let go of the body, or a worker grows by a body
+    per call until the collector's next full pass (measured: 1 GB per worker, docs/benchmarks.md)."""
+    upstream_answers(mocked)
+    _wsgi_call(key)  # warm
+    mocked.calls.reset()  # the mock's record of each call holds the answer it made
+    gc.collect()
+    gc.disable()
+    tracemalloc.start()
+    # What the `responses` mock (standing in for the upstream) allocates is its own business.
+    not_the_mock = [tracemalloc.Filter(False, "*/responses/*")]
+    try:
+        before = tracemalloc.take_snapshot().filter_traces(not_the_mock)
+        for _ in range(3):
+            _wsgi_call(key)
+            mocked.calls.reset()
+        after = tracemalloc.take_snapshot().filter_traces(not_the_mock)
+    finally:
+        tracemalloc.stop()
+        gc.enable()
+    retained = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+    assert retained < len(LARGE_B64) // 2, f"{retained:,} bytes kept after 3 calls"
