@@ -23,6 +23,7 @@ from django.utils import timezone
 from accounts.models import Account
 from billing.models import IdempotencyRecord
 from gateway_project.errors import ApiError, Conflict, InvalidRequest
+from gateway_project.modelutils import queryset_delete_in_batches
 
 logger = logging.getLogger("gateway.idempotency")
 
@@ -177,14 +178,6 @@ def _unclaim(*, record: IdempotencyRecord) -> None:
 def idempotency_records_purge(*, now: datetime | None = None, batch_size: int = 5000) -> int:
     """Delete expired idempotency records, in batches. Returns how many were deleted."""
     moment = now or timezone.now()
-    deleted = 0
-    while True:
-        ids = list(
-            IdempotencyRecord.objects.filter(expires_at__lte=moment)
-            .order_by("pk")
-            .values_list("pk", flat=True)[:batch_size]
-        )
-        if not ids:
-            return deleted
-        count, _ = IdempotencyRecord.objects.filter(pk__in=ids).delete()
-        deleted += count
+    return queryset_delete_in_batches(
+        IdempotencyRecord.objects.filter(expires_at__lte=moment), batch_size=batch_size
+    )

@@ -29,6 +29,7 @@ from gateway_project.errors import (
     BillingError,
     RateLimited,
 )
+from gateway_project.modelutils import queryset_delete_in_batches
 from groups.models import Group
 
 logger = logging.getLogger("gateway.billing")
@@ -323,9 +324,7 @@ def _hold_reserve_sql(*, own_transaction: bool) -> str:
     """
     w, h = _sql_names(Wallet), _sql_names(Hold)
     no_flush_wait = (
-        "no_flush_wait AS (SELECT set_config('synchronous_commit', 'off', true)),"
-        if own_transaction
-        else ""
+        "no_flush_wait AS (SELECT set_config('synchronous_commit', 'off', true))," if own_transaction else ""
     )
     return f"""
         WITH {no_flush_wait}
@@ -817,7 +816,7 @@ def usage_record_build(
     latency_ms: int,
     created_at: datetime | None = None,
 ) -> UsageRecord:
-    """An unsaved usage record, its values cut to their columns: `usage_record_create` saves it, or
+    """An unsaved usage record, its values cut to their columns: `usage_record_insert` saves it, or
     `hold_capture(usage_record=...)` writes it together with the charge."""
     return UsageRecord(
         request_id=request_id[:200],
@@ -834,40 +833,6 @@ def usage_record_build(
         latency_ms=max(0, latency_ms),
         created_at=created_at or timezone.now(),
     )
-
-
-def usage_record_create(
-    *,
-    request_id: str,
-    account: Account,
-    credential: str,
-    group: Group | None,
-    model_id: str,
-    endpoint: str,
-    billing: str,
-    status: int,
-    error_code: str,
-    amount: Decimal,
-    upstream: str,
-    latency_ms: int,
-    created_at: datetime | None = None,
-) -> UsageRecord:
-    record = usage_record_build(
-        request_id=request_id,
-        account=account,
-        credential=credential,
-        group=group,
-        model_id=model_id,
-        endpoint=endpoint,
-        billing=billing,
-        status=status,
-        error_code=error_code,
-        amount=amount,
-        upstream=upstream,
-        latency_ms=latency_ms,
-        created_at=created_at,
-    )
-    return usage_record_insert(record=record)
 
 
 def usage_record_insert(*, record: UsageRecord) -> UsageRecord:
@@ -893,14 +858,6 @@ def usage_records_purge(
     no statement locks the table for long. Returns how many were deleted."""
     days = older_than_days if older_than_days is not None else settings.GATEWAY_USAGE_RETENTION_DAYS
     cutoff = (now or timezone.now()) - timedelta(days=days)
-    deleted = 0
-    while True:
-        ids = list(
-            UsageRecord.objects.filter(created_at__lt=cutoff)
-            .order_by("pk")
-            .values_list("pk", flat=True)[:batch_size]
-        )
-        if not ids:
-            return deleted
-        count, _ = UsageRecord.objects.filter(pk__in=ids).delete()
-        deleted += count
+    return queryset_delete_in_batches(
+        UsageRecord.objects.filter(created_at__lt=cutoff), batch_size=batch_size
+    )

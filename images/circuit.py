@@ -108,13 +108,6 @@ def circuit_admit(
     return None
 
 
-def circuit_allows(
-    *, upstream_id: int, cooldown: float = DEFAULT_COOLDOWN_SECONDS, now: float | None = None
-) -> bool:
-    """May a call go to this upstream now? Takes the single probe slot when the cooldown has ended."""
-    return circuit_admit(upstream_id=upstream_id, cooldown=cooldown, now=now) is not None
-
-
 def circuit_record_success(*, upstream_id: int, admission: Admission | None = None) -> None:
     """A call succeeded: reset the failure count and close the circuit. With the call's `admission`
     this writes nothing when the admission found nothing to reset."""

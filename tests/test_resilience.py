@@ -7,7 +7,7 @@ import pytest
 from django.core.cache import cache
 
 from gateway_project.errors import InvalidRequest, RateLimited, UpstreamFailed
-from images.circuit import circuit_allows, circuit_record_failure, circuit_state, circuit_stats_flush
+from images.circuit import circuit_admit, circuit_record_failure, circuit_state, circuit_stats_flush
 from images.providers.base import UpstreamError
 from images.resilience import RetryPolicy, upstream_call_resilient
 from images.services import upstream_upsert
@@ -213,10 +213,10 @@ def test_only_one_caller_gets_the_probe_of_a_half_open_circuit():
     a = make_upstream("a")
     for _ in range(5):
         circuit_record_failure(upstream_id=a.pk, threshold=5, cooldown=30)
-    assert circuit_allows(upstream_id=a.pk) is False
+    assert circuit_admit(upstream_id=a.pk) is None
     cache.set(f"circuit:{a.pk}:open_until", 0, timeout=60)
-    assert circuit_allows(upstream_id=a.pk) is True
-    assert circuit_allows(upstream_id=a.pk) is False
+    assert circuit_admit(upstream_id=a.pk) is not None
+    assert circuit_admit(upstream_id=a.pk) is None
 
 
 def test_every_circuit_open_answers_503_without_any_call():
@@ -235,7 +235,7 @@ def test_a_failed_probe_opens_the_circuit_again():
     for _ in range(5):
         circuit_record_failure(upstream_id=a.pk, threshold=5, cooldown=30)
     cache.set(f"circuit:{a.pk}:open_until", 0, timeout=60)
-    assert circuit_allows(upstream_id=a.pk)
+    assert circuit_admit(upstream_id=a.pk) is not None
     assert circuit_record_failure(upstream_id=a.pk, threshold=5, cooldown=30) is True
     assert circuit_state(upstream_id=a.pk).state == "open"
     assert circuit_state(upstream_id=a.pk).recent_errors == 6

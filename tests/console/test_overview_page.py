@@ -14,24 +14,27 @@ from billing.services import (
     hold_reserve,
     subscription_hold_reserve,
     subscription_upsert,
-    usage_record_create,
+    usage_record_build,
+    usage_record_insert,
 )
 
 
-def _call(account, request_id: str, *, amount: str = "0.15", status: int = 200) -> None:
-    usage_record_create(
-        request_id=request_id,
-        account=account,
-        credential=f"console:{account.pk}",
-        group=None,
-        model_id="alpha-image-2",
-        endpoint="images.generations",
-        billing="balance",
-        status=status,
-        error_code="" if status == 200 else "INSUFFICIENT_BALANCE",
-        amount=Decimal(amount),
-        upstream="demo",
-        latency_ms=12,
+def _call(account, request_id: str, *, amount: str = "0.15", status: int = 200, credential: str = "") -> None:
+    usage_record_insert(
+        record=usage_record_build(
+            request_id=request_id,
+            account=account,
+            credential=credential or f"console:{account.pk}",
+            group=None,
+            model_id="alpha-image-2",
+            endpoint="images.generations",
+            billing="balance",
+            status=status,
+            error_code="" if status == 200 else "INSUFFICIENT_BALANCE",
+            amount=Decimal(amount),
+            upstream="demo",
+            latency_ms=12,
+        )
     )
 
 
@@ -146,20 +149,7 @@ def test_it_lists_the_accounts_latest_calls_only(alice_client, alice, bob):
 
 def test_it_names_the_key_a_call_came_through(alice_client, alice, alice_key):
     api_key, _ = alice_key
-    usage_record_create(
-        request_id="req_by_key",
-        account=alice,
-        credential=f"api_key:{api_key.pk}",
-        group=None,
-        model_id="alpha-image-2",
-        endpoint="images.generations",
-        billing="balance",
-        status=200,
-        error_code="",
-        amount=Decimal("0.15"),
-        upstream="demo",
-        latency_ms=5,
-    )
+    _call(alice, "req_by_key", credential=f"api_key:{api_key.pk}")
 
     response = alice_client.get("/console/")
 

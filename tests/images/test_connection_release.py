@@ -1,0 +1,60 @@
+"""A call waiting on its upstream holds no database connection (the pool lends one only while the call
+talks to PostgreSQL), so calls in flight are not capped by the pool's size (docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from decimal import Decimal
+
+import pytest
+from django.core.cache import cache
+from django.db import connection
+
+from billing.models import LedgerEntry, UsageRecord, Wallet
+from keys.services import api_key_create
+from tests.factories import image_model_make
+from tests.images.conftest import OPENAI_BASE, image_bytes
+
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.skipif(
+        not connection.settings_dict.get("OPTIONS", {}).get("pool"),
+        reason="needs PostgreSQL with its connection pool (DATABASE_POOL_MAX_SIZE > 0)",
+    ),
+    pytest.mark.django_db(transaction=True),  # the connection can only be given back outside a transaction
+]
+
+
+def test_an_api_call_holds_no_database_connection_during_its_upstream_call(
+    client, alice, alpha_group, openai_upstream, mocked
+):
+    cache.clear()  # circuit state and counters of earlier tests (ids are reused across flushed tests)
+    image_model_make(model_id="alpha-pooled", group=alpha_group, upstreams=[openai_upstream], price="0.15")
+    key = api_key_create(account=alice, group=alpha_group)[1]
+    held_during_call = []
+
+    def upstream(request):
+        # Runs in the request's thread, at the moment the gateway waits on the upstream.
+        held_during_call.append(connection.connection is not None)
+        image = base64.b64encode(image_bytes()).decode()
+        return 200, {}, json.dumps({"created": 1, "data": [{"b64_json": image}]})
+
+    mocked.add_callback(
+        "POST", f"{OPENAI_BASE}/images/generations", callback=upstream, content_type="application/json"
+    )
+    balance = Wallet.objects.get(account=alice).balance
+
+    response = client.post(
+        "/v1/images/generations",
+        data=json.dumps({"model": "alpha-pooled", "prompt": "a fox", "response_format": "b64_json"}),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {key}"},
+    )
+
+    assert response.status_code == 200, response.content
+    assert held_during_call == [False]
+    # And the call was still reserved before and charged after, once.
+    assert Wallet.objects.get(account=alice).balance == balance - Decimal("0.15")
+    assert LedgerEntry.objects.filter(kind="charge").count() == 1
+    assert UsageRecord.objects.get().amount == Decimal("0.15")
