@@ -122,8 +122,23 @@ class WalletAdmin(admin.ModelAdmin):
         return TemplateResponse(request, "admin/billing/wallet/money_action.html", context)
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows written only by billing services: staff read them, never edit them."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(LedgerEntry)
-class LedgerEntryAdmin(admin.ModelAdmin):
+class LedgerEntryAdmin(ReadOnlyAdmin):
+    """Append-only: staff read the ledger; entries are written only by billing services."""
+
     list_display = (
         "id",
         "wallet",
@@ -138,16 +153,6 @@ class LedgerEntryAdmin(admin.ModelAdmin):
     search_fields = ("reference", "note", "wallet__account__user__username")
     list_select_related = ("wallet__account__user", "created_by")
     date_hierarchy = "created_at"
-
-    # Append-only: staff read the ledger; entries are written only by billing services.
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(Subscription)
@@ -166,19 +171,6 @@ class SubscriptionAdmin(admin.ModelAdmin):
     list_filter = ("group", "expires_at")
     search_fields = ("account__user__username",)
     list_select_related = ("account__user", "group")
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Rows written only by billing services: staff read them, never edit them."""
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(Hold)
