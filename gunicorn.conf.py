@@ -1,33 +1,56 @@
 """gunicorn settings. Every value can be set from the environment; see README, "Production".
 
-gthread workers: a call spends nearly all its time waiting on the upstream, so threads (not
-processes) carry the concurrency; a few processes use the cores. The values below were chosen from
-`make bench` runs on a 2-core machine (docs/benchmarks.md, "Serving settings"):
+The values below were chosen from `make bench` and `bench/ab.py` runs on a 2-core machine
+(docs/benchmarks.md, "Serving settings"):
 
-- workers = cores (2): one process per core. 3 or 4 processes on 2 cores measured the same
-  throughput and overhead (the request path is CPU-bound, and the threads of one process rarely wait
-  on each other's GIL for long) at ~90 MB more memory each.
-- threads = 256: calls in flight per process. A thread waiting on an upstream costs little memory
-  and holds no database connection (the pool, DATABASE_POOL_MAX_SIZE = 16 per process, lends one
-  only while the thread talks to PostgreSQL), so 2 x 256 threads carry 500 slow calls on 32
-  connections. At fast upstreams 16 and 256 threads measured the same. Without the pool
-  (DATABASE_POOL_MAX_SIZE=0) every thread keeps its own connection: lower the threads to keep
-  workers x threads under PostgreSQL's max_connections.
+- worker class: gevent on PostgreSQL, gthread otherwise (GUNICORN_WORKER_CLASS). The application is
+  the same synchronous WSGI code either way; the worker decides how calls that wait wait. An image call
+  spends nearly all its time waiting on its upstream, so a process must hold hundreds of calls in
+  flight. gthread gives each one an OS thread, and at 64 fast calls at once those threads' contention
+  for the GIL cost ~0.6 ms of CPU per call (3.1 against 2.5 ms; 2 x 8 threads measured 2.5 ms too,
+  but cannot hold 500 slow calls). gevent runs each call in a greenlet of one thread: 500 slow calls
+  cost nothing while they wait, and fast calls measured +27-30 % requests/s in interleaved A/B runs.
+  psycopg, redis-py and requests yield to other calls while they wait on their sockets (gunicorn
+  patches the standard library before it loads the application). SQLite's driver cannot: a call
+  waiting for SQLite's write lock would stop every other call in its process, so development and the
+  demo (SQLite) keep gthread threads.
+- workers = cores (2): one process per core. 4 and 8 processes on 2 cores measured the same
+  throughput at more CPU per call (~90 MB more memory each).
+- worker_connections = 1000 (gevent): calls in flight per process, each a greenlet of a few KB; the
+  database pool (DATABASE_POOL_MAX_SIZE = 16 per process) lends a connection only while a call talks
+  to PostgreSQL, so 2 x 1000 calls share 32 connections.
+- threads = 256 (gthread): the same role with OS threads. Without the pool (DATABASE_POOL_MAX_SIZE=0)
+  every thread keeps its own connection: keep workers x threads under PostgreSQL's max_connections.
 - glibc malloc arenas: 2 (GUNICORN_MALLOC_ARENAS). By default glibc gives threads up to 8 x cores
   arenas, each keeping the peak of the image bodies it once held; with the GIL, more arenas buy no
-  speed. Measured with 4 MB answers: 743 -> 472 MB peak per worker (docs/benchmarks.md). A fixed
-  mmap threshold (MALLOC_MMAP_THRESHOLD_) was measured too: no less memory, 8 ms more CPU a call.
-- keepalive 5 s: idle keep-alive connections wait in the worker's poller, not in a thread, so
-  clients that reuse connections (the SDKs, wrk) skip the TCP handshake at no thread cost.
+  speed. Measured with 4 MB answers under gthread: 743 -> 472 MB peak per worker
+  (docs/benchmarks.md). A fixed mmap threshold (MALLOC_MMAP_THRESHOLD_) was measured too: no less
+  memory, 8 ms more CPU a call.
+- keepalive 5 s: clients that reuse connections (the SDKs, wrk) skip the TCP handshake; an idle
+  kept-alive connection waits in the poller (gthread) or in a parked greenlet (gevent).
 """
 
 import ctypes
 import ctypes.util
 import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+
+# The project's environment helpers only: nothing here may import what the workers' gevent patching
+# must come before (sockets, ssl, psycopg).
+from gateway_project.env import database_from_url, database_url, env_file_load  # noqa: E402
+
+env_file_load(ROOT)  # DATABASE_URL may come from .env, as Django's settings read it
 
 bind = os.environ.get("GATEWAY_BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
-worker_class = "gthread"
+_database = database_from_url("DATABASE_URL", database_url(), base_dir=ROOT)
+_on_postgres = _database["ENGINE"] == "django.db.backends.postgresql"
+worker_class = os.environ.get("GUNICORN_WORKER_CLASS") or ("gevent" if _on_postgres else "gthread")
+worker_connections = int(os.environ.get("GUNICORN_WORKER_CONNECTIONS", "1000"))
 threads = int(os.environ.get("GUNICORN_THREADS", "256"))
 # Image calls can take minutes upstream; the gateway enforces its own upstream deadlines.
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", "300"))

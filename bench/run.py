@@ -764,8 +764,8 @@ def machine_info() -> dict[str, Any]:
 
 
 def gunicorn_settings(src: Path, env: dict[str, str]) -> dict[str, Any]:
-    namespace: dict[str, Any] = {}
-    saved = dict(os.environ)
+    namespace: dict[str, Any] = {"__file__": str(src / "gunicorn.conf.py")}
+    saved, saved_path = dict(os.environ), list(sys.path)
     try:
         os.environ.clear()
         os.environ.update(env)
@@ -773,7 +773,13 @@ def gunicorn_settings(src: Path, env: dict[str, str]) -> dict[str, Any]:
     finally:
         os.environ.clear()
         os.environ.update(saved)
-    return {name: namespace.get(name) for name in ("workers", "worker_class", "threads", "keepalive")}
+        sys.path[:] = saved_path
+    names = [
+        "workers",
+        "worker_class",
+        "threads" if namespace.get("worker_class") == "gthread" else "worker_connections",
+    ]
+    return {name: namespace.get(name) for name in [*names, "keepalive"]}
 
 
 def fmt(value: Any, digits: int = 1) -> str:

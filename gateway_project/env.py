@@ -42,6 +42,23 @@ def load_dotenv(path: Path) -> None:
         os.environ.setdefault(key, value)
 
 
+def env_file_load(base_dir: Path) -> None:
+    """Read the .env file of the deployment, if any: GATEWAY_ENV_FILE names it (default
+    `<base_dir>/.env`); empty reads none (the test settings do that). The settings and gunicorn.conf.py
+    both call this, so the server's own settings see the same environment as Django's."""
+    env_file = os.environ.get("GATEWAY_ENV_FILE", str(base_dir / ".env"))
+    if env_file:
+        load_dotenv(Path(env_file))
+
+
+DEFAULT_DATABASE_URL = "sqlite:///db.sqlite3"
+
+
+def database_url() -> str:
+    """DATABASE_URL, or the development SQLite file when it is unset or empty."""
+    return env_str("DATABASE_URL", DEFAULT_DATABASE_URL) or DEFAULT_DATABASE_URL
+
+
 def env_str(name: str, default: str | None = None) -> str | None:
     value = os.environ.get(name)
     if value is None or value == "":

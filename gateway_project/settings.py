@@ -6,7 +6,6 @@ A bad value stops the process at start with a message naming the variable.
 from __future__ import annotations
 
 import importlib.util
-import os
 from decimal import Decimal
 from pathlib import Path
 
@@ -14,7 +13,9 @@ from django.core.exceptions import ImproperlyConfigured
 
 from gateway_project.env import (
     database_from_url,
+    database_url,
     env_bool,
+    env_file_load,
     env_float,
     env_int,
     env_list,
@@ -22,15 +23,11 @@ from gateway_project.env import (
     env_str,
     env_timezone,
     env_url,
-    load_dotenv,
 )
 from keys.credentials import SCOPES as OAUTH_SCOPES
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-# GATEWAY_ENV_FILE names another file; empty reads none (the test settings do that).
-_env_file = os.environ.get("GATEWAY_ENV_FILE", str(BASE_DIR / ".env"))
-if _env_file:
-    load_dotenv(Path(_env_file))
+env_file_load(BASE_DIR)
 
 DEBUG = env_bool("DEBUG", False)
 
@@ -106,13 +103,7 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {
-    "default": database_from_url(
-        "DATABASE_URL",
-        env_str("DATABASE_URL", "sqlite:///db.sqlite3") or "sqlite:///db.sqlite3",
-        base_dir=BASE_DIR,
-    )
-}
+DATABASES = {"default": database_from_url("DATABASE_URL", database_url(), base_dir=BASE_DIR)}
 # Connections are reused across requests of a thread; 0 closes them after every request.
 DATABASES["default"]["CONN_MAX_AGE"] = env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True

@@ -11,7 +11,8 @@ It prints `listening on PORT` once ready. Endpoints:
   is {"status": 500, "json": {...}} or {"status": 200, "body": "<html>", "content_type": "text/html"},
   with optional "delay" (seconds before answering), "headers", or {"action": "drop"} (close the
   connection without answering) / {"action": "hang"} (never answer within the client's timeout).
-- GET /_requests: every API request received so far ({"path", "headers", "json" or "form_fields"}).
+- GET /_requests: every API request received so far ({"path", "headers", "json" or "form_fields",
+  "received_at": the fake upstream's time.monotonic() when the request was read}).
 - POST /_reset: clear scripts and the request log.
 - GET /files/<name>.png: the fixed PNG (for url results).
 """
@@ -109,7 +110,11 @@ class Handler(BaseHTTPRequestHandler):
                 state.requests.clear()
             self._json(200, {"ok": True})
             return
-        record: dict[str, Any] = {"path": self.path, "headers": dict(self.headers.items())}
+        record: dict[str, Any] = {
+            "path": self.path,
+            "headers": dict(self.headers.items()),
+            "received_at": time.monotonic(),
+        }
         content_type = self.headers.get("Content-Type", "")
         payload: dict[str, Any] = {}
         if content_type.startswith("application/json"):

@@ -7,18 +7,10 @@ tests prove that the invalidation reaches another process at its next request.
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
-import requests
 from django.conf import settings
-from django.db import connection
 from django.utils import timezone
 from oauth2_provider.models import AccessToken, set_token_value
 
@@ -28,6 +20,7 @@ from keys.models import ApiKey
 from keys.secrets import oauth_access_token_generate
 from keys.services import api_key_revoke, oauth_application_revoke_for_user, oauth_token_revoke
 from tests.auth.conftest import LiveApi, assert_compatible_error, bearer
+from tests.gunicorn_server import gunicorn_serving
 
 ON_POSTGRES = settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
 
@@ -40,58 +33,14 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
 ]
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 @pytest.fixture
 def second_gateway(transactional_db, tmp_path):
     """A separate gunicorn process on the test database, ready to serve."""
-    db = connection.settings_dict
-    port = _free_port()
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "gateway_project.settings_test",
-        "DATABASE_URL": (
-            f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-        ),
-        "GATEWAY_BIND": f"127.0.0.1:{port}",
-        "WEB_CONCURRENCY": "1",
-        "GUNICORN_THREADS": "2",
-        "GUNICORN_ACCESSLOG": os.devnull,
-    }
-    log = tmp_path / "gunicorn.log"
-    with log.open("wb") as stderr:  # the child keeps its own copy of the descriptor
-        process = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "--config", "gunicorn.conf.py", "gateway_project.wsgi"],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )
-    api = LiveApi(f"http://127.0.0.1:{port}")
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"gunicorn exited: {log.read_text()[-2000:]}")
-            try:
-                api.get("/v1/models")
-                break
-            except requests.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+    with gunicorn_serving(log_path=tmp_path / "gunicorn.log") as base_url:
+        api = LiveApi(base_url)
         yield api
-    finally:
         api.session.close()
-        process.terminate()
-        process.wait(timeout=15)
 
 
 def test_it_refuses_a_key_revoked_in_another_process_at_once(second_gateway, alice_key):

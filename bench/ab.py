@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Interleaved A/B runs of gateway variants on one setup, for decisions the full suite is too noisy for.
+
+On a shared VM consecutive `bench/run.py` runs of the same code differ by up to ±10 %, more than most
+changes are worth. This script starts PostgreSQL, Redis and the latency-0 fake upstream once, serves
+every variant side by side (each its own gunicorn on its own port, on the same database and key), and
+measures them in turn, round after round: A, B, C, A, B, C, ... Only the variant being measured runs;
+the others are frozen (SIGSTOP). Each round's result is compared with the first variant's result of
+the same round, so slow phases of the machine hit both sides of a comparison alike.
+
+A variant is `NAME` optionally followed by `:` and comma-separated settings:
+
+- `NAME=VALUE`: environment for that gateway (as `bench/run.py --set`);
+- `source=head` or `source=worktree` (default): the code under test, as `bench/run.py --source`;
+- `patch=FILE`: a patch applied to that variant's snapshot.
+
+    .venv/bin/python bench/ab.py base t8:GUNICORN_THREADS=8
+    .venv/bin/python bench/ab.py --rounds 8 before:source=head after
+    .venv/bin/python bench/ab.py --connections 1 --duration 6 base gevent:GUNICORN_WORKER_CLASS=gevent
+
+Reports, per variant, requests/s and the gateway's CPU ms per request of every round, their medians,
+and the median of the per-round ratios to the first variant. Nothing is written to docs/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import run
+
+
+def variant_parse(spec: str) -> tuple[str, dict[str, str], str, list[str]]:
+    name, _, rest = spec.partition(":")
+    env: dict[str, str] = {}
+    source, patches = "worktree", []
+    for item in filter(None, rest.split(",")):
+        key, _, value = item.partition("=")
+        if key == "source":
+            source = value
+        elif key == "patch":
+            patches.append(value)
+        else:
+            env[key] = value
+    return name, env, source, patches
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("variants", nargs="+", metavar="VARIANT")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--duration", type=float, default=8.0, help="seconds of load per measurement")
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--warmup", type=float, default=2.0)
+    args = parser.parse_args(argv)
+    variants = [variant_parse(spec) for spec in args.variants]
+
+    procs = run.Processes()
+    workdir = Path(tempfile.mkdtemp(prefix="igw-ab-"))
+    signal.signal(signal.SIGTERM, lambda signum, frame: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        wrk = run.ensure_apt("wrk", "wrk")
+        pg = run.postgres_start(procs, workdir, max_connections=100 * len(variants))
+        redis_url = run.redis_start(procs, workdir)
+        targets = []
+        key = None
+        base_env = run.gateway_env(pg=pg, redis_url=redis_url, port=0, workdir=workdir, overrides={})
+        for index, (name, overrides, source, patches) in enumerate(variants):
+            vdir = workdir / f"v{index}"
+            vdir.mkdir()
+            src = run.source_snapshot(vdir, source=source, overlays=[], patches=patches)
+            if index == 0:
+                port = run.fake_upstream_start(procs, workdir, src, name="fast", latency=0, image_bytes=0)
+            env = dict(base_env, **overrides)
+            bind = run.free_port()
+            env.update(GATEWAY_BIND=f"127.0.0.1:{bind}", GATEWAY_PUBLIC_URL=f"http://127.0.0.1:{bind}")
+            if key is None:
+                target = run.gateway_start(
+                    procs, vdir, src, env, {"fast": port, "slow1": port, "slow2": port, "large": port}
+                )
+                key = target.key
+            else:
+                argv_ = [run.GUNICORN, "--config", str(src / "gunicorn.conf.py"), "--chdir", str(src),
+                         "gateway_project.wsgi"]  # fmt: skip
+                process = procs.start(
+                    f"gateway {name}", argv_, log_path=vdir / "gateway.log", cwd=src, env=env
+                )
+                target = run.Target(name="gateway", port=bind, key=key, models={"fast": "bench-fast"},
+                                    pid=process.pid)  # fmt: skip
+                run.wait_for(lambda t=target: run.post_ok(t, "bench-fast", timeout=5), f"variant {name}")
+            targets.append((name, target))
+            run.log(f"variant {name}: :{bind} {overrides or ''} source={source} {patches or ''}")
+
+        def freeze_all_but(active: run.Target | None) -> None:
+            for _, target in targets:
+                for pid in run.proc_tree(target.pid):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGCONT if target is active else signal.SIGSTOP)
+
+        results: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in targets}
+        for round_ in range(1, args.rounds + 1):
+            for name, target in targets:
+                freeze_all_but(target)
+                run.drain(target)
+                if args.warmup:
+                    run.wrk_run(wrk, target, model="bench-fast", connections=args.connections,
+                                duration=args.warmup)  # fmt: skip
+                cpu_before = run.proc_cpu_seconds(run.proc_tree(target.pid))
+                result = run.wrk_run(wrk, target, model="bench-fast", connections=args.connections,
+                                     duration=args.duration)  # fmt: skip
+                cpu = run.proc_cpu_seconds(run.proc_tree(target.pid)) - cpu_before
+                rps = result["rps"]
+                ms = cpu * 1000 / max(1, result["requests"])
+                results[name].append((rps, ms))
+                run.log(f"round {round_} {name}: {rps:.1f} req/s, {ms:.2f} ms CPU/req, "
+                        f"p50 {result['p50_ms']:.2f} ms, errors {result['errors']}")  # fmt: skip
+        freeze_all_but(None)
+        for _, target in targets:
+            for pid in run.proc_tree(target.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+
+        first = targets[0][0]
+        print(f"\n{args.rounds} rounds x {args.duration:g} s, {args.connections} connections; "
+              f"ratios are per round against {first}")  # fmt: skip
+        for name, _ in targets:
+            rps = [r for r, _ in results[name]]
+            ms = [m for _, m in results[name]]
+            ratios = [r / b for (r, _), (b, _) in zip(results[name], results[first], strict=True)]
+            print(f"{name:>12}: req/s median {statistics.median(rps):7.1f} "
+                  f"[{', '.join(f'{r:.0f}' for r in rps)}]  CPU ms/req median {statistics.median(ms):.2f} "
+                  f"[{', '.join(f'{m:.2f}' for m in ms)}]  ratio median {statistics.median(ratios):.3f} "
+                  f"[{min(ratios):.3f}..{max(ratios):.3f}]")  # fmt: skip
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        for _, target in locals().get("targets", []):
+            for pid in run.proc_tree(target.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+        for process in run.LOADS:
+            with contextlib.suppress(Exception):
+                process.kill()
+        procs.stop_all()
+        with contextlib.suppress(Exception):
+            import shutil
+
+            shutil.rmtree(workdir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

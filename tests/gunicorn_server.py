@@ -1,0 +1,72 @@
+"""The gateway served the way it is deployed: gunicorn with gunicorn.conf.py, in its own process, on
+the test database. Needs a database both processes share, so callers run on PostgreSQL only."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import requests
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def shared_database_url(**query: str) -> str:
+    """The URL of the test database this process uses, with optional connection options."""
+    db = connection.settings_dict
+    url = f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    return url + ("?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else "")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def gunicorn_serving(*, log_path: Path, env: dict[str, str] | None = None) -> Iterator[str]:
+    """Serve the gateway with gunicorn.conf.py until the block ends; yields its base URL once it
+    answers. `env` adds to (or overrides) this process's environment."""
+    port = _free_port()
+    full_env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "gateway_project.settings_test",
+        "DATABASE_URL": shared_database_url(),
+        "GATEWAY_BIND": f"127.0.0.1:{port}",
+        "WEB_CONCURRENCY": "1",
+        "GUNICORN_ACCESSLOG": os.devnull,
+        **(env or {}),
+    }
+    with log_path.open("wb") as stderr:  # the child keeps its own copy of the descriptor
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "--config", "gunicorn.conf.py", "gateway_project.wsgi"],
+            cwd=ROOT,
+            env=full_env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"gunicorn exited: {log_path.read_text()[-2000:]}")
+            try:
+                requests.get(f"{base_url}/v1/models", timeout=5)
+                break
+            except requests.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield base_url
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
