@@ -12,7 +12,7 @@ from decimal import Decimal
 from typing import TypeVar
 
 from django.conf import settings
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.utils import timezone
 
 from billing.limits import (
@@ -65,8 +65,9 @@ def subscription_resolve_for_call(
 def connection_release() -> None:
     """With a connection pool, hand the thread's connection back before the upstream call, so a call
     waiting on an upstream holds no database connection (capture takes one again)."""
-    if connection.settings_dict.get("OPTIONS", {}).get("pool") and not connection.in_atomic_block:
-        connection.close()
+    conn = connections[DEFAULT_DB_ALIAS]  # looked up once, not on every attribute read of the proxy
+    if conn.settings_dict.get("OPTIONS", {}).get("pool") and not conn.in_atomic_block:
+        conn.close()
 
 
 class MeteredCall:

@@ -13,7 +13,15 @@ from typing import Any, TypeVar
 
 import psycopg
 from django.conf import settings
-from django.db import DataError, IntegrityError, connection, models, transaction
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    DataError,
+    IntegrityError,
+    connection,
+    connections,
+    models,
+    transaction,
+)
 from django.db.models import DecimalField, F
 from django.db.models.expressions import Combinable
 from django.db.models.functions import Round
@@ -88,17 +96,20 @@ class _PreparedCursor(psycopg.Cursor):
 
 
 def _statement_run(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+    # The connection of this thread (or greenlet), looked up once: every attribute read through the
+    # `connection` proxy looks it up again.
+    conn = connections[DEFAULT_DB_ALIAS]
     if not settings.DATABASE_PREPARED_STATEMENTS:
-        with connection.cursor() as cursor:
+        with conn.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.fetchone()
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    with connection.wrap_database_errors:
-        raw = _PreparedCursor(connection.connection)
+    conn.close_if_health_check_failed()
+    conn.ensure_connection()
+    with conn.wrap_database_errors:
+        raw = _PreparedCursor(conn.connection)
     # Django's own wrapping (query logging, execute_wrappers, database error translation), as
     # connection.cursor() does it around the cursor it creates.
-    with connection._prepare_cursor(raw) as cursor:
+    with conn._prepare_cursor(raw) as cursor:
         cursor.execute(sql, params)
         return cursor.fetchone()
 

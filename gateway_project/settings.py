@@ -77,11 +77,12 @@ MIDDLEWARE = [
     "gateway_project.middleware.RequestIdMiddleware",
     "gateway_project.middleware.ApiErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    # Django's session, authentication and message middleware, skipped by /v1 requests.
+    "gateway_project.middleware.BrowserSessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "gateway_project.middleware.BrowserAuthenticationMiddleware",
+    "gateway_project.middleware.BrowserMessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
