@@ -14,7 +14,7 @@ A variant is `NAME` optionally followed by `:` and comma-separated settings:
 - `source=head` or `source=worktree` (default): the code under test, as `bench/run.py --source`;
 - `patch=FILE`: a patch applied to that variant's snapshot.
 
-    .venv/bin/python bench/ab.py base t8:GUNICORN_THREADS=8
+    .venv/bin/python bench/ab.py base gthread:GUNICORN_WORKER_CLASS=gthread
     .venv/bin/python bench/ab.py --rounds 8 before:source=head after
     .venv/bin/python bench/ab.py --connections 1 --duration 6 base gevent:GUNICORN_WORKER_CLASS=gevent
 

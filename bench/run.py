@@ -585,8 +585,10 @@ class Sampler:
                     self.rss_worker_max = max(self.rss_worker_max, *(rss[1:] or rss))
                 if conn is not None:
                     count = conn.execute(
-                        "select count(*) from pg_stat_activity"
-                        " where datname = %s and pid <> pg_backend_pid()",
+                        # Client connections only: autovacuum workers also show up under the
+                        # database's name while they clean the tables the run writes.
+                        "select count(*) from pg_stat_activity where datname = %s"
+                        " and backend_type = 'client backend' and pid <> pg_backend_pid()",
                         (DB_NAME,),
                     ).fetchone()[0]
                     self.pg_max = max(self.pg_max, count)
@@ -832,10 +834,17 @@ def derive(report: dict[str, Any]) -> list[str]:
     for name in ("gateway", "peer"):
         r = by.get(("overhead", name))
         if r and direct:
+            p99 = r["p99_ms"] - direct["p99_ms"]
+            # A direct p99 above the target's own means the direct run was disturbed (a stall of
+            # the machine): say so instead of printing a negative overhead.
+            p99_text = (
+                f"+{p99:.2f} ms" if p99 >= 0 else f"not measurable (direct's p99 is above the {name}'s)"
+            )
             out.append(
                 f"overhead of the {name} at concurrency 1: p50 +{r['p50_ms'] - direct['p50_ms']:.2f} ms, "
-                f"p99 +{r['p99_ms'] - direct['p99_ms']:.2f} ms over direct "
-                f"(direct p50 {direct['p50_ms']:.2f} ms, p99 {direct['p99_ms']:.2f} ms)"
+                f"p99 {p99_text} over direct "
+                f"(direct p50 {direct['p50_ms']:.2f} ms, p99 {direct['p99_ms']:.2f} ms; "
+                f"{name} p99 {r['p99_ms']:.2f} ms)"
             )
     g, p = by.get(("throughput", "gateway")), by.get(("throughput", "peer"))
     if g and p:

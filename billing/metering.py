@@ -63,7 +63,7 @@ def subscription_resolve_for_call(
 
 
 def connection_release() -> None:
-    """With a connection pool, hand the thread's connection back before the upstream call, so a call
+    """With a connection pool, hand the call's connection back before the upstream call, so a call
     waiting on an upstream holds no database connection (capture takes one again)."""
     conn = connections[DEFAULT_DB_ALIAS]  # looked up once, not on every attribute read of the proxy
     if conn.settings_dict.get("OPTIONS", {}).get("pool") and not conn.in_atomic_block:

@@ -109,10 +109,11 @@ DATABASES = {"default": database_from_url("DATABASE_URL", database_url(), base_d
 DATABASES["default"]["CONN_MAX_AGE"] = env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 # PostgreSQL only: a psycopg connection pool per worker process (docs/benchmarks.md). Connections are
-# then bounded by processes x DATABASE_POOL_MAX_SIZE whatever the thread count; a thread holds one
-# only while it talks to the database (never during an upstream call: billing.metering gives it
-# back), so 16 serve a worker's 256 threads. 0 = no pool: one connection per thread, kept
-# DATABASE_CONN_MAX_AGE seconds (then keep workers x threads under max_connections).
+# then bounded by processes x DATABASE_POOL_MAX_SIZE whatever the calls in flight; a call (a greenlet
+# of a gevent worker, or a gthread thread) holds one only while it talks to the database (never
+# during an upstream call: billing.metering gives it back), so 16 serve a worker's 1000 calls.
+# 0 = no pool: one connection per greenlet or thread, kept DATABASE_CONN_MAX_AGE seconds (then keep
+# the calls in flight under max_connections).
 DATABASE_POOL_MAX_SIZE = env_int("DATABASE_POOL_MAX_SIZE", 16, minimum=0)
 if DATABASE_POOL_MAX_SIZE and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"]["CONN_MAX_AGE"] = 0
