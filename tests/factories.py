@@ -7,7 +7,7 @@ from typing import Any
 
 from groups.models import Group
 from images.models import ImageModel, Upstream
-from images.services import image_model_upsert
+from images.services import image_model_upsert, upstream_upsert
 
 # A plain model: one size, PNG only, one image a call; tests override what they exercise.
 MODEL_DEFAULTS: dict[str, Any] = {
@@ -37,3 +37,27 @@ def image_model_make(
         **{**MODEL_DEFAULTS, **overrides},
     )
     return model
+
+
+def upstream_make(
+    *,
+    name: str,
+    base_url: str,
+    api_key_env: str,
+    kind: str = "openai",
+    timeout_seconds: int = 30,
+    priority: int = 0,
+    weight: int = 1,
+) -> Upstream:
+    """An enabled upstream (by default OpenAI-compatible), e.g. in front of the fake upstream process."""
+    upstream, _ = upstream_upsert(
+        name=name,
+        kind=kind,
+        base_url=base_url,
+        api_key_env=api_key_env,
+        timeout_seconds=timeout_seconds,
+        priority=priority,
+        weight=weight,
+        enabled=True,
+    )
+    return upstream

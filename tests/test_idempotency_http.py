@@ -13,8 +13,8 @@ from django.conf import settings
 from django.core.cache import cache
 
 from billing.models import LedgerEntry, Wallet
-from images.services import upstream_upsert
 from keys.services import api_key_create
+from tests.factories import upstream_make
 from tests.test_images_api import model_upsert
 
 IS_POSTGRES = settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
@@ -30,15 +30,11 @@ def test_twenty_concurrent_requests_with_one_key_make_one_upstream_call_and_one_
 ):
     cache.clear()
     monkeypatch.setenv(KEY_ENV, "sk-provider")
-    upstream, _ = upstream_upsert(
+    upstream = upstream_make(
         name="slow",
-        kind="openai",
         base_url=fake_upstream.base_url,
         api_key_env=KEY_ENV,
         timeout_seconds=10,
-        priority=0,
-        weight=1,
-        enabled=True,
     )
     model_upsert(model_id="alpha-slow", group=alpha_group, upstreams=[upstream])
     fake_upstream.script("/v1/images/generations", {"delay": 1.0})  # a slow success: the calls overlap

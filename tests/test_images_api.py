@@ -18,9 +18,8 @@ from PIL import Image
 from billing.models import Hold, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
 from billing.services import subscription_upsert
 from groups.services import group_upsert
-from images.services import upstream_upsert
 from keys.services import api_key_create
-from tests.factories import image_model_make
+from tests.factories import image_model_make, upstream_make
 
 UPSTREAM_KEY_ENV = "TEST_FAKE_UPSTREAM_KEY"
 
@@ -67,15 +66,11 @@ def model_upsert(*, model_id, group, upstreams, price="0.15", **overrides):
 @pytest.fixture
 def openai_upstream(fake_upstream, monkeypatch):
     monkeypatch.setenv(UPSTREAM_KEY_ENV, "sk-provider-secret-value")
-    upstream, _ = upstream_upsert(
+    upstream = upstream_make(
         name="fake-openai",
-        kind="openai",
         base_url=fake_upstream.base_url,
         api_key_env=UPSTREAM_KEY_ENV,
         timeout_seconds=2,
-        priority=0,
-        weight=1,
-        enabled=True,
     )
     return upstream
 
@@ -515,15 +510,11 @@ def test_a_read_timeout_ends_504_without_a_retry_or_a_charge(
 def test_connection_refused_moves_on_to_the_next_upstream(
     client, alice, alice_key, alpha_group, openai_upstream, fake_upstream, fast_retries
 ):
-    dead, _ = upstream_upsert(
+    dead = upstream_make(
         name="dead",
-        kind="openai",
         base_url="http://127.0.0.1:9/v1",
         api_key_env=UPSTREAM_KEY_ENV,
         timeout_seconds=2,
-        priority=0,
-        weight=1,
-        enabled=True,
     )
     openai_upstream.priority = 1
     openai_upstream.save(update_fields=["priority"])

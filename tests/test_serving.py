@@ -12,6 +12,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 
+import openai
 import psycopg
 import pytest
 import requests
@@ -19,9 +20,8 @@ from django.conf import settings
 from django.db import connection
 
 from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
-from images.services import upstream_upsert
 from keys.services import api_key_create
-from tests.factories import image_model_make
+from tests.factories import image_model_make, upstream_make
 from tests.gunicorn_server import gunicorn_serving, shared_database_url
 
 ON_POSTGRES = settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
@@ -42,15 +42,14 @@ UPSTREAM_SECONDS = 0.5  # every scripted upstream answer waits this long
 @pytest.fixture
 def model(alpha_group, fake_upstream, monkeypatch):
     monkeypatch.setenv(KEY_ENV, "sk-provider-secret-value")
-    upstream, _ = upstream_upsert(
+    upstream = upstream_make(
         name="fake-openai",
-        kind="openai",
         base_url=fake_upstream.base_url,
         api_key_env=KEY_ENV,
         timeout_seconds=30,
-        priority=0,
-        weight=1,
-        enabled=True,
+    )
+    image_model_make(
+        model_id="alpha-fake-stream", group=alpha_group, upstreams=[upstream], stream_supported=True
     )
     return image_model_make(model_id="alpha-fake", group=alpha_group, upstreams=[upstream], price="0.25")
 
@@ -169,3 +168,28 @@ def test_it_charges_only_the_calls_that_succeed_when_failures_interleave_with_th
     assert UsageRecord.objects.filter(status=200, amount=Decimal("0.25")).count() == 8
     assert UsageRecord.objects.filter(status=400, amount=Decimal("0")).count() == 8
     assert set(Hold.objects.values_list("status", flat=True)) == {"captured", "released"}
+
+
+def test_it_streams_events_with_the_official_sdk_while_other_calls_run_and_charges_once(
+    server, fake_upstream, alice
+):
+    base_url, _ = server
+    key = api_key_create(account=alice, group=alice.current_group, label="serving")[1]
+    sdk = openai.OpenAI(base_url=f"{base_url}/v1", api_key=key, max_retries=0)
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # The stream is answered at once (3 partial images 0.05 s apart); four plain calls go through
+        # the same worker meanwhile.
+        fake_upstream.script(GEN, {}, *[{"delay": 0.2}] * 4)
+        stream = sdk.images.generate(model="alpha-fake-stream", prompt="x", stream=True, partial_images=3)
+        others = pool.submit(calls_at_once, base_url, key, 4)
+        events = [event.type for event in stream]
+
+    assert events == ["image_generation.partial_image"] * 3 + ["image_generation.completed"]
+    assert [r.status_code for r in others.result()] == [200] * 4
+    wallet = Wallet.objects.get(account=alice)
+    # The stream's model costs 0.02, the others 0.25 each: every call charged once.
+    assert wallet.balance == Decimal("10") - Decimal("0.02") - 4 * Decimal("0.25")
+    assert wallet.held == Decimal("0")
+    assert LedgerEntry.objects.filter(wallet=wallet, kind="charge").count() == 5
+    assert not Hold.objects.filter(status="open").exists()

@@ -14,7 +14,8 @@ import pytest
 import responses as responses_lib
 from PIL import Image
 
-from images.services import image_model_upsert, upstream_upsert
+from images.services import image_model_upsert
+from tests.factories import upstream_make
 
 OPENAI_BASE = "https://api.provider.test/v1"
 OPENAI_KEY_ENV = "IGW_TEST_PROVIDER_KEY"
@@ -99,15 +100,11 @@ def provider_key(monkeypatch):
 
 @pytest.fixture
 def openai_upstream(db, provider_key):
-    upstream, _ = upstream_upsert(
+    upstream = upstream_make(
         name="provider",
-        kind="openai",
         base_url=OPENAI_BASE,
         api_key_env=OPENAI_KEY_ENV,
         timeout_seconds=30,
-        priority=0,
-        weight=1,
-        enabled=True,
     )
     return upstream
 
@@ -115,15 +112,11 @@ def openai_upstream(db, provider_key):
 @pytest.fixture
 def local_upstream(db, provider_key):
     """An OpenAI-compatible upstream on the loopback interface (e.g. a local relay)."""
-    upstream, _ = upstream_upsert(
+    upstream = upstream_make(
         name="local-relay",
-        kind="openai",
         base_url="http://127.0.0.1:9400/v1",
         api_key_env=OPENAI_KEY_ENV,
         timeout_seconds=30,
-        priority=0,
-        weight=1,
-        enabled=True,
     )
     return upstream
 
@@ -213,15 +206,11 @@ def raw_upstream(db, provider_key):
     def start(answer: bytes, *, hold_seconds: float = 0.0):
         server = RawUpstream(answer, hold_seconds=hold_seconds)
         servers.append(server)
-        upstream, _ = upstream_upsert(
+        upstream = upstream_make(
             name=f"raw-{len(servers)}",
-            kind="openai",
             base_url=server.base_url,
             api_key_env=OPENAI_KEY_ENV,
             timeout_seconds=30,
-            priority=0,
-            weight=1,
-            enabled=True,
         )
         return upstream
 
