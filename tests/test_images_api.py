@@ -18,8 +18,10 @@ from PIL import Image
 from billing.models import Hold, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
 from billing.services import subscription_upsert
 from groups.services import group_upsert
+from keys.models import ApiKey
 from keys.services import api_key_create
 from tests.factories import image_model_make, upstream_make
+from tests.rate_windows import rate_window_wait
 
 UPSTREAM_KEY_ENV = "TEST_FAKE_UPSTREAM_KEY"
 
@@ -206,6 +208,7 @@ def test_the_sdk_raises_its_own_exception_classes(
         rpm=1,
         concurrency=0,
     )
+    rate_window_wait(f"api_key:{ApiKey.objects.get().pk}")
     sdk.images.generate(model="alpha-image-2", prompt="x", size="64x64")
     with pytest.raises(openai.RateLimitError) as limited:
         sdk.images.generate(model="alpha-image-2", prompt="x", size="64x64")

@@ -31,8 +31,10 @@ from groups.services import group_upsert
 from images.models import ImageModel, Upstream
 from images.routing import upstreams_for_model
 from images.services import upstream_upsert
+from keys.models import ApiKey
 from keys.services import api_key_create
 from tests.factories import image_model_make
+from tests.rate_windows import rate_window_wait
 
 pytestmark = [
     pytest.mark.django_db,
@@ -233,6 +235,7 @@ def test_a_new_rpm_applies_from_the_next_call(
             concurrency=0,
         )
 
+    rate_window_wait(f"api_key:{ApiKey.objects.get().pk}")
     assert generate(client, key).status_code == 200
     refused = generate(client, key)
     assert refused.status_code == 429

@@ -17,7 +17,10 @@ from django.core.cache import cache
 from django.db import connection
 
 from accounts.services import account_create, account_set_groups
-from billing.services import subscription_upsert
+from billing.metering import metered_call
+from billing.models import UsageRecord
+from billing.services import subscription_upsert, usage_record_build
+from billing.usage import usage_scope
 from images.providers.base import UpstreamError
 from keys.credentials import Credential
 
@@ -32,6 +35,40 @@ postgres_only = pytest.mark.skipif(
 def credential_for(account, group=None) -> Credential:
     """A verified API key as authentication hands it on; a fresh id, so limit counters never collide."""
     return Credential(kind="api_key", id=next(_credential_ids), account=account, bound_group=group)
+
+
+def billed_call(credential, group, model_id, price, call, *, request_id="req_1", now=None):
+    """One billed call as the image pipeline makes it: a usage scope around metered_call."""
+    with usage_scope(request_id=request_id, endpoint="images.generations", credential=credential) as usage:
+        return metered_call(
+            usage=usage,
+            credential=credential,
+            group=group,
+            model_id=model_id,
+            price=price,
+            call=call,
+            now=now,
+        )
+
+
+def usage_record_draft(account, **fields) -> UsageRecord:
+    """The usage record of a successful generation, built and not written (as a capture takes it);
+    `fields` override its values."""
+    values = {
+        "request_id": "req_1",
+        "credential": "api_key:1",
+        "group": None,
+        "model_id": "alpha-image-2",
+        "endpoint": "images.generations",
+        "billing": "balance",
+        "status": 200,
+        "error_code": "",
+        "amount": Decimal("0"),
+        "upstream": "demo",
+        "latency_ms": 5,
+        **fields,
+    }
+    return usage_record_build(account=account, **values)
 
 
 class FakeUpstream:

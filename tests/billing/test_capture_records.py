@@ -18,12 +18,11 @@ from billing.services import (
     hold_reserve,
     holds_release_stale,
     subscription_hold_reserve,
-    usage_record_build,
 )
 from billing.usage import usage_scope
 from gateway_project.errors import ApiError, RateLimited
 from images.providers.base import UpstreamError
-from tests.billing.conftest import FakeUpstream, credential_for, subscribe
+from tests.billing.conftest import FakeUpstream, billed_call, credential_for, subscribe, usage_record_draft
 
 pytestmark = pytest.mark.django_db
 
@@ -67,17 +66,9 @@ def test_it_writes_a_successful_calls_record_with_its_capture_and_no_second_one(
 
 def test_it_records_a_failed_call_once_uncharged(alice, alpha_group, alpha_model):
     credential = credential_for(alice)
-    with (
-        pytest.raises(UpstreamError),
-        usage_scope(request_id="req_bad", endpoint="images.generations", credential=credential) as usage,
-    ):
-        metered_call(
-            usage=usage,
-            credential=credential,
-            group=alpha_group,
-            model_id="alpha-image-2",
-            price=PRICE,
-            call=FakeUpstream(fail=True),
+    with pytest.raises(UpstreamError):
+        billed_call(
+            credential, alpha_group, "alpha-image-2", PRICE, FakeUpstream(fail=True), request_id="req_bad"
         )
     assert UsageRecord.objects.values_list("status", "error_code", "amount").get() == (
         503,
@@ -143,16 +134,15 @@ def test_a_call_failing_after_its_capture_keeps_one_record_with_the_error_and_th
 def test_a_subscription_call_is_recorded_once_with_the_amount_counted(carol, beta_group, beta_model):
     subscribe(carol, beta_group, daily="1")
     credential = credential_for(carol)
-    with usage_scope(request_id="req_sub", endpoint="images.generations", credential=credential) as usage:
-        metered_call(
-            usage=usage,
-            credential=credential,
-            group=beta_group,
-            model_id="beta-imagine-image",
-            price=Decimal("0.02"),
-            call=FakeUpstream(),
-            now=WEDNESDAY_NOON,
-        )
+    billed_call(
+        credential,
+        beta_group,
+        "beta-imagine-image",
+        Decimal("0.02"),
+        FakeUpstream(),
+        request_id="req_sub",
+        now=WEDNESDAY_NOON,
+    )
     record = UsageRecord.objects.get()
     assert (record.status, record.billing, record.amount) == (200, "subscription", Decimal("0.02"))
     assert Hold.objects.get().status == Hold.Status.CAPTURED
@@ -163,20 +153,7 @@ def test_a_subscription_call_is_recorded_once_with_the_amount_counted(carol, bet
 def test_a_capture_that_loses_to_a_release_records_zero_and_charges_nothing(alice):
     hold = hold_reserve(account=alice, amount=PRICE, reference="req_1")
     assert hold_release(hold=hold) is True
-    record = usage_record_build(
-        request_id="req_1",
-        account=alice,
-        credential="api_key:1",
-        group=None,
-        model_id="alpha-image-2",
-        endpoint="images.generations",
-        billing="balance",
-        status=200,
-        error_code="",
-        amount=Decimal("0"),
-        upstream="demo",
-        latency_ms=5,
-    )
+    record = usage_record_draft(alice)
     assert hold_capture(hold=hold, usage_record=record) is False
     assert UsageRecord.objects.values_list("pk", "amount").get() == (record.pk, Decimal("0"))
     assert not LedgerEntry.objects.filter(kind="charge").exists()
@@ -186,20 +163,7 @@ def test_a_capture_that_loses_to_a_release_records_zero_and_charges_nothing(alic
 @pytest.mark.django_db(transaction=True)  # the refused record is only refused when its transaction commits
 def test_a_usage_record_the_database_refuses_does_not_keep_the_call_from_being_charged(alice):
     hold = hold_reserve(account=alice, amount=PRICE, reference="req_1")
-    record = usage_record_build(
-        request_id="req_1",
-        account=alice,
-        credential="api_key:1",
-        group=None,
-        model_id="alpha-image-2",
-        endpoint="images.generations",
-        billing="balance",
-        status=200,
-        error_code="",
-        amount=Decimal("0"),
-        upstream="demo",
-        latency_ms=5,
-    )
+    record = usage_record_draft(alice)
     record.group_id = 999_999  # its group was deleted while the call was in flight
     assert hold_capture(hold=hold, usage_record=record) is True
     assert record.pk is None  # left for the usage scope to write the usual way

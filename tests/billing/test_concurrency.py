@@ -19,25 +19,19 @@ from billing.usage import usage_scope
 from gateway_project.errors import BillingError, Conflict, RateLimited
 from groups.models import Group
 from images.providers.base import UpstreamError
-from tests.billing.conftest import FakeUpstream, credential_for, postgres_only, run_concurrently, subscribe
+from tests.billing.conftest import (
+    FakeUpstream,
+    billed_call,
+    credential_for,
+    postgres_only,
+    run_concurrently,
+    subscribe,
+)
 
 pytestmark = [postgres_only, pytest.mark.django_db(transaction=True)]
 
 PRICE = Decimal("0.15")
 WEDNESDAY_NOON = datetime(2025, 1, 15, 12, 0, tzinfo=UTC)
-
-
-def billed(credential, group, model_id, price, call, *, request_id, now=None):
-    with usage_scope(request_id=request_id, endpoint="images.generations", credential=credential) as usage:
-        return metered_call(
-            usage=usage,
-            credential=credential,
-            group=group,
-            model_id=model_id,
-            price=price,
-            call=call,
-            now=now,
-        )
 
 
 def slow_upstream(inner: FakeUpstream, seconds: float = 0.01):
@@ -75,7 +69,7 @@ def test_balance_for_k_calls_serves_exactly_k_of_5k_concurrent_calls(bob, alpha_
     watcher.start()
     try:
         outcomes = run_concurrently(
-            lambda i: billed(
+            lambda i: billed_call(
                 credential, alpha_group, "alpha-image-2", PRICE, slow_upstream(upstream), request_id=f"r{i}"
             ),
             5 * k,
@@ -110,7 +104,7 @@ def test_concurrent_captures_and_top_ups_chain_every_balance_after(alice, alpha_
     def worker(i):
         if i % 4 == 0:
             return wallet_top_up(account=alice, amount="1", reference=f"t{i}")
-        return billed(credential, alpha_group, "alpha-image-2", PRICE, upstream, request_id=f"r{i}")
+        return billed_call(credential, alpha_group, "alpha-image-2", PRICE, upstream, request_id=f"r{i}")
 
     outcomes = run_concurrently(worker, 48)
     assert [status for status, _ in outcomes] == ["ok"] * 48
@@ -139,10 +133,10 @@ def test_an_upstream_failing_every_call_changes_no_balance_cap_or_counter(
 
     def worker(i):
         if i % 2:
-            return billed(
+            return billed_call(
                 alice_credential, alpha, "alpha-image-2", PRICE, slow_upstream(upstream), request_id=f"a{i}"
             )
-        return billed(
+        return billed_call(
             carol_credential,
             beta,
             "beta-imagine-image",
@@ -171,10 +165,10 @@ def test_an_upstream_failing_every_call_changes_no_balance_cap_or_counter(
 
     def again(i):
         if i % 2:
-            return billed(
+            return billed_call(
                 alice_credential, alpha, "alpha-image-2", PRICE, gate_call, request_id=f"again-a{i}"
             )
-        return billed(
+        return billed_call(
             carol_credential,
             beta,
             "beta-imagine-image",
@@ -193,7 +187,7 @@ def test_random_failures_charge_exactly_the_successes(alice, alpha_group, alpha_
     upstream = FakeUpstream(failure_rate=0.3, seed=20250115)
     credential = credential_for(alice)
     outcomes = run_concurrently(
-        lambda i: billed(
+        lambda i: billed_call(
             credential, alpha_group, "alpha-image-2", PRICE, slow_upstream(upstream), request_id=f"r{i}"
         ),
         60,
@@ -245,7 +239,7 @@ def test_a_daily_cap_admits_exactly_c_concurrent_calls_per_day_within_the_total(
 
     def day(now, tag):
         outcomes = run_concurrently(
-            lambda i: billed(
+            lambda i: billed_call(
                 credential,
                 beta_group,
                 "beta-imagine-image",
@@ -284,7 +278,7 @@ def test_random_subscription_failures_count_exactly_the_successes_in_every_windo
     credential = credential_for(carol)
     upstream = FakeUpstream(failure_rate=0.3, seed=7)
     outcomes = run_concurrently(
-        lambda i: billed(
+        lambda i: billed_call(
             credential,
             beta_group,
             "beta-imagine-image",
@@ -385,7 +379,7 @@ def test_the_concurrency_limit_admits_exactly_n_calls_in_flight(alice, alpha_gro
 
     def worker(i):
         try:
-            return billed(credential, group, "alpha-image-2", PRICE, call, request_id=f"r{i}")
+            return billed_call(credential, group, "alpha-image-2", PRICE, call, request_id=f"r{i}")
         except RateLimited:
             refused_count.release()
             raise

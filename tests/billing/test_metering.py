@@ -17,26 +17,13 @@ from billing.usage import usage_scope
 from gateway_project.errors import ApiError, BillingError, RateLimited
 from groups.models import Group
 from images.providers.base import UpstreamError
-from tests.billing.conftest import FakeUpstream, credential_for, subscribe
+from tests.billing.conftest import FakeUpstream, billed_call, credential_for, subscribe
+from tests.rate_windows import rate_window_wait
 
 pytestmark = pytest.mark.django_db
 
 # A Wednesday in the gateway's zone (UTC in tests).
 WEDNESDAY_NOON = datetime(2025, 1, 15, 12, 0, tzinfo=UTC)
-
-
-def run(credential, group, model_id, price, call, *, request_id="req_1", now=None):
-    """One billed call as the image pipeline makes it: a usage scope around metered_call."""
-    with usage_scope(request_id=request_id, endpoint="images.generations", credential=credential) as usage:
-        return metered_call(
-            usage=usage,
-            credential=credential,
-            group=group,
-            model_id=model_id,
-            price=price,
-            call=call,
-            now=now,
-        )
 
 
 def balance(account) -> Decimal:
@@ -48,7 +35,9 @@ def balance(account) -> Decimal:
 
 def test_it_charges_a_successful_call_once_with_the_request_id(alice, alpha_group, alpha_model):
     upstream = FakeUpstream(result={"data": [1]})
-    result = run(credential_for(alice), alpha_group, alpha_model.model_id, alpha_model.price, upstream)
+    result = billed_call(
+        credential_for(alice), alpha_group, alpha_model.model_id, alpha_model.price, upstream
+    )
     assert result == {"data": [1]}
     assert upstream.calls == 1
     assert balance(alice) == Decimal("9.8500")
@@ -69,7 +58,7 @@ def test_it_charges_a_successful_call_once_with_the_request_id(alice, alpha_grou
 def test_it_never_charges_a_failed_upstream_call_and_reraises_it_unchanged(alice, alpha_group, alpha_model):
     upstream = FakeUpstream(fail=True)
     with pytest.raises(UpstreamError) as failed:
-        run(credential_for(alice), alpha_group, "alpha-image-2", Decimal("0.15"), upstream)
+        billed_call(credential_for(alice), alpha_group, "alpha-image-2", Decimal("0.15"), upstream)
     assert failed.value.status == 503
     assert balance(alice) == Decimal("10.0000")
     assert Wallet.objects.get(account=alice).held == 0
@@ -83,7 +72,7 @@ def test_it_releases_when_the_call_raises_an_api_error(alice, alpha_group, alpha
         raise ApiError("upstream said no", status=502, type="upstream_error", code="upstream_error")
 
     with pytest.raises(ApiError):
-        run(credential_for(alice), alpha_group, "alpha-image-2", Decimal("0.15"), call)
+        billed_call(credential_for(alice), alpha_group, "alpha-image-2", Decimal("0.15"), call)
     assert balance(alice) == Decimal("10.0000")
     assert not Hold.objects.filter(status=Hold.Status.OPEN).exists()
     assert UsageRecord.objects.get().status == 502
@@ -92,7 +81,7 @@ def test_it_releases_when_the_call_raises_an_api_error(alice, alpha_group, alpha
 def test_it_refuses_insufficient_balance_before_calling_upstream(bob, alpha_group, alpha_model):
     upstream = FakeUpstream()
     with pytest.raises(BillingError) as refused:
-        run(credential_for(bob), alpha_group, "alpha-image-2", Decimal("0.15"), upstream)
+        billed_call(credential_for(bob), alpha_group, "alpha-image-2", Decimal("0.15"), upstream)
     assert (refused.value.status, refused.value.code) == (403, "INSUFFICIENT_BALANCE")
     assert upstream.calls == 0
     assert not Hold.objects.exists()
@@ -107,14 +96,14 @@ def test_it_runs_the_upstream_call_with_no_transaction_open(alice, alpha_group, 
         seen.append(transaction_open_by_application())
         return "ok"
 
-    run(credential_for(alice), alpha_group, "alpha-image-2", Decimal("0.15"), call)
+    billed_call(credential_for(alice), alpha_group, "alpha-image-2", Decimal("0.15"), call)
     assert seen == [False]
 
 
 def test_it_refuses_to_run_inside_a_transaction(alice, alpha_group, alpha_model):
     upstream = FakeUpstream()
     with pytest.raises(RuntimeError, match="transaction"), transaction.atomic():
-        run(credential_for(alice), alpha_group, "alpha-image-2", Decimal("0.15"), upstream)
+        billed_call(credential_for(alice), alpha_group, "alpha-image-2", Decimal("0.15"), upstream)
     assert upstream.calls == 0
 
 
@@ -123,7 +112,7 @@ def test_it_releases_and_records_500_for_an_unexpected_exception(alice, alpha_gr
         raise KeyError("bug")
 
     with pytest.raises(KeyError):
-        run(credential_for(alice), alpha_group, "alpha-image-2", Decimal("0.15"), call)
+        billed_call(credential_for(alice), alpha_group, "alpha-image-2", Decimal("0.15"), call)
     assert balance(alice) == Decimal("10.0000")
     record = UsageRecord.objects.get()
     assert (record.status, record.error_code) == (500, "internal_error")
@@ -159,7 +148,7 @@ def test_it_charges_a_call_the_upstream_completed_even_if_the_client_left(alice,
 
 def test_it_counts_a_subscription_call_against_the_caps_not_the_wallet(carol, beta_group, beta_model):
     subscription = subscribe(carol, beta_group, daily="1")
-    run(
+    billed_call(
         credential_for(carol),
         beta_group,
         "beta-imagine-image",
@@ -179,7 +168,7 @@ def test_it_counts_a_subscription_call_against_the_caps_not_the_wallet(carol, be
 def test_it_refuses_without_a_subscription(carol, beta_group, beta_model):
     upstream = FakeUpstream()
     with pytest.raises(BillingError) as refused:
-        run(credential_for(carol), beta_group, "beta-imagine-image", Decimal("0.02"), upstream)
+        billed_call(credential_for(carol), beta_group, "beta-imagine-image", Decimal("0.02"), upstream)
     assert (refused.value.status, refused.value.type, refused.value.code) == (
         403,
         "billing_error",
@@ -191,7 +180,7 @@ def test_it_refuses_without_a_subscription(carol, beta_group, beta_model):
 def test_it_refuses_an_expired_subscription(carol, beta_group, beta_model):
     subscribe(carol, beta_group, expires_at=WEDNESDAY_NOON - timedelta(seconds=1))
     with pytest.raises(BillingError) as refused:
-        run(
+        billed_call(
             credential_for(carol),
             beta_group,
             "beta-imagine-image",
@@ -206,11 +195,11 @@ def test_it_refuses_a_model_the_plan_does_not_cover(carol, beta_group, beta_mode
     subscribe(carol, beta_group, model_ids=["beta-imagine-image-quality"])
     upstream = FakeUpstream()
     with pytest.raises(BillingError) as refused:
-        run(credential_for(carol), beta_group, "beta-imagine-image", Decimal("0.02"), upstream)
+        billed_call(credential_for(carol), beta_group, "beta-imagine-image", Decimal("0.02"), upstream)
     assert (refused.value.status, refused.value.code) == (403, "SUBSCRIPTION_INVALID")
     assert upstream.calls == 0
     subscribe(carol, beta_group, model_ids=["beta-imagine-image"])
-    run(
+    billed_call(
         credential_for(carol), beta_group, "beta-imagine-image", Decimal("0.02"), upstream, request_id="req_2"
     )
     assert upstream.calls == 1
@@ -220,7 +209,7 @@ def test_it_refuses_over_the_daily_cap_with_retry_after_until_midnight(carol, be
     subscribe(carol, beta_group, daily="0.04")
     credential = credential_for(carol)
     for n in range(2):
-        run(
+        billed_call(
             credential,
             beta_group,
             "beta-imagine-image",
@@ -231,7 +220,7 @@ def test_it_refuses_over_the_daily_cap_with_retry_after_until_midnight(carol, be
         )
     upstream = FakeUpstream()
     with pytest.raises(RateLimited) as refused:
-        run(
+        billed_call(
             credential,
             beta_group,
             "beta-imagine-image",
@@ -249,7 +238,7 @@ def test_it_refuses_over_the_daily_cap_with_retry_after_until_midnight(carol, be
     assert "daily cap" in refused.value.message
     assert upstream.calls == 0
     # The next day (time moved, not slept) the daily window is fresh again.
-    run(
+    billed_call(
         credential,
         beta_group,
         "beta-imagine-image",
@@ -264,9 +253,11 @@ def test_it_refuses_over_the_daily_cap_with_retry_after_until_midnight(carol, be
 def test_it_blocks_on_the_weekly_cap_until_monday(carol, beta_group, beta_model):
     subscribe(carol, beta_group, daily="1", weekly="0.02")
     credential = credential_for(carol)
-    run(credential, beta_group, "beta-imagine-image", Decimal("0.02"), FakeUpstream(), now=WEDNESDAY_NOON)
+    billed_call(
+        credential, beta_group, "beta-imagine-image", Decimal("0.02"), FakeUpstream(), now=WEDNESDAY_NOON
+    )
     with pytest.raises(RateLimited) as refused:
-        run(
+        billed_call(
             credential,
             beta_group,
             "beta-imagine-image",
@@ -277,15 +268,17 @@ def test_it_blocks_on_the_weekly_cap_until_monday(carol, beta_group, beta_model)
     # Thursday 12:00 → Monday 00:00 is 3 days and 12 hours.
     assert refused.value.headers["Retry-After"] == str((3 * 24 + 12) * 3600)
     monday = datetime(2025, 1, 20, 0, 0, tzinfo=UTC)
-    run(credential, beta_group, "beta-imagine-image", Decimal("0.02"), FakeUpstream(), now=monday)
+    billed_call(credential, beta_group, "beta-imagine-image", Decimal("0.02"), FakeUpstream(), now=monday)
 
 
 def test_it_blocks_on_the_monthly_cap_until_the_first(carol, beta_group, beta_model):
     subscribe(carol, beta_group, monthly="0.02")
     credential = credential_for(carol)
-    run(credential, beta_group, "beta-imagine-image", Decimal("0.02"), FakeUpstream(), now=WEDNESDAY_NOON)
+    billed_call(
+        credential, beta_group, "beta-imagine-image", Decimal("0.02"), FakeUpstream(), now=WEDNESDAY_NOON
+    )
     with pytest.raises(RateLimited) as refused:
-        run(
+        billed_call(
             credential,
             beta_group,
             "beta-imagine-image",
@@ -294,7 +287,7 @@ def test_it_blocks_on_the_monthly_cap_until_the_first(carol, beta_group, beta_mo
             now=datetime(2025, 1, 31, 23, 0, tzinfo=UTC),
         )
     assert refused.value.headers["Retry-After"] == "3600"
-    run(
+    billed_call(
         credential,
         beta_group,
         "beta-imagine-image",
@@ -307,8 +300,10 @@ def test_it_blocks_on_the_monthly_cap_until_the_first(carol, beta_group, beta_mo
 def test_the_total_cap_never_resets(carol, beta_group, beta_model):
     subscribe(carol, beta_group, daily="1", total="0.04")
     credential = credential_for(carol)
-    run(credential, beta_group, "beta-imagine-image", Decimal("0.02"), FakeUpstream(), now=WEDNESDAY_NOON)
-    run(
+    billed_call(
+        credential, beta_group, "beta-imagine-image", Decimal("0.02"), FakeUpstream(), now=WEDNESDAY_NOON
+    )
+    billed_call(
         credential,
         beta_group,
         "beta-imagine-image",
@@ -317,7 +312,7 @@ def test_the_total_cap_never_resets(carol, beta_group, beta_model):
         now=WEDNESDAY_NOON + timedelta(days=40),
     )
     with pytest.raises(RateLimited) as refused:
-        run(
+        billed_call(
             credential,
             beta_group,
             "beta-imagine-image",
@@ -333,7 +328,7 @@ def test_a_failed_subscription_call_gives_its_quota_back(carol, beta_group, beta
     subscription = subscribe(carol, beta_group, daily="0.02")
     credential = credential_for(carol)
     with pytest.raises(UpstreamError):
-        run(
+        billed_call(
             credential,
             beta_group,
             "beta-imagine-image",
@@ -344,7 +339,9 @@ def test_a_failed_subscription_call_gives_its_quota_back(carol, beta_group, beta
     assert set(
         SubscriptionUsage.objects.filter(subscription=subscription).values_list("used", flat=True)
     ) == {0}
-    run(credential, beta_group, "beta-imagine-image", Decimal("0.02"), FakeUpstream(), now=WEDNESDAY_NOON)
+    billed_call(
+        credential, beta_group, "beta-imagine-image", Decimal("0.02"), FakeUpstream(), now=WEDNESDAY_NOON
+    )
     assert ledger_check() == []
 
 
@@ -352,7 +349,7 @@ def test_windows_follow_the_gateway_timezone(carol, beta_group, beta_model, sett
     settings.GATEWAY_TIMEZONE = "Asia/Shanghai"  # UTC+8: the local day ends at 16:00 UTC
     subscribe(carol, beta_group, daily="0.02")
     credential = credential_for(carol)
-    run(
+    billed_call(
         credential,
         beta_group,
         "beta-imagine-image",
@@ -361,7 +358,7 @@ def test_windows_follow_the_gateway_timezone(carol, beta_group, beta_model, sett
         now=datetime(2025, 1, 15, 15, 0, tzinfo=UTC),
     )
     with pytest.raises(RateLimited) as refused:
-        run(
+        billed_call(
             credential,
             beta_group,
             "beta-imagine-image",
@@ -370,7 +367,7 @@ def test_windows_follow_the_gateway_timezone(carol, beta_group, beta_model, sett
             now=datetime(2025, 1, 15, 15, 30, tzinfo=UTC),
         )
     assert refused.value.headers["Retry-After"] == "1800"
-    run(
+    billed_call(
         credential,
         beta_group,
         "beta-imagine-image",
@@ -387,7 +384,7 @@ def test_a_subscription_hold_released_after_midnight_returns_the_quota_to_its_ow
     hold = subscription_hold_reserve(
         subscription=subscription, amount=Decimal("0.02"), reference="r", now=WEDNESDAY_NOON
     )
-    run(
+    billed_call(
         credential_for(carol),
         beta_group,
         "beta-imagine-image",
@@ -415,17 +412,18 @@ def test_it_refuses_the_request_over_rpm_with_retry_after(alice, alpha_group, al
     Group.objects.filter(pk=alpha_group.pk).update(rpm=3)
     group = Group.objects.get(pk=alpha_group.pk)  # staff changed it: read per request
     credential = credential_for(alice)
+    rate_window_wait(credential.limit_key)
     upstream = FakeUpstream()
     for n in range(3):
-        run(credential, group, "alpha-image-2", Decimal("0.15"), upstream, request_id=f"r{n}")
+        billed_call(credential, group, "alpha-image-2", Decimal("0.15"), upstream, request_id=f"r{n}")
     with pytest.raises(RateLimited) as refused:
-        run(credential, group, "alpha-image-2", Decimal("0.15"), upstream, request_id="r4")
+        billed_call(credential, group, "alpha-image-2", Decimal("0.15"), upstream, request_id="r4")
     assert (refused.value.status, refused.value.type) == (429, "rate_limit_error")
     assert 1 <= int(refused.value.headers["Retry-After"]) <= 60
     assert upstream.calls == 3
     assert balance(alice) == Decimal("9.5500")  # the refused call was not charged
     # Another credential of the same account has its own count.
-    run(credential_for(alice), group, "alpha-image-2", Decimal("0.15"), upstream, request_id="r5")
+    billed_call(credential_for(alice), group, "alpha-image-2", Decimal("0.15"), upstream, request_id="r5")
     assert UsageRecord.objects.filter(status=429).count() == 1
 
 
@@ -440,19 +438,21 @@ def test_it_refuses_a_call_over_the_concurrency_limit_and_frees_the_slot_after(
     def call_that_tries_a_second_call():
         # A second call of the same credential while this one is in flight.
         try:
-            run(credential, group, "alpha-image-2", Decimal("0.15"), FakeUpstream(), request_id="inner")
+            billed_call(
+                credential, group, "alpha-image-2", Decimal("0.15"), FakeUpstream(), request_id="inner"
+            )
         except RateLimited as exc:
             inner_refusals.append(exc)
         return "ok"
 
-    run(
+    billed_call(
         credential, group, "alpha-image-2", Decimal("0.15"), call_that_tries_a_second_call, request_id="outer"
     )
     assert len(inner_refusals) == 1
     assert inner_refusals[0].code == "concurrency_limit_exceeded"
     assert inner_refusals[0].headers["Retry-After"] == "1"
     # The slot is free again after the call.
-    run(credential, group, "alpha-image-2", Decimal("0.15"), FakeUpstream(), request_id="after")
+    billed_call(credential, group, "alpha-image-2", Decimal("0.15"), FakeUpstream(), request_id="after")
 
 
 @pytest.mark.parametrize(
@@ -487,10 +487,10 @@ def test_the_concurrency_slot_is_released_on_every_exit_path(outcome, alice, bob
         "refused_reserve": BillingError,
     }.get(outcome)
     if expected is None:
-        run(credential, group, "alpha-image-2", Decimal("0.15"), call, request_id="first")
+        billed_call(credential, group, "alpha-image-2", Decimal("0.15"), call, request_id="first")
     else:
         with pytest.raises(expected):
-            run(credential, group, "alpha-image-2", Decimal("0.15"), call, request_id="first")
+            billed_call(credential, group, "alpha-image-2", Decimal("0.15"), call, request_id="first")
     # The slot was given back: the credential's one slot can be taken again.
     slot = concurrency_slot_acquire(limit_key=credential.limit_key, limit=1, ttl_seconds=60)
     assert slot is not None
@@ -502,9 +502,10 @@ def test_it_refuses_before_reserving_when_rate_limited(alice, alpha_group, alpha
     Group.objects.filter(pk=alpha_group.pk).update(rpm=1)
     group = Group.objects.get(pk=alpha_group.pk)
     credential = credential_for(alice)
-    run(credential, group, "alpha-image-2", Decimal("0.15"), FakeUpstream())
+    rate_window_wait(credential.limit_key)
+    billed_call(credential, group, "alpha-image-2", Decimal("0.15"), FakeUpstream())
     with pytest.raises(RateLimited):
-        run(credential, group, "alpha-image-2", Decimal("0.15"), FakeUpstream(), request_id="r2")
+        billed_call(credential, group, "alpha-image-2", Decimal("0.15"), FakeUpstream(), request_id="r2")
     assert Hold.objects.count() == 1
 
 

@@ -13,18 +13,22 @@ from decimal import Decimal
 import pytest
 from django.db import connection
 
-from billing.metering import metered_call
 from billing.models import Hold, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
 from billing.selectors import ledger_check
 from billing.services import (
     hold_capture,
     hold_reserve,
     subscription_hold_reserve,
-    usage_record_build,
 )
-from billing.usage import usage_scope
 from gateway_project.errors import BillingError
-from tests.billing.conftest import FakeUpstream, credential_for, postgres_only, subscribe
+from tests.billing.conftest import (
+    FakeUpstream,
+    billed_call,
+    credential_for,
+    postgres_only,
+    subscribe,
+    usage_record_draft,
+)
 
 pytestmark = [pytest.mark.postgres, postgres_only, pytest.mark.django_db(transaction=True)]
 
@@ -54,19 +58,8 @@ def statements_sent() -> Iterator[list[Statement]]:
 
 
 def build_record(account, credential, *, request_id="req_1", group=None):
-    return usage_record_build(
-        request_id=request_id,
-        account=account,
-        credential=credential.limit_key,
-        group=group,
-        model_id="alpha-image-2",
-        endpoint="images.generations",
-        billing="balance",
-        status=200,
-        error_code="",
-        amount=Decimal("0"),
-        upstream="demo",
-        latency_ms=12,
+    return usage_record_draft(
+        account, request_id=request_id, credential=credential.limit_key, group=group, latency_ms=12
     )
 
 
@@ -120,18 +113,8 @@ def test_a_successful_wallet_billed_call_costs_two_statements_reserve_and_captur
     alice, alpha_group, alpha_model
 ):
     credential = credential_for(alice)
-    with (
-        statements_sent() as sent,
-        usage_scope(request_id="req_1", endpoint="images.generations", credential=credential) as usage,
-    ):
-        metered_call(
-            usage=usage,
-            credential=credential,
-            group=alpha_group,
-            model_id="alpha-image-2",
-            price=PRICE,
-            call=FakeUpstream(),
-        )
+    with statements_sent() as sent:
+        billed_call(credential, alpha_group, "alpha-image-2", PRICE, FakeUpstream())
     assert [s.in_transaction for s in sent] == [False, False]
     assert "billing_hold" in sent[0].sql and "billing_usagerecord" in sent[1].sql
     record = UsageRecord.objects.get()
@@ -143,19 +126,8 @@ def test_a_failed_wallet_billed_call_releases_in_one_statement_and_records_it_on
     alice, alpha_group, alpha_model
 ):
     credential = credential_for(alice)
-    with (
-        statements_sent() as sent,
-        pytest.raises(Exception, match="overloaded"),
-        usage_scope(request_id="req_1", endpoint="images.generations", credential=credential) as usage,
-    ):
-        metered_call(
-            usage=usage,
-            credential=credential,
-            group=alpha_group,
-            model_id="alpha-image-2",
-            price=PRICE,
-            call=FakeUpstream(fail=True),
-        )
+    with statements_sent() as sent, pytest.raises(Exception, match="overloaded"):
+        billed_call(credential, alpha_group, "alpha-image-2", PRICE, FakeUpstream(fail=True))
     # Reserve, release, usage record: each one statement in autocommit.
     assert [s.in_transaction for s in sent] == [False, False, False]
     assert UsageRecord.objects.values_list("status", "amount").get() == (503, Decimal("0"))

@@ -12,11 +12,11 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing.models import Hold, UsageRecord
-from billing.services import hold_reserve, usage_record_build, usage_record_insert
+from billing.services import hold_reserve, usage_record_insert
 from billing.usage import usage_scope
 from gateway_project.errors import InvalidRequest
 from images.providers.base import UpstreamError
-from tests.billing.conftest import credential_for
+from tests.billing.conftest import credential_for, usage_record_draft
 
 pytestmark = pytest.mark.django_db
 
@@ -76,18 +76,10 @@ def test_purge_usage_deletes_only_records_older_than_the_retention(alice, settin
 
     def record(age_days: float) -> UsageRecord:
         return usage_record_insert(
-            record=usage_record_build(
+            record=usage_record_draft(
+                alice,
                 request_id=f"req_{age_days}",
-                account=alice,
-                credential="api_key:1",
-                group=None,
-                model_id="alpha-image-2",
-                endpoint="images.generations",
-                billing="balance",
-                status=200,
-                error_code="",
                 amount=Decimal("0.15"),
-                upstream="demo",
                 latency_ms=10,
                 created_at=now - timedelta(days=age_days),
             )
