@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import signal
 import statistics
 import sys
@@ -53,6 +54,24 @@ def variant_parse(spec: str) -> tuple[str, dict[str, str], str, list[str]]:
     return name, env, source, patches
 
 
+def targets_signal(
+    targets: list[tuple[str, run.Target]],
+    sig: int,
+    *,
+    only: run.Target | None = None,
+    others: int | None = None,
+) -> None:
+    """Send `sig` to every gateway's processes (or only to `only`'s, and `others` to the rest): the
+    variants not being measured are stopped so they use no CPU meanwhile."""
+    for _, target in targets:
+        send = sig if only is None or target is only else others
+        if send is None:
+            continue
+        for pid in run.proc_tree(target.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, send)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("variants", nargs="+", metavar="VARIANT")
@@ -65,12 +84,12 @@ def main(argv: list[str] | None = None) -> int:
 
     procs = run.Processes()
     workdir = Path(tempfile.mkdtemp(prefix="igw-ab-"))
+    targets: list[tuple[str, run.Target]] = []
     signal.signal(signal.SIGTERM, lambda signum, frame: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         wrk = run.ensure_apt("wrk", "wrk")
         pg = run.postgres_start(procs, workdir, max_connections=100 * len(variants))
         redis_url = run.redis_start(procs, workdir)
-        targets = []
         key = None
         base_env = run.gateway_env(pg=pg, redis_url=redis_url, port=0, workdir=workdir, overrides={})
         for index, (name, overrides, source, patches) in enumerate(variants):
@@ -82,33 +101,19 @@ def main(argv: list[str] | None = None) -> int:
             env = dict(base_env, **overrides)
             bind = run.free_port()
             env.update(GATEWAY_BIND=f"127.0.0.1:{bind}", GATEWAY_PUBLIC_URL=f"http://127.0.0.1:{bind}")
-            if key is None:
-                target = run.gateway_start(
-                    procs, vdir, src, env, {"fast": port, "slow1": port, "slow2": port, "large": port}
-                )
+            if key is None:  # the first variant migrates, loads the bench config and makes the key
+                ports = dict.fromkeys(run.UPSTREAMS, port)
+                target = run.gateway_start(procs, vdir, src, env, ports)
                 key = target.key
             else:
-                argv_ = [run.GUNICORN, "--config", str(src / "gunicorn.conf.py"), "--chdir", str(src),
-                         "gateway_project.wsgi"]  # fmt: skip
-                process = procs.start(
-                    f"gateway {name}", argv_, log_path=vdir / "gateway.log", cwd=src, env=env
-                )
-                target = run.Target(name="gateway", port=bind, key=key, models={"fast": "bench-fast"},
-                                    pid=process.pid)  # fmt: skip
-                run.wait_for(lambda t=target: run.post_ok(t, "bench-fast", timeout=5), f"variant {name}")
+                target = run.gateway_serve(procs, vdir, src, env, key=key, name=f"variant {name}")
             targets.append((name, target))
             run.log(f"variant {name}: :{bind} {overrides or ''} source={source} {patches or ''}")
-
-        def freeze_all_but(active: run.Target | None) -> None:
-            for _, target in targets:
-                for pid in run.proc_tree(target.pid):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGCONT if target is active else signal.SIGSTOP)
 
         results: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in targets}
         for round_ in range(1, args.rounds + 1):
             for name, target in targets:
-                freeze_all_but(target)
+                targets_signal(targets, signal.SIGCONT, only=target, others=signal.SIGSTOP)
                 run.drain(target)
                 if args.warmup:
                     run.wrk_run(wrk, target, model="bench-fast", connections=args.connections,
@@ -122,12 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                 results[name].append((rps, ms))
                 run.log(f"round {round_} {name}: {rps:.1f} req/s, {ms:.2f} ms CPU/req, "
                         f"p50 {result['p50_ms']:.2f} ms, errors {result['errors']}")  # fmt: skip
-        freeze_all_but(None)
-        for _, target in targets:
-            for pid in run.proc_tree(target.pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGCONT)
-
+        targets_signal(targets, signal.SIGCONT)
         first = targets[0][0]
         print(f"\n{args.rounds} rounds x {args.duration:g} s, {args.connections} connections; "
               f"ratios are per round against {first}")  # fmt: skip
@@ -143,18 +143,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     finally:
-        for _, target in locals().get("targets", []):
-            for pid in run.proc_tree(target.pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGCONT)
+        targets_signal(targets, signal.SIGCONT)  # a stopped process cannot handle its SIGTERM
         for process in run.LOADS:
             with contextlib.suppress(Exception):
                 process.kill()
         procs.stop_all()
-        with contextlib.suppress(Exception):
-            import shutil
-
-            shutil.rmtree(workdir)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

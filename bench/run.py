@@ -401,17 +401,24 @@ def gateway_start(
     config.write_text(bench_config(ports))
     manage("loadconfig", str(config))
     key = manage("createapikey", "bench", "--group", "Bench", "--label", "bench").strip().splitlines()[-1]
+    return gateway_serve(procs, workdir, src, env, key=key)
+
+
+def gateway_serve(
+    procs: Processes, workdir: Path, src: Path, env: dict[str, str], *, key: str, name: str = "gateway"
+) -> Target:
+    """gunicorn with the snapshot's gunicorn.conf.py on env's GATEWAY_BIND, once it answers a call."""
     argv = [GUNICORN, "--config", str(src / "gunicorn.conf.py"), "--chdir", str(src), "gateway_project.wsgi"]
-    process = procs.start("gateway", argv, log_path=workdir / "gateway.log", cwd=src, env=env)
+    process = procs.start(name, argv, log_path=workdir / "gateway.log", cwd=src, env=env)
     port = int(env["GATEWAY_BIND"].rsplit(":", 1)[1])
     target = Target(
         name="gateway",
         port=port,
         key=key,
-        models={name: f"bench-{name}" for name in UPSTREAMS},
+        models={upstream: f"bench-{upstream}" for upstream in UPSTREAMS},
         pid=process.pid,
     )
-    wait_for(lambda: post_ok(target, "bench-fast", timeout=5), "the gateway", timeout=60)
+    wait_for(lambda: post_ok(target, "bench-fast", timeout=5), name, timeout=60)
     return target
 
 

@@ -115,13 +115,6 @@ _api_keys: GenerationCache[ApiKeySnapshot] = GenerationCache(name="api_keys")
 _access_tokens: GenerationCache[AccessTokenSnapshot] = GenerationCache(name="oauth_access_tokens")
 
 
-def api_key_get_by_secret(*, secret: str) -> ApiKey | None:
-    """The key whose stored HMAC matches `secret` (with its account, user and group), or None.
-
-    Always a database read (for authentication, use `api_key_snapshot_get`)."""
-    return _api_key_get_by_digest(digest=api_key_hash(secret))
-
-
 def api_key_snapshot_get(*, secret: str) -> ApiKeySnapshot | None:
     """The authentication view of the key `secret`, or None; served from the per-process cache while
     the configuration generation is unchanged."""
@@ -130,15 +123,6 @@ def api_key_snapshot_get(*, secret: str) -> ApiKeySnapshot | None:
         return _api_keys.get_or_load(digest, lambda: _api_key_snapshot_load(digest=digest))
     except _Uncached as uncached:
         return cast("ApiKeySnapshot | None", uncached.value)
-
-
-def oauth_access_token_get_by_secret(*, token: str) -> AccessToken | None:
-    """The access token whose stored checksum matches `token` (with its user and account), or None.
-
-    Revoked access tokens are deleted by django-oauth-toolkit, so they are simply not found. Always a
-    database read (for authentication, use `oauth_access_token_snapshot_get`).
-    """
-    return _access_token_get_by_checksum(checksum=oauth_token_checksum(token))
 
 
 def oauth_access_token_snapshot_get(*, token: str) -> AccessTokenSnapshot | None:

@@ -118,3 +118,31 @@ def test_make_writes_a_development_env_once(tmp_path):
     )
     subprocess.run([sys.executable, "scripts/dev_env.py"], cwd=tmp_path, check=True, capture_output=True)
     assert (tmp_path / ".env").read_text() == first  # never rewritten: the key pepper must stay
+
+
+def _gunicorn_worker_class(env: dict[str, str]) -> str:
+    """worker_class of gunicorn.conf.py, loaded in a fresh process as gunicorn loads it (a file run as a
+    module), with only `env` set among the variables it reads."""
+    clean = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "GUNICORN_WORKER_CLASS")}
+    clean.update({"GATEWAY_ENV_FILE": "", **env})
+    script = "import runpy; print(runpy.run_path('gunicorn.conf.py')['worker_class'])"
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=clean, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_gunicorn_runs_gevent_workers_on_postgresql_and_threads_on_sqlite(tmp_path):
+    assert _gunicorn_worker_class({"DATABASE_URL": "postgres://u:p@db.internal/gateway"}) == "gevent"
+    assert _gunicorn_worker_class({"DATABASE_URL": "sqlite:///db.sqlite3"}) == "gthread"
+    assert _gunicorn_worker_class({}) == "gthread"  # the development default is SQLite
+    # DATABASE_URL from the deployment's .env decides it as it decides Django's database.
+    env_file = tmp_path / "gateway.env"
+    env_file.write_text("DATABASE_URL=postgresql://u:p@db.internal/gateway\n")
+    assert _gunicorn_worker_class({"GATEWAY_ENV_FILE": str(env_file)}) == "gevent"
+    # An explicit choice wins.
+    assert (
+        _gunicorn_worker_class({"DATABASE_URL": "postgres://u:p@db/g", "GUNICORN_WORKER_CLASS": "gthread"})
+        == "gthread"
+    )
