@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="igw-memory-"))
     upstream = None
     try:
-        upstream, port = _upstream_start(source=source, image_bytes=args.image_bytes)
+        upstream, port = upstream_start(source=source, image_bytes=args.image_bytes)
         app, key = _gateway_setup(source=source, workdir=workdir, upstream_port=port)
         results = _measure(app=app, key=key, args=args)
     finally:
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 # --- setup ---------------------------------------------------------------------------------------------
 
 
-def _upstream_start(*, source: Path, image_bytes: int) -> tuple[subprocess.Popen, int]:
+def upstream_start(*, source: Path, image_bytes: int) -> tuple[subprocess.Popen, int]:
     argv = [sys.executable, "-m", "bench.upstream", "--port", "0"]
     if image_bytes:
         argv += ["--image-bytes", str(image_bytes)]
@@ -110,26 +110,43 @@ def _upstream_start(*, source: Path, image_bytes: int) -> tuple[subprocess.Popen
     return process, int(match.group(1))
 
 
-def _gateway_setup(*, source: Path, workdir: Path, upstream_port: int) -> tuple[Callable, str]:
-    """Django configured like production (DEBUG off), migrated, one upstream/model/account/key."""
-    os.environ.update(
-        DJANGO_SETTINGS_MODULE="gateway_project.settings",
-        GATEWAY_ENV_FILE="",  # never read a developer's .env
-        DEBUG="0",
-        SECRET_KEY=secrets.token_urlsafe(50),
-        GATEWAY_KEY_PEPPER=secrets.token_urlsafe(32),
-        MEDIA_ROOT=str(workdir / "media"),
-        BENCH_UPSTREAM_KEY=UPSTREAM_KEY,
-        LOG_LEVEL="WARNING",
-    )
-    os.environ.setdefault("DATABASE_URL", f"sqlite:///{workdir / 'gateway.sqlite3'}")
+def gateway_environ(*, workdir: Path) -> dict[str, str]:
+    """The environment of a gateway configured like production (DEBUG off). A second process given
+    the same environment (keys included) serves the database `_gateway_setup` prepared."""
+    return {
+        "DJANGO_SETTINGS_MODULE": "gateway_project.settings",
+        "GATEWAY_ENV_FILE": "",  # never read a developer's .env
+        "DEBUG": "0",
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "GATEWAY_KEY_PEPPER": secrets.token_urlsafe(32),
+        "MEDIA_ROOT": str(workdir / "media"),
+        "BENCH_UPSTREAM_KEY": UPSTREAM_KEY,
+        "LOG_LEVEL": "WARNING",
+        "DATABASE_URL": os.environ.get("DATABASE_URL") or f"sqlite:///{workdir / 'gateway.sqlite3'}",
+    }
+
+
+def gateway_load(*, source: Path) -> Callable:
+    """The WSGI application of `source`, with the environment already set."""
     sys.path.insert(0, str(source))
     os.chdir(source)
 
     import django
-    from django.core.management import call_command
 
     django.setup()
+    from gateway_project.wsgi import application
+
+    return application
+
+
+def _gateway_setup(
+    *, source: Path, workdir: Path, upstream_port: int, environ: dict[str, str] | None = None
+) -> tuple[Callable, str]:
+    """Django configured like production (DEBUG off), migrated, one upstream/model/account/key."""
+    os.environ.update(environ or gateway_environ(workdir=workdir))
+    gateway_load(source=source)
+    from django.core.management import call_command
+
     call_command("migrate", "--noinput", verbosity=0)
     config = workdir / "memory.toml"
     config.write_text(
@@ -165,7 +182,7 @@ BODY = json.dumps(
 ).encode()
 
 
-def _call(app: Callable, key: str) -> int:
+def call(app: Callable, key: str) -> int:
     """One request through the WSGI app; returns the response body's size."""
     environ = {
         "REQUEST_METHOD": "POST",
@@ -213,7 +230,7 @@ def _batch(app: Callable, key: str, *, concurrency: int) -> list[int]:
 
         try:
             barrier.wait()
-            sizes.append(_call(app, key))
+            sizes.append(call(app, key))
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
         finally:
@@ -234,8 +251,8 @@ def _batch(app: Callable, key: str, *, concurrency: int) -> list[int]:
 
 def _measure(*, app: Callable, key: str, args: argparse.Namespace) -> dict[str, Any]:
     n = args.concurrency
-    response_bytes = _call(app, key)  # warm-up: imports, connections, first-call caches
-    _call(app, key)
+    response_bytes = call(app, key)  # warm-up: imports, connections, first-call caches
+    call(app, key)
     results: dict[str, Any] = {"response_bytes": response_bytes, "concurrency": n, "rounds": args.rounds}
 
     # RSS first, while the process has not yet held many bodies at once (glibc keeps freed memory).
@@ -261,7 +278,7 @@ def _measure(*, app: Callable, key: str, args: argparse.Namespace) -> dict[str, 
     if profiler:
         profiler.enable()
     for _ in range(args.cpu_calls):
-        _call(app, key)
+        call(app, key)
     if profiler:
         profiler.disable()
         profiler.dump_stats(args.profile)
@@ -273,7 +290,7 @@ def _measure(*, app: Callable, key: str, args: argparse.Namespace) -> dict[str, 
         gc.collect()
         tracemalloc.reset_peak()
         base = tracemalloc.get_traced_memory()[0]
-        _call(app, key)
+        call(app, key)
         alone = tracemalloc.get_traced_memory()[1] - base
         gc.collect()
         tracemalloc.reset_peak()
