@@ -166,9 +166,7 @@ def image_fetch(*, url: str, upstream: Upstream) -> bytes:
     current = url
     for _ in range(MAX_REDIRECTS + 1):
         _fetch_target_check(url=current, origin=origin, private_ok=private_ok)
-        response = adapter._request(
-            "GET", current, stream=True, allow_redirects=False, headers={"Accept": "image/*"}
-        )
+        response = adapter._request("GET", current, stream=True, headers={"Accept": "image/*"})
         try:
             if response.is_redirect:
                 current = urljoin(current, response.headers.get("Location", ""))

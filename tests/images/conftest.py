@@ -9,6 +9,7 @@ import socket
 import socketserver
 import threading
 from decimal import Decimal
+from typing import Any
 
 import pytest
 import responses as responses_lib
@@ -163,6 +164,7 @@ class RawUpstream:
 
     def __init__(self, answer: bytes, *, hold_seconds: float = 0.0) -> None:
         self.answer = answer
+        self.received: list[bytes] = []  # the head of every request, in order
         self.hold = threading.Event()
         self.hold_seconds = hold_seconds
         raw = self
@@ -176,6 +178,7 @@ class RawUpstream:
                         return
                     received += piece
                 head, _, body = received.partition(b"\r\n\r\n")
+                raw.received.append(head)
                 length = 0
                 for line in head.split(b"\r\n")[1:]:
                     name, _, value = line.partition(b":")
@@ -199,11 +202,12 @@ class RawUpstream:
 
 
 @pytest.fixture
-def raw_upstream(db, provider_key):
-    """`raw_upstream(answer, hold_seconds=0)` → an `openai` Upstream row served by a RawUpstream."""
+def raw_upstream_served(db, provider_key):
+    """`raw_upstream_served(answer, hold_seconds=0)` → (the RawUpstream, an `openai` Upstream row
+    served by it)."""
     servers: list[RawUpstream] = []
 
-    def start(answer: bytes, *, hold_seconds: float = 0.0):
+    def start(answer: bytes, *, hold_seconds: float = 0.0) -> tuple[RawUpstream, Any]:
         server = RawUpstream(answer, hold_seconds=hold_seconds)
         servers.append(server)
         upstream = upstream_make(
@@ -212,8 +216,14 @@ def raw_upstream(db, provider_key):
             api_key_env=OPENAI_KEY_ENV,
             timeout_seconds=30,
         )
-        return upstream
+        return server, upstream
 
     yield start
     for server in servers:
         server.close()
+
+
+@pytest.fixture
+def raw_upstream(raw_upstream_served):
+    """`raw_upstream(answer, hold_seconds=0)` → an `openai` Upstream row served by a RawUpstream."""
+    return lambda answer, *, hold_seconds=0.0: raw_upstream_served(answer, hold_seconds=hold_seconds)[1]

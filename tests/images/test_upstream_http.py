@@ -11,7 +11,7 @@ import time
 import pytest
 
 from images.providers import adapter_for
-from images.providers.base import ImageRequest, UpstreamError
+from images.providers.base import ImageRequest, UpstreamError, transport_for
 from images.services import upstream_upsert
 from images.upstream_errors import upstream_error_to_api_error
 from tests.fake_upstream import _png
@@ -131,3 +131,70 @@ def test_it_calls_directly_a_host_the_environment_exempts_from_the_proxy(proxy_e
     mocked.post("https://direct.provider.test/v1/images/generations", json={"data": [{"url": "https://x"}]})
     adapter_for(upstream).call(REQUEST)
     assert mocked.calls[0].request.req_kwargs["proxies"].get("https") is None
+
+
+IMAGE_ANSWER = json.dumps({"created": 1, "data": [{"url": "https://api.provider.test/a.png"}]}).encode()
+
+
+def http_answer(*headers: str, status: str = "200 OK", body: bytes = IMAGE_ANSWER) -> bytes:
+    """An answer for a RawUpstream, which closes each connection after answering (so it says so)."""
+    head = [
+        f"HTTP/1.1 {status}",
+        "Content-Type: application/json",
+        f"Content-Length: {len(body)}",
+        "Connection: close",
+        *headers,
+    ]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+def test_it_never_sends_back_a_cookie_an_upstream_set(raw_upstream_served):
+    # One transport serves every caller's calls to an upstream: a cookie set for one call must not
+    # ride along with the next (possibly another account's).
+    server, upstream = raw_upstream_served(http_answer("Set-Cookie: session=caller-a; Path=/"))
+    adapter_for(upstream).call(REQUEST)
+    adapter_for(upstream).call(REQUEST)
+    assert len(server.received) == 2
+    assert all(b"\r\ncookie:" not in head.lower() for head in server.received)
+
+
+def test_a_redirect_from_the_api_is_an_error_and_is_not_followed(raw_upstream_served):
+    server, upstream = raw_upstream_served(
+        http_answer("Location: /v1/elsewhere", status="307 Temporary Redirect", body=b"")
+    )
+    with pytest.raises(UpstreamError) as info:
+        adapter_for(upstream).call(REQUEST)
+    assert info.value.status == 307
+    assert len(server.received) == 1  # the POST was not repeated to the new location
+
+
+def test_it_reuses_its_connection_pool_and_replaces_one_urllib3_closed(raw_upstream_served):
+    server, upstream = raw_upstream_served(http_answer())
+    transport = transport_for(upstream)
+    adapter_for(upstream).call(REQUEST)
+    adapter_for(upstream).call(REQUEST)
+    (pool,) = transport.adapter._pools.values()
+    assert pool.num_requests == 2
+
+    # An eviction as urllib3 1.x does it: the PoolManager forgets the pool and closes it (2.x does
+    # not close evicted pools).
+    transport.adapter.poolmanager.clear()
+    pool.close()
+    adapter_for(upstream).call(REQUEST)
+    (replacement,) = transport.adapter._pools.values()
+    assert replacement is not pool
+    assert replacement.num_requests == 1
+    assert len(server.received) == 3
+
+
+def test_it_prepares_each_call_with_its_own_body_and_length(raw_upstream_served):
+    server, upstream = raw_upstream_served(http_answer())
+    adapter_for(upstream).call(REQUEST)
+    adapter_for(upstream).call(
+        ImageRequest(operation="generate", upstream_model="gpt-image-1", prompt="a much longer prompt")
+    )
+    first, second = (head.lower() for head in server.received)
+    assert first.startswith(b"post /v1/images/generations http/1.1")
+    assert f"authorization: bearer {OPENAI_KEY}".lower().encode() in second
+    lengths = [int(head.split(b"content-length: ")[1].split(b"\r\n")[0]) for head in (first, second)]
+    assert lengths[1] - lengths[0] == len("a much longer prompt") - len("a fox")
