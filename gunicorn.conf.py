@@ -39,8 +39,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-# The project's environment helpers only: nothing here may import what the workers' gevent patching
-# must come before (sockets, ssl, psycopg).
+# The project's environment helpers and access log only: nothing here may import what the workers'
+# gevent patching must come before (ssl, psycopg, requests).
+from gateway_project.access_log import ACCESS_LOG_FORMAT  # noqa: E402
 from gateway_project.env import database_from_url, database_url, env_file_load  # noqa: E402
 
 env_file_load(ROOT)  # DATABASE_URL may come from .env, as Django's settings read it
@@ -58,9 +59,11 @@ graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "30"))
 keepalive = int(os.environ.get("GUNICORN_KEEPALIVE", "5"))
 max_requests = int(os.environ.get("GUNICORN_MAX_REQUESTS", "0"))
 max_requests_jitter = int(os.environ.get("GUNICORN_MAX_REQUESTS_JITTER", "0"))
-accesslog = os.environ.get("GUNICORN_ACCESSLOG", "-")
+# "-": stdout; a path: that file; empty: no access log (the usage records keep every /v1 call).
+accesslog = os.environ.get("GUNICORN_ACCESSLOG", "-") or None
 # The request line is logged without its query string: a key sent as ?key= must never reach a log.
-access_log_format = '%(h)s "%(m)s %(U)s %(H)s" %(s)s %(B)s %(M)sms rid=%({x-request-id}o)s'
+access_log_format = ACCESS_LOG_FORMAT
+logger_class = "gateway_project.access_log.AccessLogger"  # writes that format without gunicorn's atoms
 forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
 
 
