@@ -77,13 +77,14 @@ MIDDLEWARE = [
     "gateway_project.middleware.RequestIdMiddleware",
     "gateway_project.middleware.ApiErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    # Django's session, authentication and message middleware, skipped by /v1 requests.
+    # Django's session, CSRF, authentication, message and X-Frame-Options middleware, skipped by /v1
+    # requests (gateway_project/middleware.py).
     "gateway_project.middleware.BrowserSessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
+    "gateway_project.middleware.BrowserCsrfViewMiddleware",
     "gateway_project.middleware.BrowserAuthenticationMiddleware",
     "gateway_project.middleware.BrowserMessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "gateway_project.middleware.BrowserXFrameOptionsMiddleware",
 ]
 
 ROOT_URLCONF = "gateway_project.urls"

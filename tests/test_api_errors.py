@@ -33,7 +33,11 @@ def test_api_requests_skip_the_browser_middleware_and_console_requests_keep_it(c
     assert not hasattr(api.wsgi_request, "_messages")
     assert "Cookie" not in api.get("Vary", "")
     assert "sessionid" not in api.cookies
-    # The same client's console page still has its session, user and messages.
+    assert "X-Frame-Options" not in api
+    assert "CSRF_COOKIE" not in api.wsgi_request.META
+    # The same client's console page still has its session, user, messages, CSRF cookie and frame policy.
     assert console.status_code == 200
     assert console.wsgi_request.user == alice.user
     assert hasattr(console.wsgi_request, "_messages")
+    assert "CSRF_COOKIE" in console.wsgi_request.META
+    assert console["X-Frame-Options"] == "DENY"

@@ -9,9 +9,10 @@ from decimal import Decimal
 
 import pytest
 from django.core.cache import cache
-from django.db import connection
+from django.db import DataError, connection
 
-from billing.models import LedgerEntry, UsageRecord, Wallet
+from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
+from billing.services import _statement_run, hold_capture, hold_reserve
 from keys.services import api_key_create
 from tests.factories import image_model_make
 from tests.images.conftest import OPENAI_BASE, image_bytes
@@ -58,3 +59,38 @@ def test_an_api_call_holds_no_database_connection_during_its_upstream_call(
     assert Wallet.objects.get(account=alice).balance == balance - Decimal("0.15")
     assert LedgerEntry.objects.filter(kind="charge").count() == 1
     assert UsageRecord.objects.get().amount == Decimal("0.15")
+
+
+def test_the_billing_statements_borrow_a_pooled_connection_and_commit_on_it(alice):
+    """Outside a transaction, reserve and capture each borrow a connection from the pool for their one
+    statement; the thread's Django connection stays closed, and what they wrote is committed even on a
+    pooled connection Django itself never used (psycopg opens those outside autocommit)."""
+    pool = connection.pool
+    pool.open()
+    borrowed = [pool.getconn() for _ in range(pool.get_stats()["pool_available"])]
+    for raw in borrowed:
+        raw.autocommit = False
+    for raw in borrowed:
+        pool.putconn(raw)
+    connection.close()
+
+    hold = hold_reserve(account=alice, amount=Decimal("0.25"), reference="req_pooled")
+    assert connection.connection is None
+    assert hold_capture(hold=hold) is True
+    assert connection.connection is None
+
+    # Read back on other connections: both statements committed.
+    assert Hold.objects.get(pk=hold.pk).status == Hold.Status.CAPTURED
+    assert Wallet.objects.get(account=alice).balance == Decimal("9.75")
+    assert LedgerEntry.objects.get(kind="charge").amount == Decimal("-0.25")
+
+
+def test_a_failing_billing_statement_raises_djangos_error_and_returns_its_connection():
+    connection.close()
+    available = connection.pool.get_stats().get("pool_available")
+
+    with pytest.raises(DataError):
+        _statement_run("SELECT 1 / %(zero)s", {"zero": 0})
+
+    assert connection.connection is None
+    assert connection.pool.get_stats().get("pool_available") == available
