@@ -1,10 +1,13 @@
 import os
+import runpy
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.db import connection
+from django.test import override_settings
 
 from gateway_project.env import database_from_url, env_bool, env_int, env_public_url, env_timezone
 
@@ -146,3 +149,37 @@ def test_gunicorn_runs_gevent_workers_on_postgresql_and_threads_on_sqlite(tmp_pa
         _gunicorn_worker_class({"DATABASE_URL": "postgres://u:p@db/g", "GUNICORN_WORKER_CLASS": "gthread"})
         == "gthread"
     )
+
+
+class _Worker:
+    def __init__(self) -> None:
+        self.warnings: list[str] = []
+        self.log = self
+
+    def warning(self, message: str, *args: object) -> None:
+        self.warnings.append(message % args)
+
+
+def _post_worker_init():
+    return runpy.run_path(str(ROOT / "gunicorn.conf.py"))["post_worker_init"]
+
+
+@pytest.mark.django_db(transaction=True)  # outside a transaction, as a worker starts
+def test_a_new_worker_loads_the_urlconf_and_gives_its_database_connection_back():
+    worker = _Worker()
+    _post_worker_init()(worker)
+    assert "gateway_project.urls" in sys.modules
+    if connection.vendor == "postgresql":  # the SQLite test database lives in memory: never closed
+        assert connection.connection is None
+    assert worker.warnings == []
+
+
+def test_a_new_worker_starts_even_when_its_cache_is_unreachable():
+    unreachable = {
+        "default": {"BACKEND": "gateway_project.cache.RedisCache", "LOCATION": "redis://127.0.0.1:9/0"}
+    }
+    worker = _Worker()
+    with override_settings(CACHES=unreachable):
+        _post_worker_init()(worker)
+    assert len(worker.warnings) == 1
+    assert worker.warnings[0].startswith("worker warm-up:")
