@@ -171,7 +171,7 @@ class UpstreamHTTPAdapter(HTTPAdapter):
 
 
 def _origin(url: str) -> str:
-    """ "scheme://host:port" of an absolute URL, without parsing it (a cache key, not a check)."""
+    """The scheme, host and port of an absolute URL, without parsing it (a cache key, not a check)."""
     return "/".join(url.split("/", 3)[:3])
 
 
