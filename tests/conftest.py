@@ -16,7 +16,7 @@ from billing.services import wallet_top_up
 from gateway_project.generations import config_caches_clear
 from groups.services import group_upsert
 from images.services import image_model_upsert, upstream_upsert
-from tests.factories import image_model_make
+from tests.factories import image_model_make, upstream_make
 
 
 @pytest.fixture(autouse=True)
@@ -195,3 +195,24 @@ def fake_upstream(fake_upstream_process):
     fake_upstream_process.reset()
     yield fake_upstream_process
     fake_upstream_process.reset()
+
+
+FAKE_UPSTREAM_KEY_ENV = "IGW_TEST_FAKE_UPSTREAM_KEY"
+FAKE_UPSTREAM_KEY = "sk-provider-secret-value"
+
+
+@pytest.fixture
+def fake_upstream_make(fake_upstream, monkeypatch):
+    """`fake_upstream_make(name, timeout_seconds=30)` → an `openai` Upstream row in front of the fake
+    upstream process, its provider key (FAKE_UPSTREAM_KEY) in the environment variable it names."""
+    monkeypatch.setenv(FAKE_UPSTREAM_KEY_ENV, FAKE_UPSTREAM_KEY)
+
+    def make(name: str = "fake-openai", *, timeout_seconds: int = 30):
+        return upstream_make(
+            name=name,
+            base_url=fake_upstream.base_url,
+            api_key_env=FAKE_UPSTREAM_KEY_ENV,
+            timeout_seconds=timeout_seconds,
+        )
+
+    return make

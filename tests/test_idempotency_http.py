@@ -14,7 +14,6 @@ from django.core.cache import cache
 
 from billing.models import LedgerEntry, Wallet
 from keys.services import api_key_create
-from tests.factories import upstream_make
 from tests.test_images_api import model_upsert
 
 IS_POSTGRES = settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
@@ -22,20 +21,13 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(not IS_POSTGRES, reason="concurrent writers need PostgreSQL (SQLite serialises them)"),
 ]
-KEY_ENV = "TEST_IDEMPOTENCY_UPSTREAM_KEY"
 
 
 def test_twenty_concurrent_requests_with_one_key_make_one_upstream_call_and_one_charge(
-    live_server, alice, alpha_group, fake_upstream, monkeypatch
+    live_server, alice, alpha_group, fake_upstream, fake_upstream_make
 ):
     cache.clear()
-    monkeypatch.setenv(KEY_ENV, "sk-provider")
-    upstream = upstream_make(
-        name="slow",
-        base_url=fake_upstream.base_url,
-        api_key_env=KEY_ENV,
-        timeout_seconds=10,
-    )
+    upstream = fake_upstream_make("slow", timeout_seconds=10)
     model_upsert(model_id="alpha-slow", group=alpha_group, upstreams=[upstream])
     fake_upstream.script("/v1/images/generations", {"delay": 1.0})  # a slow success: the calls overlap
     key = api_key_create(account=alice, group=alpha_group)[1]

@@ -20,10 +20,9 @@ from billing.services import subscription_upsert
 from groups.services import group_upsert
 from keys.models import ApiKey
 from keys.services import api_key_create
+from tests.conftest import FAKE_UPSTREAM_KEY, FAKE_UPSTREAM_KEY_ENV
 from tests.factories import image_model_make, upstream_make
 from tests.rate_windows import rate_window_wait
-
-UPSTREAM_KEY_ENV = "TEST_FAKE_UPSTREAM_KEY"
 
 
 @pytest.fixture(autouse=True)
@@ -66,15 +65,8 @@ def model_upsert(*, model_id, group, upstreams, price="0.15", **overrides):
 
 
 @pytest.fixture
-def openai_upstream(fake_upstream, monkeypatch):
-    monkeypatch.setenv(UPSTREAM_KEY_ENV, "sk-provider-secret-value")
-    upstream = upstream_make(
-        name="fake-openai",
-        base_url=fake_upstream.base_url,
-        api_key_env=UPSTREAM_KEY_ENV,
-        timeout_seconds=2,
-    )
-    return upstream
+def openai_upstream(fake_upstream_make):
+    return fake_upstream_make("fake-openai", timeout_seconds=2)
 
 
 @pytest.fixture
@@ -339,7 +331,7 @@ def test_it_forwards_only_the_spec_fields_under_the_upstream_model_name(
         "partial_images",
     }
     assert {"temperature", "seed", "metadata"}.isdisjoint(sent["json"])
-    assert sent["headers"]["Authorization"] == "Bearer sk-provider-secret-value"
+    assert sent["headers"]["Authorization"] == f"Bearer {FAKE_UPSTREAM_KEY}"
     assert len(response.json()["data"]) == 2
 
 
@@ -461,7 +453,7 @@ def test_upstream_failures_map_to_clear_errors_and_are_never_charged(
     body = response.json()
     if code:
         assert body["error"]["code"] == code
-    assert "sk-provider-secret-value" not in response.content.decode()
+    assert FAKE_UPSTREAM_KEY not in response.content.decode()
     assert "127.0.0.1" not in body["error"]["message"]
     assert_nothing_billed(alice)
     record = UsageRecord.objects.get()
@@ -516,7 +508,7 @@ def test_connection_refused_moves_on_to_the_next_upstream(
     dead = upstream_make(
         name="dead",
         base_url="http://127.0.0.1:9/v1",
-        api_key_env=UPSTREAM_KEY_ENV,
+        api_key_env=FAKE_UPSTREAM_KEY_ENV,
         timeout_seconds=2,
     )
     openai_upstream.priority = 1

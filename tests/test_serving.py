@@ -21,7 +21,7 @@ from django.db import connection
 
 from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
 from keys.services import api_key_create
-from tests.factories import image_model_make, upstream_make
+from tests.factories import image_model_make
 from tests.gunicorn_server import gunicorn_serving, shared_database_url
 
 ON_POSTGRES = settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
@@ -33,21 +33,14 @@ pytestmark = [
 ]
 
 GEN = "/v1/images/generations"
-KEY_ENV = "IGW_TEST_SERVING_PROVIDER_KEY"
 APPLICATION = "gateway-under-test"  # PostgreSQL's application_name for the server's connections
 POOL = 3  # database connections the server's one worker may hold
 UPSTREAM_SECONDS = 0.5  # every scripted upstream answer waits this long
 
 
 @pytest.fixture
-def model(alpha_group, fake_upstream, monkeypatch):
-    monkeypatch.setenv(KEY_ENV, "sk-provider-secret-value")
-    upstream = upstream_make(
-        name="fake-openai",
-        base_url=fake_upstream.base_url,
-        api_key_env=KEY_ENV,
-        timeout_seconds=30,
-    )
+def model(alpha_group, fake_upstream_make):
+    upstream = fake_upstream_make("fake-openai")
     image_model_make(
         model_id="alpha-fake-stream", group=alpha_group, upstreams=[upstream], stream_supported=True
     )

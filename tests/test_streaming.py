@@ -17,10 +17,7 @@ from PIL import Image
 from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
 from billing.services import wallet_adjust
 from keys.services import api_key_create
-from tests.factories import upstream_make
 from tests.test_images_api import model_upsert
-
-KEY_ENV = "TEST_STREAM_UPSTREAM_KEY"
 
 
 @pytest.fixture(autouse=True)
@@ -43,14 +40,8 @@ def demo_streaming_model(alpha_group, demo_upstream):
 
 
 @pytest.fixture
-def fake_streaming_model(alpha_group, fake_upstream, monkeypatch):
-    monkeypatch.setenv(KEY_ENV, "sk-provider")
-    upstream = upstream_make(
-        name="fake-stream",
-        base_url=fake_upstream.base_url,
-        api_key_env=KEY_ENV,
-        timeout_seconds=5,
-    )
+def fake_streaming_model(alpha_group, fake_upstream_make):
+    upstream = fake_upstream_make("fake-stream", timeout_seconds=5)
     return model_upsert(
         model_id="alpha-fake-stream", group=alpha_group, upstreams=[upstream], stream_supported=True
     )

@@ -51,6 +51,21 @@ def billed_call(credential, group, model_id, price, call, *, request_id="req_1",
         )
 
 
+# The fixtures' models as billed_call names them: alpha_model (balance) and beta_model (subscription).
+ALPHA_MODEL_ID, ALPHA_PRICE = "alpha-image-2", Decimal("0.15")
+BETA_MODEL_ID, BETA_PRICE = "beta-imagine-image", Decimal("0.02")
+
+
+def alpha_call(credential, group, call, **kwargs):
+    """A billed call of alpha_model at its price."""
+    return billed_call(credential, group, ALPHA_MODEL_ID, ALPHA_PRICE, call, **kwargs)
+
+
+def beta_call(credential, group, call, **kwargs):
+    """A billed call of beta_model at its price."""
+    return billed_call(credential, group, BETA_MODEL_ID, BETA_PRICE, call, **kwargs)
+
+
 def usage_record_draft(account, **fields) -> UsageRecord:
     """The usage record of a successful generation, built and not written (as a capture takes it);
     `fields` override its values."""

@@ -22,7 +22,14 @@ from billing.services import (
 from billing.usage import usage_scope
 from gateway_project.errors import ApiError, RateLimited
 from images.providers.base import UpstreamError
-from tests.billing.conftest import FakeUpstream, billed_call, credential_for, subscribe, usage_record_draft
+from tests.billing.conftest import (
+    FakeUpstream,
+    alpha_call,
+    beta_call,
+    credential_for,
+    subscribe,
+    usage_record_draft,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -67,9 +74,7 @@ def test_it_writes_a_successful_calls_record_with_its_capture_and_no_second_one(
 def test_it_records_a_failed_call_once_uncharged(alice, alpha_group, alpha_model):
     credential = credential_for(alice)
     with pytest.raises(UpstreamError):
-        billed_call(
-            credential, alpha_group, "alpha-image-2", PRICE, FakeUpstream(fail=True), request_id="req_bad"
-        )
+        alpha_call(credential, alpha_group, FakeUpstream(fail=True), request_id="req_bad")
     assert UsageRecord.objects.values_list("status", "error_code", "amount").get() == (
         503,
         "upstream_error",
@@ -134,11 +139,9 @@ def test_a_call_failing_after_its_capture_keeps_one_record_with_the_error_and_th
 def test_a_subscription_call_is_recorded_once_with_the_amount_counted(carol, beta_group, beta_model):
     subscribe(carol, beta_group, daily="1")
     credential = credential_for(carol)
-    billed_call(
+    beta_call(
         credential,
         beta_group,
-        "beta-imagine-image",
-        Decimal("0.02"),
         FakeUpstream(),
         request_id="req_sub",
         now=WEDNESDAY_NOON,

@@ -20,8 +20,10 @@ from gateway_project.errors import BillingError, Conflict, RateLimited
 from groups.models import Group
 from images.providers.base import UpstreamError
 from tests.billing.conftest import (
+    BETA_PRICE,
     FakeUpstream,
-    billed_call,
+    alpha_call,
+    beta_call,
     credential_for,
     postgres_only,
     run_concurrently,
@@ -69,9 +71,7 @@ def test_balance_for_k_calls_serves_exactly_k_of_5k_concurrent_calls(bob, alpha_
     watcher.start()
     try:
         outcomes = run_concurrently(
-            lambda i: billed_call(
-                credential, alpha_group, "alpha-image-2", PRICE, slow_upstream(upstream), request_id=f"r{i}"
-            ),
+            lambda i: alpha_call(credential, alpha_group, slow_upstream(upstream), request_id=f"r{i}"),
             5 * k,
         )
     finally:
@@ -104,7 +104,7 @@ def test_concurrent_captures_and_top_ups_chain_every_balance_after(alice, alpha_
     def worker(i):
         if i % 4 == 0:
             return wallet_top_up(account=alice, amount="1", reference=f"t{i}")
-        return billed_call(credential, alpha_group, "alpha-image-2", PRICE, upstream, request_id=f"r{i}")
+        return alpha_call(credential, alpha_group, upstream, request_id=f"r{i}")
 
     outcomes = run_concurrently(worker, 48)
     assert [status for status, _ in outcomes] == ["ok"] * 48
@@ -133,14 +133,10 @@ def test_an_upstream_failing_every_call_changes_no_balance_cap_or_counter(
 
     def worker(i):
         if i % 2:
-            return billed_call(
-                alice_credential, alpha, "alpha-image-2", PRICE, slow_upstream(upstream), request_id=f"a{i}"
-            )
-        return billed_call(
+            return alpha_call(alice_credential, alpha, slow_upstream(upstream), request_id=f"a{i}")
+        return beta_call(
             carol_credential,
             beta,
-            "beta-imagine-image",
-            Decimal("0.02"),
             slow_upstream(upstream),
             request_id=f"c{i}",
             now=WEDNESDAY_NOON,
@@ -165,14 +161,10 @@ def test_an_upstream_failing_every_call_changes_no_balance_cap_or_counter(
 
     def again(i):
         if i % 2:
-            return billed_call(
-                alice_credential, alpha, "alpha-image-2", PRICE, gate_call, request_id=f"again-a{i}"
-            )
-        return billed_call(
+            return alpha_call(alice_credential, alpha, gate_call, request_id=f"again-a{i}")
+        return beta_call(
             carol_credential,
             beta,
-            "beta-imagine-image",
-            Decimal("0.02"),
             gate_call,
             request_id=f"again-c{i}",
             now=WEDNESDAY_NOON,
@@ -187,9 +179,7 @@ def test_random_failures_charge_exactly_the_successes(alice, alpha_group, alpha_
     upstream = FakeUpstream(failure_rate=0.3, seed=20250115)
     credential = credential_for(alice)
     outcomes = run_concurrently(
-        lambda i: billed_call(
-            credential, alpha_group, "alpha-image-2", PRICE, slow_upstream(upstream), request_id=f"r{i}"
-        ),
+        lambda i: alpha_call(credential, alpha_group, slow_upstream(upstream), request_id=f"r{i}"),
         60,
     )
     successes = sum(1 for status, _ in outcomes if status == "ok")
@@ -232,18 +222,16 @@ def test_capture_racing_stale_release_resolves_every_hold_exactly_once(alice):
 def test_a_daily_cap_admits_exactly_c_concurrent_calls_per_day_within_the_total(
     carol, beta_group, beta_model
 ):
-    price = Decimal("0.02")
+    price = BETA_PRICE
     subscription = subscribe(carol, beta_group, daily=price * 5, total=price * 8)
     credential = credential_for(carol)
     upstream = FakeUpstream()
 
     def day(now, tag):
         outcomes = run_concurrently(
-            lambda i: billed_call(
+            lambda i: beta_call(
                 credential,
                 beta_group,
-                "beta-imagine-image",
-                price,
                 slow_upstream(upstream),
                 request_id=f"{tag}{i}",
                 now=now,
@@ -271,18 +259,16 @@ def test_a_daily_cap_admits_exactly_c_concurrent_calls_per_day_within_the_total(
 def test_random_subscription_failures_count_exactly_the_successes_in_every_window(
     carol, beta_group, beta_model
 ):
-    price = Decimal("0.02")
+    price = BETA_PRICE
     # Every window capped, so every reservation takes all four counter locks (day, week, month, total)
     # while releases of failed calls take them too: a wrong lock order would deadlock here.
     subscription = subscribe(carol, beta_group, daily=price * 25, weekly="1", monthly="1", total="1")
     credential = credential_for(carol)
     upstream = FakeUpstream(failure_rate=0.3, seed=7)
     outcomes = run_concurrently(
-        lambda i: billed_call(
+        lambda i: beta_call(
             credential,
             beta_group,
-            "beta-imagine-image",
-            price,
             slow_upstream(upstream),
             request_id=f"s{i}",
             now=WEDNESDAY_NOON,
@@ -379,7 +365,7 @@ def test_the_concurrency_limit_admits_exactly_n_calls_in_flight(alice, alpha_gro
 
     def worker(i):
         try:
-            return billed_call(credential, group, "alpha-image-2", PRICE, call, request_id=f"r{i}")
+            return alpha_call(credential, group, call, request_id=f"r{i}")
         except RateLimited:
             refused_count.release()
             raise

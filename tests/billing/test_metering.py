@@ -17,7 +17,7 @@ from billing.usage import usage_scope
 from gateway_project.errors import ApiError, BillingError, RateLimited
 from groups.models import Group
 from images.providers.base import UpstreamError
-from tests.billing.conftest import FakeUpstream, billed_call, credential_for, subscribe
+from tests.billing.conftest import FakeUpstream, alpha_call, beta_call, credential_for, subscribe
 from tests.rate_windows import rate_window_wait
 
 pytestmark = pytest.mark.django_db
@@ -35,9 +35,7 @@ def balance(account) -> Decimal:
 
 def test_it_charges_a_successful_call_once_with_the_request_id(alice, alpha_group, alpha_model):
     upstream = FakeUpstream(result={"data": [1]})
-    result = billed_call(
-        credential_for(alice), alpha_group, alpha_model.model_id, alpha_model.price, upstream
-    )
+    result = alpha_call(credential_for(alice), alpha_group, upstream)
     assert result == {"data": [1]}
     assert upstream.calls == 1
     assert balance(alice) == Decimal("9.8500")
@@ -58,7 +56,7 @@ def test_it_charges_a_successful_call_once_with_the_request_id(alice, alpha_grou
 def test_it_never_charges_a_failed_upstream_call_and_reraises_it_unchanged(alice, alpha_group, alpha_model):
     upstream = FakeUpstream(fail=True)
     with pytest.raises(UpstreamError) as failed:
-        billed_call(credential_for(alice), alpha_group, "alpha-image-2", Decimal("0.15"), upstream)
+        alpha_call(credential_for(alice), alpha_group, upstream)
     assert failed.value.status == 503
     assert balance(alice) == Decimal("10.0000")
     assert Wallet.objects.get(account=alice).held == 0
@@ -72,7 +70,7 @@ def test_it_releases_when_the_call_raises_an_api_error(alice, alpha_group, alpha
         raise ApiError("upstream said no", status=502, type="upstream_error", code="upstream_error")
 
     with pytest.raises(ApiError):
-        billed_call(credential_for(alice), alpha_group, "alpha-image-2", Decimal("0.15"), call)
+        alpha_call(credential_for(alice), alpha_group, call)
     assert balance(alice) == Decimal("10.0000")
     assert not Hold.objects.filter(status=Hold.Status.OPEN).exists()
     assert UsageRecord.objects.get().status == 502
@@ -81,7 +79,7 @@ def test_it_releases_when_the_call_raises_an_api_error(alice, alpha_group, alpha
 def test_it_refuses_insufficient_balance_before_calling_upstream(bob, alpha_group, alpha_model):
     upstream = FakeUpstream()
     with pytest.raises(BillingError) as refused:
-        billed_call(credential_for(bob), alpha_group, "alpha-image-2", Decimal("0.15"), upstream)
+        alpha_call(credential_for(bob), alpha_group, upstream)
     assert (refused.value.status, refused.value.code) == (403, "INSUFFICIENT_BALANCE")
     assert upstream.calls == 0
     assert not Hold.objects.exists()
@@ -96,14 +94,14 @@ def test_it_runs_the_upstream_call_with_no_transaction_open(alice, alpha_group, 
         seen.append(transaction_open_by_application())
         return "ok"
 
-    billed_call(credential_for(alice), alpha_group, "alpha-image-2", Decimal("0.15"), call)
+    alpha_call(credential_for(alice), alpha_group, call)
     assert seen == [False]
 
 
 def test_it_refuses_to_run_inside_a_transaction(alice, alpha_group, alpha_model):
     upstream = FakeUpstream()
     with pytest.raises(RuntimeError, match="transaction"), transaction.atomic():
-        billed_call(credential_for(alice), alpha_group, "alpha-image-2", Decimal("0.15"), upstream)
+        alpha_call(credential_for(alice), alpha_group, upstream)
     assert upstream.calls == 0
 
 
@@ -112,7 +110,7 @@ def test_it_releases_and_records_500_for_an_unexpected_exception(alice, alpha_gr
         raise KeyError("bug")
 
     with pytest.raises(KeyError):
-        billed_call(credential_for(alice), alpha_group, "alpha-image-2", Decimal("0.15"), call)
+        alpha_call(credential_for(alice), alpha_group, call)
     assert balance(alice) == Decimal("10.0000")
     record = UsageRecord.objects.get()
     assert (record.status, record.error_code) == (500, "internal_error")
@@ -148,11 +146,9 @@ def test_it_charges_a_call_the_upstream_completed_even_if_the_client_left(alice,
 
 def test_it_counts_a_subscription_call_against_the_caps_not_the_wallet(carol, beta_group, beta_model):
     subscription = subscribe(carol, beta_group, daily="1")
-    billed_call(
+    beta_call(
         credential_for(carol),
         beta_group,
-        "beta-imagine-image",
-        Decimal("0.02"),
         FakeUpstream(),
         now=WEDNESDAY_NOON,
     )
@@ -168,7 +164,7 @@ def test_it_counts_a_subscription_call_against_the_caps_not_the_wallet(carol, be
 def test_it_refuses_without_a_subscription(carol, beta_group, beta_model):
     upstream = FakeUpstream()
     with pytest.raises(BillingError) as refused:
-        billed_call(credential_for(carol), beta_group, "beta-imagine-image", Decimal("0.02"), upstream)
+        beta_call(credential_for(carol), beta_group, upstream)
     assert (refused.value.status, refused.value.type, refused.value.code) == (
         403,
         "billing_error",
@@ -180,11 +176,9 @@ def test_it_refuses_without_a_subscription(carol, beta_group, beta_model):
 def test_it_refuses_an_expired_subscription(carol, beta_group, beta_model):
     subscribe(carol, beta_group, expires_at=WEDNESDAY_NOON - timedelta(seconds=1))
     with pytest.raises(BillingError) as refused:
-        billed_call(
+        beta_call(
             credential_for(carol),
             beta_group,
-            "beta-imagine-image",
-            Decimal("0.02"),
             FakeUpstream(),
             now=WEDNESDAY_NOON,
         )
@@ -195,13 +189,11 @@ def test_it_refuses_a_model_the_plan_does_not_cover(carol, beta_group, beta_mode
     subscribe(carol, beta_group, model_ids=["beta-imagine-image-quality"])
     upstream = FakeUpstream()
     with pytest.raises(BillingError) as refused:
-        billed_call(credential_for(carol), beta_group, "beta-imagine-image", Decimal("0.02"), upstream)
+        beta_call(credential_for(carol), beta_group, upstream)
     assert (refused.value.status, refused.value.code) == (403, "SUBSCRIPTION_INVALID")
     assert upstream.calls == 0
     subscribe(carol, beta_group, model_ids=["beta-imagine-image"])
-    billed_call(
-        credential_for(carol), beta_group, "beta-imagine-image", Decimal("0.02"), upstream, request_id="req_2"
-    )
+    beta_call(credential_for(carol), beta_group, upstream, request_id="req_2")
     assert upstream.calls == 1
 
 
@@ -209,22 +201,18 @@ def test_it_refuses_over_the_daily_cap_with_retry_after_until_midnight(carol, be
     subscribe(carol, beta_group, daily="0.04")
     credential = credential_for(carol)
     for n in range(2):
-        billed_call(
+        beta_call(
             credential,
             beta_group,
-            "beta-imagine-image",
-            Decimal("0.02"),
             FakeUpstream(),
             request_id=f"r{n}",
             now=WEDNESDAY_NOON,
         )
     upstream = FakeUpstream()
     with pytest.raises(RateLimited) as refused:
-        billed_call(
+        beta_call(
             credential,
             beta_group,
-            "beta-imagine-image",
-            Decimal("0.02"),
             upstream,
             request_id="r3",
             now=WEDNESDAY_NOON,
@@ -238,11 +226,9 @@ def test_it_refuses_over_the_daily_cap_with_retry_after_until_midnight(carol, be
     assert "daily cap" in refused.value.message
     assert upstream.calls == 0
     # The next day (time moved, not slept) the daily window is fresh again.
-    billed_call(
+    beta_call(
         credential,
         beta_group,
-        "beta-imagine-image",
-        Decimal("0.02"),
         upstream,
         request_id="r4",
         now=WEDNESDAY_NOON + timedelta(days=1),
@@ -253,45 +239,35 @@ def test_it_refuses_over_the_daily_cap_with_retry_after_until_midnight(carol, be
 def test_it_blocks_on_the_weekly_cap_until_monday(carol, beta_group, beta_model):
     subscribe(carol, beta_group, daily="1", weekly="0.02")
     credential = credential_for(carol)
-    billed_call(
-        credential, beta_group, "beta-imagine-image", Decimal("0.02"), FakeUpstream(), now=WEDNESDAY_NOON
-    )
+    beta_call(credential, beta_group, FakeUpstream(), now=WEDNESDAY_NOON)
     with pytest.raises(RateLimited) as refused:
-        billed_call(
+        beta_call(
             credential,
             beta_group,
-            "beta-imagine-image",
-            Decimal("0.02"),
             FakeUpstream(),
             now=WEDNESDAY_NOON + timedelta(days=1),
         )
     # Thursday 12:00 → Monday 00:00 is 3 days and 12 hours.
     assert refused.value.headers["Retry-After"] == str((3 * 24 + 12) * 3600)
     monday = datetime(2025, 1, 20, 0, 0, tzinfo=UTC)
-    billed_call(credential, beta_group, "beta-imagine-image", Decimal("0.02"), FakeUpstream(), now=monday)
+    beta_call(credential, beta_group, FakeUpstream(), now=monday)
 
 
 def test_it_blocks_on_the_monthly_cap_until_the_first(carol, beta_group, beta_model):
     subscribe(carol, beta_group, monthly="0.02")
     credential = credential_for(carol)
-    billed_call(
-        credential, beta_group, "beta-imagine-image", Decimal("0.02"), FakeUpstream(), now=WEDNESDAY_NOON
-    )
+    beta_call(credential, beta_group, FakeUpstream(), now=WEDNESDAY_NOON)
     with pytest.raises(RateLimited) as refused:
-        billed_call(
+        beta_call(
             credential,
             beta_group,
-            "beta-imagine-image",
-            Decimal("0.02"),
             FakeUpstream(),
             now=datetime(2025, 1, 31, 23, 0, tzinfo=UTC),
         )
     assert refused.value.headers["Retry-After"] == "3600"
-    billed_call(
+    beta_call(
         credential,
         beta_group,
-        "beta-imagine-image",
-        Decimal("0.02"),
         FakeUpstream(),
         now=datetime(2025, 2, 1, tzinfo=UTC),
     )
@@ -300,23 +276,17 @@ def test_it_blocks_on_the_monthly_cap_until_the_first(carol, beta_group, beta_mo
 def test_the_total_cap_never_resets(carol, beta_group, beta_model):
     subscribe(carol, beta_group, daily="1", total="0.04")
     credential = credential_for(carol)
-    billed_call(
-        credential, beta_group, "beta-imagine-image", Decimal("0.02"), FakeUpstream(), now=WEDNESDAY_NOON
-    )
-    billed_call(
+    beta_call(credential, beta_group, FakeUpstream(), now=WEDNESDAY_NOON)
+    beta_call(
         credential,
         beta_group,
-        "beta-imagine-image",
-        Decimal("0.02"),
         FakeUpstream(),
         now=WEDNESDAY_NOON + timedelta(days=40),
     )
     with pytest.raises(RateLimited) as refused:
-        billed_call(
+        beta_call(
             credential,
             beta_group,
-            "beta-imagine-image",
-            Decimal("0.02"),
             FakeUpstream(),
             now=WEDNESDAY_NOON + timedelta(days=400),
         )
@@ -328,20 +298,16 @@ def test_a_failed_subscription_call_gives_its_quota_back(carol, beta_group, beta
     subscription = subscribe(carol, beta_group, daily="0.02")
     credential = credential_for(carol)
     with pytest.raises(UpstreamError):
-        billed_call(
+        beta_call(
             credential,
             beta_group,
-            "beta-imagine-image",
-            Decimal("0.02"),
             FakeUpstream(fail=True),
             now=WEDNESDAY_NOON,
         )
     assert set(
         SubscriptionUsage.objects.filter(subscription=subscription).values_list("used", flat=True)
     ) == {0}
-    billed_call(
-        credential, beta_group, "beta-imagine-image", Decimal("0.02"), FakeUpstream(), now=WEDNESDAY_NOON
-    )
+    beta_call(credential, beta_group, FakeUpstream(), now=WEDNESDAY_NOON)
     assert ledger_check() == []
 
 
@@ -349,29 +315,23 @@ def test_windows_follow_the_gateway_timezone(carol, beta_group, beta_model, sett
     settings.GATEWAY_TIMEZONE = "Asia/Shanghai"  # UTC+8: the local day ends at 16:00 UTC
     subscribe(carol, beta_group, daily="0.02")
     credential = credential_for(carol)
-    billed_call(
+    beta_call(
         credential,
         beta_group,
-        "beta-imagine-image",
-        Decimal("0.02"),
         FakeUpstream(),
         now=datetime(2025, 1, 15, 15, 0, tzinfo=UTC),
     )
     with pytest.raises(RateLimited) as refused:
-        billed_call(
+        beta_call(
             credential,
             beta_group,
-            "beta-imagine-image",
-            Decimal("0.02"),
             FakeUpstream(),
             now=datetime(2025, 1, 15, 15, 30, tzinfo=UTC),
         )
     assert refused.value.headers["Retry-After"] == "1800"
-    billed_call(
+    beta_call(
         credential,
         beta_group,
-        "beta-imagine-image",
-        Decimal("0.02"),
         FakeUpstream(),
         now=datetime(2025, 1, 15, 16, 0, tzinfo=UTC),
     )
@@ -384,11 +344,9 @@ def test_a_subscription_hold_released_after_midnight_returns_the_quota_to_its_ow
     hold = subscription_hold_reserve(
         subscription=subscription, amount=Decimal("0.02"), reference="r", now=WEDNESDAY_NOON
     )
-    billed_call(
+    beta_call(
         credential_for(carol),
         beta_group,
-        "beta-imagine-image",
-        Decimal("0.02"),
         FakeUpstream(),
         now=WEDNESDAY_NOON + timedelta(days=1),
     )
@@ -415,15 +373,15 @@ def test_it_refuses_the_request_over_rpm_with_retry_after(alice, alpha_group, al
     rate_window_wait(credential.limit_key)
     upstream = FakeUpstream()
     for n in range(3):
-        billed_call(credential, group, "alpha-image-2", Decimal("0.15"), upstream, request_id=f"r{n}")
+        alpha_call(credential, group, upstream, request_id=f"r{n}")
     with pytest.raises(RateLimited) as refused:
-        billed_call(credential, group, "alpha-image-2", Decimal("0.15"), upstream, request_id="r4")
+        alpha_call(credential, group, upstream, request_id="r4")
     assert (refused.value.status, refused.value.type) == (429, "rate_limit_error")
     assert 1 <= int(refused.value.headers["Retry-After"]) <= 60
     assert upstream.calls == 3
     assert balance(alice) == Decimal("9.5500")  # the refused call was not charged
     # Another credential of the same account has its own count.
-    billed_call(credential_for(alice), group, "alpha-image-2", Decimal("0.15"), upstream, request_id="r5")
+    alpha_call(credential_for(alice), group, upstream, request_id="r5")
     assert UsageRecord.objects.filter(status=429).count() == 1
 
 
@@ -438,21 +396,17 @@ def test_it_refuses_a_call_over_the_concurrency_limit_and_frees_the_slot_after(
     def call_that_tries_a_second_call():
         # A second call of the same credential while this one is in flight.
         try:
-            billed_call(
-                credential, group, "alpha-image-2", Decimal("0.15"), FakeUpstream(), request_id="inner"
-            )
+            alpha_call(credential, group, FakeUpstream(), request_id="inner")
         except RateLimited as exc:
             inner_refusals.append(exc)
         return "ok"
 
-    billed_call(
-        credential, group, "alpha-image-2", Decimal("0.15"), call_that_tries_a_second_call, request_id="outer"
-    )
+    alpha_call(credential, group, call_that_tries_a_second_call, request_id="outer")
     assert len(inner_refusals) == 1
     assert inner_refusals[0].code == "concurrency_limit_exceeded"
     assert inner_refusals[0].headers["Retry-After"] == "1"
     # The slot is free again after the call.
-    billed_call(credential, group, "alpha-image-2", Decimal("0.15"), FakeUpstream(), request_id="after")
+    alpha_call(credential, group, FakeUpstream(), request_id="after")
 
 
 @pytest.mark.parametrize(
@@ -487,10 +441,10 @@ def test_the_concurrency_slot_is_released_on_every_exit_path(outcome, alice, bob
         "refused_reserve": BillingError,
     }.get(outcome)
     if expected is None:
-        billed_call(credential, group, "alpha-image-2", Decimal("0.15"), call, request_id="first")
+        alpha_call(credential, group, call, request_id="first")
     else:
         with pytest.raises(expected):
-            billed_call(credential, group, "alpha-image-2", Decimal("0.15"), call, request_id="first")
+            alpha_call(credential, group, call, request_id="first")
     # The slot was given back: the credential's one slot can be taken again.
     slot = concurrency_slot_acquire(limit_key=credential.limit_key, limit=1, ttl_seconds=60)
     assert slot is not None
@@ -503,9 +457,9 @@ def test_it_refuses_before_reserving_when_rate_limited(alice, alpha_group, alpha
     group = Group.objects.get(pk=alpha_group.pk)
     credential = credential_for(alice)
     rate_window_wait(credential.limit_key)
-    billed_call(credential, group, "alpha-image-2", Decimal("0.15"), FakeUpstream())
+    alpha_call(credential, group, FakeUpstream())
     with pytest.raises(RateLimited):
-        billed_call(credential, group, "alpha-image-2", Decimal("0.15"), FakeUpstream(), request_id="r2")
+        alpha_call(credential, group, FakeUpstream(), request_id="r2")
     assert Hold.objects.count() == 1
 
 

@@ -23,7 +23,7 @@ from billing.services import (
 from gateway_project.errors import BillingError
 from tests.billing.conftest import (
     FakeUpstream,
-    billed_call,
+    alpha_call,
     credential_for,
     postgres_only,
     subscribe,
@@ -114,7 +114,7 @@ def test_a_successful_wallet_billed_call_costs_two_statements_reserve_and_captur
 ):
     credential = credential_for(alice)
     with statements_sent() as sent:
-        billed_call(credential, alpha_group, "alpha-image-2", PRICE, FakeUpstream())
+        alpha_call(credential, alpha_group, FakeUpstream())
     assert [s.in_transaction for s in sent] == [False, False]
     assert "billing_hold" in sent[0].sql and "billing_usagerecord" in sent[1].sql
     record = UsageRecord.objects.get()
@@ -127,7 +127,7 @@ def test_a_failed_wallet_billed_call_releases_in_one_statement_and_records_it_on
 ):
     credential = credential_for(alice)
     with statements_sent() as sent, pytest.raises(Exception, match="overloaded"):
-        billed_call(credential, alpha_group, "alpha-image-2", PRICE, FakeUpstream(fail=True))
+        alpha_call(credential, alpha_group, FakeUpstream(fail=True))
     # Reserve, release, usage record: each one statement in autocommit.
     assert [s.in_transaction for s in sent] == [False, False, False]
     assert UsageRecord.objects.values_list("status", "amount").get() == (503, Decimal("0"))
