@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from types import SimpleNamespace
@@ -22,6 +22,7 @@ from django.db import (
     models,
     transaction,
 )
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import DecimalField, F
 from django.db.models.expressions import Combinable
 from django.db.models.functions import Round
@@ -96,16 +97,9 @@ class _PreparedCursor(psycopg.Cursor):
 
 
 def _statement_run(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
-    """Run one hot statement (prepared, see `_PreparedCursor`) and return its first row.
-
-    With the connection pool, a call between statements holds no connection (`connection_release`):
-    the statement then borrows one from Django's pool just for itself, without making it this
-    thread's Django connection (Django's connect and close cost ~70 µs of Python per loan: settings
-    copied, autocommit and time zone checked, a signal sent). Django's own path is taken whenever it
-    matters: inside a transaction or when this thread already holds a connection (so the statement
-    sees and joins what the thread has done), and when queries are being logged or wrapped (DEBUG,
-    CaptureQueriesContext, execute_wrapper). Errors are Django's database errors either way.
-    """
+    """Run one hot statement (prepared, see `_PreparedCursor`) and return its first row, through
+    Django's cursor wrapping (query logging, execute_wrappers, database error translation), as
+    `connection.cursor()` wraps the cursors it creates."""
     # The connection of this thread (or greenlet), looked up once: every attribute read through the
     # `connection` proxy looks it up again.
     conn = connections[DEFAULT_DB_ALIAS]
@@ -113,35 +107,41 @@ def _statement_run(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
         with conn.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.fetchone()
-    if (
-        conn.connection is None
-        and not conn.in_atomic_block
-        and not conn.queries_logged
-        and not conn.execute_wrappers
-        and conn.settings_dict["OPTIONS"].get("pool")
-    ):
-        pool = conn.pool
+    with _statement_connection(conn) as raw:
         with conn.wrap_database_errors:
-            if pool.closed:
-                pool.open()  # as Django's connect does: nothing has used the pool yet
-            raw = pool.getconn()
-            try:
-                if not raw.autocommit:  # a connection Django has not used yet
-                    raw.autocommit = True
-                with _PreparedCursor(raw) as cursor:
-                    cursor.execute(sql, params)
-                    return cursor.fetchone()
-            finally:
-                pool.putconn(raw)
-    conn.close_if_health_check_failed()
-    conn.ensure_connection()
+            raw_cursor = _PreparedCursor(raw)
+        with conn._prepare_cursor(raw_cursor) as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchone()
+
+
+@contextmanager
+def _statement_connection(conn: BaseDatabaseWrapper) -> Iterator[psycopg.Connection]:
+    """The psycopg connection a hot statement runs on.
+
+    With the connection pool, a call between statements holds no connection (`connection_release`):
+    the statement then borrows one from Django's pool just for itself, without making it this
+    thread's Django connection (Django's connect and close cost ~70 µs of Python per loan: settings
+    copied, autocommit and time zone checked, a signal sent). Inside a transaction, or when the thread
+    already holds a connection, it runs on that one, so that it sees and joins what the thread did.
+    """
+    if conn.connection is not None or conn.in_atomic_block or not conn.settings_dict["OPTIONS"].get("pool"):
+        conn.close_if_health_check_failed()
+        conn.ensure_connection()
+        yield conn.connection
+        return
+    pool = conn.pool
     with conn.wrap_database_errors:
-        raw_cursor = _PreparedCursor(conn.connection)
-    # Django's own wrapping (query logging, execute_wrappers, database error translation), as
-    # connection.cursor() does it around the cursor it creates.
-    with conn._prepare_cursor(raw_cursor) as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchone()
+        if pool.closed:
+            pool.open()  # as Django's connect does: nothing has used the pool yet
+        raw = pool.getconn()
+    try:
+        if not raw.autocommit:  # a connection Django has not used yet
+            with conn.wrap_database_errors:
+                raw.autocommit = True
+        yield raw
+    finally:
+        pool.putconn(raw)
 
 
 M = TypeVar("M", bound=models.Model)

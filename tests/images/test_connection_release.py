@@ -94,3 +94,24 @@ def test_a_failing_billing_statement_raises_djangos_error_and_returns_its_connec
 
     assert connection.connection is None
     assert connection.pool.get_stats().get("pool_available") == available
+
+
+def test_a_statement_on_a_borrowed_connection_is_wrapped_and_logged_like_any_query(alice):
+    connection.close()
+    wrapped = []
+
+    def record(execute, sql, params, many, context):
+        wrapped.append(sql)
+        return execute(sql, params, many, context)
+
+    connection.force_debug_cursor = True  # as DEBUG or CaptureQueriesContext log queries
+    connection.queries_log.clear()
+    try:
+        with connection.execute_wrapper(record):
+            hold_reserve(account=alice, amount=Decimal("0.25"), reference="req_logged")
+    finally:
+        connection.force_debug_cursor = False
+    assert connection.connection is None  # it ran on a connection borrowed for it alone
+    assert len(wrapped) == 1 and "billing_hold" in wrapped[0]
+    (logged,) = connection.queries_log  # as sent: with PostgreSQL's $n placeholders
+    assert "billing_hold" in logged["sql"]
