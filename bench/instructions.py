@@ -105,7 +105,7 @@ def _prepare(*, source: Path, environ: dict[str, str], upstream_port: int) -> st
     code = (
         "import os, sys, json; from pathlib import Path; sys.path.insert(0, sys.argv[1]);"
         "from bench import memory_large as m;"
-        "app, key = m._gateway_setup(source=Path(sys.argv[1]), workdir=Path(sys.argv[2]),"
+        "app, key = m.gateway_setup(source=Path(sys.argv[1]), workdir=Path(sys.argv[2]),"
         " upstream_port=int(sys.argv[3]), environ=json.loads(sys.argv[4])); print('KEY', key)"
     )
     workdir = Path(environ["MEDIA_ROOT"]).parent

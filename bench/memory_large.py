@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     upstream = None
     try:
         upstream, port = upstream_start(source=source, image_bytes=args.image_bytes)
-        app, key = _gateway_setup(source=source, workdir=workdir, upstream_port=port)
+        app, key = gateway_setup(source=source, workdir=workdir, upstream_port=port)
         results = _measure(app=app, key=key, args=args)
     finally:
         if upstream is not None:
@@ -112,7 +112,7 @@ def upstream_start(*, source: Path, image_bytes: int) -> tuple[subprocess.Popen,
 
 def gateway_environ(*, workdir: Path) -> dict[str, str]:
     """The environment of a gateway configured like production (DEBUG off). A second process given
-    the same environment (keys included) serves the database `_gateway_setup` prepared."""
+    the same environment (keys included) serves the database `gateway_setup` prepared."""
     return {
         "DJANGO_SETTINGS_MODULE": "gateway_project.settings",
         "GATEWAY_ENV_FILE": "",  # never read a developer's .env
@@ -139,7 +139,7 @@ def gateway_load(*, source: Path) -> Callable:
     return application
 
 
-def _gateway_setup(
+def gateway_setup(
     *, source: Path, workdir: Path, upstream_port: int, environ: dict[str, str] | None = None
 ) -> tuple[Callable, str]:
     """Django configured like production (DEBUG off), migrated, one upstream/model/account/key."""

@@ -123,12 +123,13 @@ def test_make_writes_a_development_env_once(tmp_path):
     assert (tmp_path / ".env").read_text() == first  # never rewritten: the key pepper must stay
 
 
-def _gunicorn_worker_class(env: dict[str, str]) -> str:
-    """worker_class of gunicorn.conf.py, loaded in a fresh process as gunicorn loads it (a file run as a
+def _gunicorn_setting(env: dict[str, str], name: str = "worker_class") -> str:
+    """A setting of gunicorn.conf.py, loaded in a fresh process as gunicorn loads it (a file run as a
     module), with only `env` set among the variables it reads."""
-    clean = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "GUNICORN_WORKER_CLASS")}
+    read = ("DATABASE_URL", "GUNICORN_WORKER_CLASS", "GUNICORN_ACCESSLOG")
+    clean = {k: v for k, v in os.environ.items() if k not in read}
     clean.update({"GATEWAY_ENV_FILE": "", **env})
-    script = "import runpy; print(runpy.run_path('gunicorn.conf.py')['worker_class'])"
+    script = f"import runpy; print(runpy.run_path('gunicorn.conf.py')[{name!r}])"
     result = subprocess.run(
         [sys.executable, "-c", script], cwd=ROOT, env=clean, capture_output=True, text=True, timeout=60
     )
@@ -136,17 +137,26 @@ def _gunicorn_worker_class(env: dict[str, str]) -> str:
     return result.stdout.strip()
 
 
+def test_the_access_log_goes_to_stdout_to_a_file_or_nowhere(tmp_path):
+    assert _gunicorn_setting({}, "accesslog") == "-"
+    assert _gunicorn_setting({"GUNICORN_ACCESSLOG": str(tmp_path / "a.log")}, "accesslog") == str(
+        tmp_path / "a.log"
+    )
+    assert _gunicorn_setting({"GUNICORN_ACCESSLOG": ""}, "accesslog") == "None"
+    assert _gunicorn_setting({}, "logger_class") == "gateway_project.access_log.AccessLogger"
+
+
 def test_gunicorn_runs_gevent_workers_on_postgresql_and_threads_on_sqlite(tmp_path):
-    assert _gunicorn_worker_class({"DATABASE_URL": "postgres://u:p@db.internal/gateway"}) == "gevent"
-    assert _gunicorn_worker_class({"DATABASE_URL": "sqlite:///db.sqlite3"}) == "gthread"
-    assert _gunicorn_worker_class({}) == "gthread"  # the development default is SQLite
+    assert _gunicorn_setting({"DATABASE_URL": "postgres://u:p@db.internal/gateway"}) == "gevent"
+    assert _gunicorn_setting({"DATABASE_URL": "sqlite:///db.sqlite3"}) == "gthread"
+    assert _gunicorn_setting({}) == "gthread"  # the development default is SQLite
     # DATABASE_URL from the deployment's .env decides it as it decides Django's database.
     env_file = tmp_path / "gateway.env"
     env_file.write_text("DATABASE_URL=postgresql://u:p@db.internal/gateway\n")
-    assert _gunicorn_worker_class({"GATEWAY_ENV_FILE": str(env_file)}) == "gevent"
+    assert _gunicorn_setting({"GATEWAY_ENV_FILE": str(env_file)}) == "gevent"
     # An explicit choice wins.
     assert (
-        _gunicorn_worker_class({"DATABASE_URL": "postgres://u:p@db/g", "GUNICORN_WORKER_CLASS": "gthread"})
+        _gunicorn_setting({"DATABASE_URL": "postgres://u:p@db/g", "GUNICORN_WORKER_CLASS": "gthread"})
         == "gthread"
     )
 
