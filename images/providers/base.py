@@ -29,6 +29,8 @@ from urllib3.exceptions import (
 )
 from urllib3.exceptions import HTTPError as BodyReadError  # any failure while reading a body ourselves
 
+from images.providers.headers import POOL_CLASSES_BY_SCHEME
+
 if TYPE_CHECKING:
     from images.models import Upstream
 
@@ -120,7 +122,9 @@ class UpstreamHTTPAdapter(HTTPAdapter):
     - the connection pool for an origin is looked up once (requests parses the URL, selects a proxy
       and normalizes a pool key on every call), unless a proxy is configured;
     - the request target (the URL's path and query) is worked out once per URL when no proxy is used;
-    - responses are built without reading cookies: no call ever sends one (see `_transport_new`).
+    - responses are built without reading cookies: no call ever sends one (see `_transport_new`);
+    - response headers are parsed without the email package (`images.providers.headers`), on the
+      direct connections (a proxy's pools are urllib3's own).
 
     A cached pool is given up once closed (urllib3 1.x closes the pools its PoolManager evicts; 2.x
     leaves them working), and both caches are bounded: image downloads can ask for many URLs of one
@@ -133,6 +137,10 @@ class UpstreamHTTPAdapter(HTTPAdapter):
         super().__init__(*args, **kwargs)
         self._pools: dict[tuple[str, Any, Any], Any] = {}
         self._targets: dict[str, str] = {}
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = POOL_CLASSES_BY_SCHEME
 
     def get_connection_with_tls_context(
         self, request: requests.PreparedRequest, verify: Any, proxies: Any = None, cert: Any = None
