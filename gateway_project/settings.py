@@ -11,6 +11,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
+from gateway_project.db import GreenConnection
 from gateway_project.env import (
     database_from_url,
     database_url,
@@ -127,6 +128,8 @@ if DATABASE_POOL_MAX_SIZE and DATABASES["default"]["ENGINE"] == "django.db.backe
         "min_size": min(2, DATABASE_POOL_MAX_SIZE),
         "max_size": DATABASE_POOL_MAX_SIZE,
         "timeout": env_int("DATABASE_POOL_TIMEOUT", 10, minimum=1),  # seconds to wait for a free one
+        # Waits for PostgreSQL on gevent's io watchers in gevent workers, psycopg's own elsewhere.
+        "connection_class": GreenConnection,
     }
 # PostgreSQL: the billing statements of every call (reserve, capture) are prepared once per connection
 # (billing/services.py). Turn off behind a pooler that cannot keep prepared statements.
