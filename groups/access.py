@@ -14,8 +14,9 @@ Everything that needs such a decision calls these functions; nothing else decide
 Subscription checks (SUBSCRIPTION_NOT_FOUND / SUBSCRIPTION_INVALID) belong to billing's reserve step.
 
 Groups and image models are read through groups/selectors.py, from per-process caches that every
-write to them invalidates (the next call on every process sees it); an account's allowed groups are
-read from the database on every decision.
+write to them invalidates (the next call on every process sees it). An OAuth token's credential
+carries its account's allowed groups, read and cached with the token (keys/selectors.py), so a call
+makes no query for them; a change to them is seen by the next call on every process.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from accounts.models import Account
 from gateway_project.errors import (
     GROUP_DELETED,
     GROUP_DISABLED,
@@ -104,11 +104,15 @@ def group_override_supported(*, group: Group) -> bool:
     return group.allow_group_override and group.billing != Group.Billing.SUBSCRIPTION
 
 
-def _account_allows(*, account: Account, group: Group) -> bool:
-    return account.allowed_groups.filter(pk=group.pk).exists()
+def _credential_allows(*, credential: Credential, group: Group) -> bool:
+    """May the credential's account use `group`? From the groups read with the credential, else
+    (a credential built without them) from the database."""
+    if credential.allowed_group_ids is not None:
+        return group.pk in credential.allowed_group_ids
+    return credential.account.allowed_groups.filter(pk=group.pk).exists()
 
 
-def _override_target(*, account: Account, current: Group | None, group_id: int) -> Group:
+def _override_target(*, credential: Credential, current: Group | None, group_id: int) -> Group:
     if current is not None and not group_override_supported(group=current):
         raise Conflict(
             f"Your current group {current.name!r} does not support selecting a group with "
@@ -118,7 +122,7 @@ def _override_target(*, account: Account, current: Group | None, group_id: int) 
     target = group_get(group_id=group_id) if group_id <= _MAX_GROUP_ID else None
     if target is None:
         raise InvalidRequest(f"The group {group_id} does not exist.", code=GROUP_UNAVAILABLE)
-    if not _account_allows(account=account, group=target):
+    if not _credential_allows(credential=credential, group=target):
         raise PermissionDenied(
             f"Your account may not use the group {target.name!r} ({target.pk}).", code=GROUP_NOT_ALLOWED
         )
@@ -152,7 +156,7 @@ def group_resolve_for_credential(
     override = group_override_parse(requested_model=requested_model) if requested_model else None
     if override is not None:
         group_id, model_name = override
-        target = _override_target(account=account, current=current, group_id=group_id)
+        target = _override_target(credential=credential, current=current, group_id=group_id)
         return GroupSelection(group=target, model_name=model_name, overridden=True)
     if current is None:
         raise InvalidRequest(
@@ -160,7 +164,7 @@ def group_resolve_for_credential(
             "group with '<group_id>:<model>'.",
             code=GROUP_UNAVAILABLE,
         )
-    if not _account_allows(account=account, group=current):
+    if not _credential_allows(credential=credential, group=current):
         raise PermissionDenied(
             f"Your account may not use its current group {current.name!r}.", code=GROUP_NOT_ALLOWED
         )

@@ -26,6 +26,8 @@ class Credential:
     bound_group: the key's group (API keys); None for OAuth tokens, which act in the account's
     current group unless the request selects another with `<group_id>:<model>`.
     scopes: the token's scopes; empty for API keys (which are not scope-limited).
+    allowed_group_ids: OAuth tokens: the groups the account may use, read with the token (and cached
+    with it: any change to them is seen at the next request); None: read them from the database.
 
     For API keys and OAuth tokens, `account` (with its user and current group) and `bound_group` are
     this request's own instances, copied from the per-process credential cache (keys/selectors.py):
@@ -38,6 +40,7 @@ class Credential:
     bound_group: Group | None
     scopes: frozenset[str] = frozenset()
     label: str = ""
+    allowed_group_ids: frozenset[int] | None = None
 
     @property
     def limit_key(self) -> str:

@@ -98,6 +98,7 @@ class AccessTokenSnapshot:
     has_user: bool
     user_active: bool
     account_template: Account | None
+    allowed_group_ids: frozenset[int]  # the account's allowed groups (its OAuth calls' group checks)
 
     def account_for_request(self) -> Account | None:
         return _account_copy(self.account_template) if self.account_template is not None else None
@@ -191,6 +192,11 @@ def _access_token_snapshot_load(*, checksum: str) -> AccessTokenSnapshot:
         has_user=user is not None,
         user_active=user is not None and user.is_active,
         account_template=account,
+        allowed_group_ids=(
+            frozenset(account.allowed_groups.values_list("pk", flat=True))
+            if account is not None
+            else frozenset()
+        ),
     )
     if account is None:
         # Refused today, but creating the account bumps nothing (no cached answer can depend on a new

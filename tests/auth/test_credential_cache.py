@@ -25,7 +25,7 @@ from oauth2_provider.models import AccessToken, Application, RefreshToken, set_t
 
 from accounts.models import User
 from accounts.services import account_create, account_set_groups
-from billing.models import LedgerEntry, Wallet
+from billing.models import LedgerEntry, UsageRecord, Wallet
 from billing.services import wallet_top_up
 from gateway_project.errors import AuthenticationFailed
 from gateway_project.generations import GENERATION_KEY
@@ -316,6 +316,63 @@ def test_it_serves_a_cached_oauth_token_from_the_accounts_new_current_group(
     response = get(client, "/v1/models", sketchbook_token)
 
     assert model_ids(response) == ["gamma-image-1"]
+
+
+ALLOWED_GROUPS_TABLE = '"accounts_account_allowed_groups"'
+
+
+@needs_cache
+def test_it_checks_a_repeated_oauth_calls_group_without_a_query(client, alice, sketchbook_token):
+    with CaptureQueriesContext(connection) as first_queries:
+        first = get(client, "/v1/models", sketchbook_token)
+    with CaptureQueriesContext(connection) as second_queries:
+        second = get(client, "/v1/models", sketchbook_token)
+
+    assert model_ids(first) == model_ids(second) == ["alpha-image-2"]
+    allowed_reads = [
+        [q["sql"] for q in captured.captured_queries if ALLOWED_GROUPS_TABLE in q["sql"]]
+        for captured in (first_queries, second_queries)
+    ]
+    # Read once with the token, then served with it: the current group's check costs no query.
+    assert [len(reads) for reads in allowed_reads] == [1, 0]
+
+
+@needs_cache
+def test_it_refuses_a_cached_oauth_token_at_the_next_request_once_its_group_is_disallowed(
+    client, alice, sketchbook_token, alpha_group, gamma_group
+):
+    warm(client, "/v1/models", sketchbook_token)
+
+    # An operator takes Alpha away but leaves it current.
+    alice.allowed_groups.set([gamma_group])
+    response = get(client, "/v1/models", sketchbook_token)
+
+    assert_compatible_error(response, status=403, type_="permission_error", code="GROUP_NOT_ALLOWED")
+
+
+@needs_cache
+def test_it_lets_a_cached_oauth_token_select_a_group_allowed_since(
+    client, alice, sketchbook_token, alpha_group, gamma_group, gamma_model
+):
+    body = {"model": f"{gamma_group.pk}:gamma-image-1", "prompt": "a lighthouse", "size": "1024x1024"}
+
+    def generate():
+        return client.post(
+            "/v1/images/generations",
+            data=json.dumps(body),
+            content_type="application/json",
+            headers=bearer(sketchbook_token),
+        )
+
+    refused = generate()
+    assert refused.status_code == 403, refused.content[:500]
+    assert refused.json()["error"]["code"] == "GROUP_NOT_ALLOWED"
+
+    alice.allowed_groups.add(gamma_group)
+    response = generate()
+
+    assert response.status_code == 200, response.content[:500]
+    assert UsageRecord.objects.filter(status=200, group=gamma_group).count() == 1
 
 
 @needs_cache

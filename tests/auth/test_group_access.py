@@ -102,13 +102,14 @@ def test_it_refuses_an_oauth_token_whose_account_has_no_current_group(
 
 
 def test_it_refuses_an_oauth_token_whose_current_group_is_no_longer_allowed(
-    carol, gamma_group, carol_credential
+    carol, alpha_group, gamma_group, carol_credential
 ):
-    credential = carol_credential()
+    assert resolve(carol_credential(), "alpha-image-2").group == alpha_group
     carol.allowed_groups.set([gamma_group])  # an operator removed Alpha but left it current
 
+    # The token's next request (its credential carries the allowed groups read with it).
     assert_refused(
-        lambda: resolve(credential, "alpha-image-2"),
+        lambda: resolve(carol_credential(), "alpha-image-2"),
         status=403,
         type_="permission_error",
         code="GROUP_NOT_ALLOWED",
