@@ -71,6 +71,9 @@ def idempotent_execute(
 ) -> StoredResponse:
     """Run `produce` at most once per (account, key) while the key lives, and replay its response.
 
+    `fingerprint` identifies the request; a later request with the key must match it. Without a key
+    it is not used (callers may pass "" rather than compute it).
+
     Exactly one of several concurrent requests with one key claims it (the unique (account, key) row
     it inserts); the others get 409 while it runs and its stored response once it is done. If
     `produce` raises or answers non-2xx, the claim is removed, so a retry runs again.

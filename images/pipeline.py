@@ -130,7 +130,13 @@ def image_call_run(
         return idempotent_execute(
             account=credential.account,
             key=idempotency_key,
-            fingerprint=_fingerprint(path=path, resolved=resolved, data=data, files=files),
+            # Only a keyed request is compared with the one that claimed its key: without a key, neither
+            # the body nor the uploaded files (megabytes for an edit) are hashed.
+            fingerprint=(
+                _fingerprint(path=path, resolved=resolved, data=data, files=files)
+                if idempotency_key is not None
+                else ""
+            ),
             produce=lambda: _produce(
                 usage=usage,
                 credential=credential,
