@@ -132,10 +132,3 @@ def test_outside_gevent_it_is_psycopgs_own_connection():
         assert conn.execute("SELECT %s::int + 1", (41,)).fetchone() == (42,)
         with pytest.raises(psycopg.errors.DivisionByZero):
             conn.execute("SELECT 1 / 0")
-
-
-def test_the_database_pool_makes_its_connections_of_it():
-    pool = settings.DATABASES["default"]["OPTIONS"].get("pool")
-    if not pool:
-        pytest.skip("the connection pool is off in this configuration (DATABASE_POOL_MAX_SIZE=0)")
-    assert pool["connection_class"] is GreenConnection

@@ -123,18 +123,42 @@ def test_make_writes_a_development_env_once(tmp_path):
     assert (tmp_path / ".env").read_text() == first  # never rewritten: the key pepper must stay
 
 
-def _gunicorn_setting(env: dict[str, str], name: str = "worker_class") -> str:
-    """A setting of gunicorn.conf.py, loaded in a fresh process as gunicorn loads it (a file run as a
-    module), with only `env` set among the variables it reads."""
-    read = ("DATABASE_URL", "GUNICORN_WORKER_CLASS", "GUNICORN_ACCESSLOG")
+def _printed(script: str, *, env: dict[str, str], read: tuple[str, ...]) -> str:
+    """What `script` prints in a fresh process, with only `env` set among the variables in `read`."""
     clean = {k: v for k, v in os.environ.items() if k not in read}
     clean.update({"GATEWAY_ENV_FILE": "", **env})
-    script = f"import runpy; print(runpy.run_path('gunicorn.conf.py')[{name!r}])"
     result = subprocess.run(
         [sys.executable, "-c", script], cwd=ROOT, env=clean, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
+
+
+def _gunicorn_setting(env: dict[str, str], name: str = "worker_class") -> str:
+    """A setting of gunicorn.conf.py, loaded as gunicorn loads it (a file run as a module)."""
+    return _printed(
+        f"import runpy; print(runpy.run_path('gunicorn.conf.py')[{name!r}])",
+        env=env,
+        read=("DATABASE_URL", "GUNICORN_WORKER_CLASS", "GUNICORN_ACCESSLOG"),
+    )
+
+
+def _pool_connection_class(env: dict[str, str]) -> str:
+    """The connection class of the database pool that gateway_project.settings configures."""
+    return _printed(
+        "from gateway_project import settings as s;"
+        "print(s.DATABASES['default'].get('OPTIONS', {}).get('pool', {}).get('connection_class'))",
+        env={"DEBUG": "1", **env},
+        read=("DATABASE_URL", "DATABASE_POOL_MAX_SIZE", "DEBUG", "SECRET_KEY", "GATEWAY_KEY_PEPPER"),
+    )
+
+
+def test_the_postgresql_pool_waits_for_the_database_with_the_green_connection():
+    postgres = "postgres://u:p@db.internal/gateway"
+    green = "<class 'gateway_project.db.GreenConnection'>"
+    assert _pool_connection_class({"DATABASE_URL": postgres}) == green
+    assert _pool_connection_class({"DATABASE_URL": postgres, "DATABASE_POOL_MAX_SIZE": "0"}) == "None"
+    assert _pool_connection_class({"DATABASE_URL": "sqlite:///db.sqlite3"}) == "None"
 
 
 def test_the_access_log_goes_to_stdout_to_a_file_or_nowhere(tmp_path):
