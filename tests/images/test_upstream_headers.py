@@ -5,12 +5,25 @@ from __future__ import annotations
 
 import http.client
 import io
+import json
+import os
 import socket
+import subprocess
+import sys
 
 import pytest
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.util.request import SKIP_HEADER
 
 from images.providers.base import transport_for
-from images.providers.headers import UpstreamHTTPConnectionPool, UpstreamResponse, headers_parse
+from images.providers.headers import (
+    UpstreamHTTPConnection,
+    UpstreamHTTPConnectionPool,
+    UpstreamHTTPSConnection,
+    UpstreamResponse,
+    headers_parse,
+)
+from tests.gunicorn_server import ROOT
 from tests.images.test_upstream_http import http_answer
 
 BLOCKS = {
@@ -42,13 +55,19 @@ def _lines(block: bytes) -> list[bytes]:
 
 
 def _described(message: http.client.HTTPMessage) -> dict:
+    """Everything urllib3 and requests read of a message, each way it can be read."""
+    names = sorted({name.lower() for name in message} | {"x-absent"})
     return {
         "items": message.items(),
+        "values": message.values(),
+        "get": {name: (message.get(name), message[name], message.get(name, "-")) for name in names},
+        "get_all": {name: (message.get_all(name), message.get_all(name, [])) for name in names},
         "payload": message.get_payload(),
+        "multipart": message.is_multipart(),
         "defects": [type(defect) for defect in message.defects],
         "unixfrom": message.get_unixfrom(),
         "text": message.as_string(),
-        "class": type(message),
+        "an HTTPMessage": isinstance(message, http.client.HTTPMessage),
     }
 
 
@@ -56,6 +75,18 @@ def _described(message: http.client.HTTPMessage) -> dict:
 def test_a_header_block_parses_as_http_client_parses_it(block):
     expected = http.client.parse_headers(io.BytesIO(block))
     assert _described(headers_parse(_lines(block))) == _described(expected)
+
+
+def test_a_value_stored_later_reads_back_as_the_email_package_reads_it():
+    """Values set after parsing (urllib3 re-sets normalized ones; a cookie jar may add some) are read
+    through the policy unless they are plain ASCII text: surrogate escapes still become a Header."""
+    block = BLOCKS["plain"]
+    ours, theirs = headers_parse(_lines(block)), http.client.parse_headers(io.BytesIO(block))
+    for message in (ours, theirs):
+        message["X-Escaped"] = "caf\udce9"
+        message["X-Plain"] = "plain"
+    assert _described(ours) == _described(theirs)
+    assert not isinstance(ours["X-Escaped"], str)
 
 
 PLAIN = [
@@ -129,3 +160,208 @@ def test_upstream_transports_read_their_answers_with_it(raw_upstream_served):
     assert isinstance(next(iter(transport.adapter._pools.values())), UpstreamHTTPConnectionPool)
     assert response.headers["X-Folded"] == "one two"  # urllib3 unfolds what the message keeps folded
     assert response.json()["data"][0]["url"] == "https://api.provider.test/a.png"
+
+
+# --- a pooled connection's check before reuse ------------------------------------------------------
+
+
+def _connection_states(connection_class: type) -> dict[str, bool]:
+    """`is_connected` of a connection of `connection_class` whose socket is idle, has unread bytes,
+    has reached the end (the server closed it), or is gone."""
+    states = {}
+    for state in ("idle", "unread bytes", "closed by the server", "no socket"):
+        ours, theirs = socket.socketpair()
+        try:
+            connection = connection_class("upstream.test")
+            connection.sock = ours
+            if state == "unread bytes":
+                theirs.sendall(b"HTTP/1.1 408 Request Timeout\r\n\r\n")
+            elif state == "closed by the server":
+                theirs.close()
+            elif state == "no socket":
+                connection.sock = None
+            states[state] = connection.is_connected
+        finally:
+            ours.close()
+            theirs.close()
+    return states
+
+
+CONNECTION_CLASSES = [(UpstreamHTTPConnection, HTTPConnection), (UpstreamHTTPSConnection, HTTPSConnection)]
+
+
+@pytest.mark.parametrize(("ours", "urllib3s"), CONNECTION_CLASSES)
+def test_a_pooled_connection_is_checked_as_urllib3_checks_it(ours, urllib3s):
+    assert (
+        _connection_states(ours)
+        == _connection_states(urllib3s)
+        == {
+            "idle": True,
+            "unread bytes": False,
+            "closed by the server": False,
+            "no socket": False,
+        }
+    )
+
+
+# In a fresh interpreter patched by gevent, like a gunicorn gevent worker: each class's answers for the
+# four states, and how many gevent poll objects its checks made.
+GEVENT_PROBE = """
+from gevent import monkey
+
+monkey.patch_all()
+
+import json, select
+
+polls = [0]
+gevent_poll = select.poll
+
+
+def counted_poll():
+    polls[0] += 1
+    return gevent_poll()
+
+
+select.poll = counted_poll
+
+import django
+
+django.setup()  # the helper below comes from a test module that imports the models
+
+from urllib3.connection import HTTPConnection
+
+from images.providers.headers import UpstreamHTTPConnection
+from tests.images.test_upstream_headers import _connection_states
+
+found = {}
+for connection_class in (UpstreamHTTPConnection, HTTPConnection):
+    polls[0] = 0
+    states = _connection_states(connection_class)
+    found[connection_class.__name__] = {"states": states, "gevent polls": polls[0]}
+print(json.dumps(found))
+"""
+
+
+def test_in_a_gevent_worker_the_check_never_builds_a_gevent_poll():
+    output = subprocess.run(
+        [sys.executable, "-c", GEVENT_PROBE],
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "gateway_project.settings"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    found = json.loads(output.stdout.strip().splitlines()[-1])
+    assert found["UpstreamHTTPConnection"]["states"] == found["HTTPConnection"]["states"]
+    assert found["UpstreamHTTPConnection"]["gevent polls"] == 0
+    # urllib3's own: one per check of a socket (and one to find out whether poll works at all)
+    assert found["HTTPConnection"]["gevent polls"] >= 3
+
+
+# --- a request written in one piece ----------------------------------------------------------------
+
+JSON_HEADERS = {
+    "User-Agent": "image-gateway/0.1",
+    "Accept-Encoding": "gzip, deflate",
+    "Accept": "*/*",
+    "Connection": "keep-alive",
+    "Authorization": "Bearer sk-upstream",
+    "Content-Type": "application/json",
+    "Content-Length": "16",
+}
+REQUESTS = {
+    "json body": ("POST", "/v1/images/generations", JSON_HEADERS, b'{"prompt": "owl"}'[:16], {}),
+    "no body": ("POST", "/v1/images/generations", {**JSON_HEADERS, "Content-Length": "0"}, None, {}),
+    "empty body": ("POST", "/v1/x", {**JSON_HEADERS, "Content-Length": "0"}, b"", {}),
+    "host given": ("GET", "/a?b=c", {**JSON_HEADERS, "Host": "other.test"}, None, {}),
+    "bytes and latin-1 values": (
+        "POST",
+        "/x",
+        {**JSON_HEADERS, "X-Bytes": b"raw", "X-Latin": "caf\xe9", "Content-Length": "2"},
+        b"ok",
+        {},
+    ),
+    "no accept-encoding": ("POST", "/x", {"User-Agent": "u", "Content-Length": "2"}, b"ok", {}),
+    # urllib3's own path: no Content-Length, no User-Agent, chunked, an iterable body, a skipped header
+    "no content-length": ("POST", "/x", {"User-Agent": "u"}, b"ok", {}),
+    "no user-agent": ("POST", "/x", {"Content-Length": "2"}, b"ok", {}),
+    "chunked": ("POST", "/x", {"User-Agent": "u"}, b"ok", {"chunked": True}),
+    "iterable body": ("POST", "/x", {"User-Agent": "u", "Content-Length": "2"}, [b"o", b"k"], {}),
+    "skipped user-agent": ("POST", "/x", {"User-Agent": SKIP_HEADER, "Content-Length": "2"}, b"ok", {}),
+    # refused as http.client refuses them
+    "header name with a space": ("POST", "/x", {**JSON_HEADERS, "Bad Name": "1"}, b"", {}),
+    "header value with a line break": ("POST", "/x", {**JSON_HEADERS, "X-A": "1\r\nX-B: 2"}, b"", {}),
+    "value beyond latin-1": ("POST", "/x", {**JSON_HEADERS, "X-A": "\u20ac"}, b"", {}),
+    "name beyond ascii": ("POST", "/x", {**JSON_HEADERS, "X-\xe9": "1"}, b"", {}),
+    "control character in the path": ("POST", "/x\r\nX-Evil: 1", JSON_HEADERS, b"", {}),
+}
+
+
+class _CountedSocket:
+    """A socket that counts its writes."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock, self.writes = sock, 0
+
+    def sendall(self, data: bytes) -> None:
+        self.writes += 1
+        self.sock.sendall(data)
+
+    def settimeout(self, timeout: float | None) -> None:
+        self.sock.settimeout(timeout)
+
+
+def _written(connection_class: type, method: str, url: str, headers: dict, body, options: dict) -> dict:
+    """What a connection of `connection_class` writes for a request, and the state it is left in."""
+    ours, theirs = socket.socketpair()
+    try:
+        connection = connection_class("upstream.test", 8080)
+        connection.sock = counted = _CountedSocket(ours)
+        try:
+            connection.request(method, url, body=body, headers=headers, **options)
+            error = None
+        except Exception as exc:  # compared by type and text
+            error = (type(exc), str(exc))
+        ours.shutdown(socket.SHUT_WR)
+        written = b"".join(iter(lambda: theirs.recv(65536), b""))
+        return {
+            "bytes": written,
+            "error": error,
+            "state": connection._HTTPConnection__state,
+            "options": connection._response_options,
+            "writes": min(counted.writes, 1) if error else counted.writes,
+        }
+    finally:
+        ours.close()
+        theirs.close()
+
+
+ONE_WRITE = ["json body", "empty body", "bytes and latin-1 values", "no accept-encoding"]
+
+
+@pytest.mark.parametrize(("ours", "urllib3s"), CONNECTION_CLASSES)
+@pytest.mark.parametrize("case", REQUESTS.values(), ids=REQUESTS.keys())
+def test_a_request_goes_out_as_urllib3_writes_it(ours, urllib3s, case):
+    sent, expected = _written(ours, *case), _written(urllib3s, *case)
+    assert {**sent, "writes": None} == {**expected, "writes": None}
+    body = case[3]
+    if case in [REQUESTS[name] for name in ONE_WRITE] and body:
+        assert (sent["writes"], expected["writes"]) == (1, 2)  # the head and the body in one write
+    else:
+        assert sent["writes"] == expected["writes"]
+
+
+def test_a_second_request_before_the_answer_is_refused_as_http_client_refuses_it():
+    method, url, headers, body, _ = REQUESTS["json body"]
+    for connection_class in (UpstreamHTTPConnection, HTTPConnection):
+        ours, theirs = socket.socketpair()
+        try:
+            connection = connection_class("upstream.test", 8080)
+            connection.sock = ours
+            connection.request(method, url, body=body, headers=headers)
+            with pytest.raises(http.client.CannotSendRequest):
+                connection.request(method, url, body=body, headers=headers)
+        finally:
+            ours.close()
+            theirs.close()
