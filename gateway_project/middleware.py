@@ -44,7 +44,8 @@ class RequestIdMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        offered = request.headers.get("X-Request-Id", "")
+        # META, not request.headers: that would build a mapping of every header on each request.
+        offered = request.META.get("HTTP_X_REQUEST_ID", "")
         request.request_id = offered if _SANE_REQUEST_ID.fullmatch(offered) else new_request_id()
         response = self.get_response(request)
         response["X-Request-Id"] = request.request_id
