@@ -8,16 +8,13 @@ PostgreSQL only (psycopg connections to the test database).
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import psycopg
 import pytest
 from django.conf import settings
 
 from gateway_project.db import GreenConnection, gevent_patched
-from tests.gunicorn_server import ROOT, shared_database_url
+from tests.gevent_probe import gevent_probe_run
+from tests.gunicorn_server import shared_database_url
 
 ON_POSTGRES = settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
 
@@ -30,16 +27,12 @@ pytestmark = [
 SLEEP = 0.3
 GREENLETS = 4
 
-# Run in a fresh interpreter patched by gevent, like a gunicorn gevent worker. For each connection
+# Run in a fresh interpreter patched by gevent (tests/gevent_probe.py). For each connection
 # class: GREENLETS greenlets each sleep SLEEP s in PostgreSQL on their own connection; then an error,
 # a large answer, a large parameter (its send cannot finish in one write), and a connection whose
 # backend was terminated. Prints what each gave and how many gevent poll objects it made.
 PROBE = """
-from gevent import monkey
-
-monkey.patch_all()
-
-import json, select, sys, time
+import json, sys, time
 
 import gevent
 import psycopg
@@ -47,16 +40,6 @@ import psycopg
 from gateway_project.db import GreenConnection, gevent_patched
 
 url, sleep, greenlets = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
-polls = [0]
-gevent_poll = select.poll
-
-
-def counted_poll():
-    polls[0] += 1
-    return gevent_poll()
-
-
-select.poll = counted_poll
 
 
 def outcome(cls, sql, params=None):
@@ -102,15 +85,7 @@ print(json.dumps({
 
 
 def test_it_waits_on_gevent_watchers_with_psycopgs_results_and_errors():
-    run = subprocess.run(
-        [sys.executable, "-c", PROBE, shared_database_url(), str(SLEEP), str(GREENLETS)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert run.returncode == 0, run.stderr
-    report = json.loads(run.stdout)
+    report = gevent_probe_run(PROBE, shared_database_url(), str(SLEEP), str(GREENLETS))
     green, plain = report["green"], report["psycopg"]
 
     assert report["patched"] is True

@@ -5,11 +5,7 @@ from __future__ import annotations
 
 import http.client
 import io
-import json
-import os
 import socket
-import subprocess
-import sys
 
 import pytest
 from urllib3.connection import HTTPConnection, HTTPSConnection
@@ -23,7 +19,7 @@ from images.providers.headers import (
     UpstreamResponse,
     headers_parse,
 )
-from tests.gunicorn_server import ROOT
+from tests.gevent_probe import gevent_probe_run
 from tests.images.test_upstream_http import http_answer
 
 BLOCKS = {
@@ -204,25 +200,10 @@ def test_a_pooled_connection_is_checked_as_urllib3_checks_it(ours, urllib3s):
     )
 
 
-# In a fresh interpreter patched by gevent, like a gunicorn gevent worker: each class's answers for the
+# In a fresh interpreter patched by gevent (tests/gevent_probe.py): each class's answers for the
 # four states, and how many gevent poll objects its checks made.
 GEVENT_PROBE = """
-from gevent import monkey
-
-monkey.patch_all()
-
-import json, select
-
-polls = [0]
-gevent_poll = select.poll
-
-
-def counted_poll():
-    polls[0] += 1
-    return gevent_poll()
-
-
-select.poll = counted_poll
+import json
 
 import django
 
@@ -243,16 +224,7 @@ print(json.dumps(found))
 
 
 def test_in_a_gevent_worker_the_check_never_builds_a_gevent_poll():
-    output = subprocess.run(
-        [sys.executable, "-c", GEVENT_PROBE],
-        cwd=ROOT,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "gateway_project.settings"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    found = json.loads(output.stdout.strip().splitlines()[-1])
+    found = gevent_probe_run(GEVENT_PROBE, env={"DJANGO_SETTINGS_MODULE": "gateway_project.settings"})
     assert found["UpstreamHTTPConnection"]["states"] == found["HTTPConnection"]["states"]
     assert found["UpstreamHTTPConnection"]["gevent polls"] == 0
     # urllib3's own: one per check of a socket (and one to find out whether poll works at all)
