@@ -38,6 +38,8 @@ from urllib3.connection import HTTPConnection, HTTPSConnection, _ResponseOptions
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.util.request import SKIP_HEADER
 
+from gateway_project.db import gevent_patched
+
 # A field line as the feedparser takes one (its `headerRE`): a name of printable ASCII other than
 # ':' (and so no space), then ':'. An empty name, or an mbox "From " line, goes to the full parser.
 _FIELD = re.compile(r"[\041-\071\073-\176]+:")
@@ -190,9 +192,8 @@ class UpstreamResponse(http.client.HTTPResponse):
 def _os_poll() -> Callable[[], Any] | None:
     """The operating system's `select.poll`, also where gevent has patched `select` (None without
     poll: urllib3's own check is used)."""
-    monkey = sys.modules.get("gevent.monkey")
-    if monkey is not None and monkey.is_module_patched("select"):
-        return monkey.get_original("select", "poll")
+    if gevent_patched():
+        return sys.modules["gevent.monkey"].get_original("select", "poll")
     return getattr(select, "poll", None)
 
 

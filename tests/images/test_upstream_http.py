@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import select
 import time
 
 import pytest
@@ -185,6 +186,24 @@ def test_it_reuses_its_connection_pool_and_replaces_one_urllib3_closed(raw_upstr
     assert replacement is not pool
     assert replacement.num_requests == 1
     assert len(server.received) == 3
+
+
+def test_a_kept_alive_connection_the_upstream_closed_while_idle_is_not_reused(raw_upstream_served):
+    # The answer does not say "Connection: close", so the connection goes back to the pool; the
+    # server then closes it. The next call must see that before sending (urllib3's check of a pooled
+    # connection, images.providers.headers) and open a new one, not fail on the dead socket.
+    server, upstream = raw_upstream_served(http_answer().replace(b"Connection: close\r\n", b""))
+    transport = transport_for(upstream)
+    adapter_for(upstream).call(REQUEST)
+    (pool,) = transport.adapter._pools.values()
+    (idle,) = [connection for connection in pool.pool.queue if connection is not None]
+    closed_socket = idle.sock
+    readable, _, _ = select.select([closed_socket], [], [], 5)  # the server's close has arrived
+    assert readable
+
+    adapter_for(upstream).call(REQUEST)  # no UpstreamError: sent on a new socket
+    assert len(server.received) == 2  # the server answers one request per connection
+    assert idle.sock is not None and idle.sock is not closed_socket
 
 
 def test_it_prepares_each_call_with_its_own_body_and_length(raw_upstream_served):
