@@ -42,14 +42,14 @@ sys.path.insert(0, str(ROOT))
 # The project's environment helpers and access log only: nothing here may import what the workers'
 # gevent patching must come before (ssl, psycopg, requests).
 from gateway_project.access_log import ACCESS_LOG_FORMAT  # noqa: E402
-from gateway_project.env import database_from_url, database_url, env_file_load  # noqa: E402
+from gateway_project.env import POSTGRESQL_ENGINE, database_from_url, database_url, env_file_load  # noqa: E402
 
 env_file_load(ROOT)  # DATABASE_URL may come from .env, as Django's settings read it
 
 bind = os.environ.get("GATEWAY_BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
 _database = database_from_url("DATABASE_URL", database_url(), base_dir=ROOT)
-_on_postgres = _database["ENGINE"] == "django.db.backends.postgresql"
+_on_postgres = _database["ENGINE"] == POSTGRESQL_ENGINE
 worker_class = os.environ.get("GUNICORN_WORKER_CLASS") or ("gevent" if _on_postgres else "gthread")
 worker_connections = int(os.environ.get("GUNICORN_WORKER_CONNECTIONS", "1000"))
 threads = int(os.environ.get("GUNICORN_THREADS", "256"))

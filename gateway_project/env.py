@@ -52,6 +52,8 @@ def env_file_load(base_dir: Path) -> None:
 
 
 DEFAULT_DATABASE_URL = "sqlite:///db.sqlite3"
+# Django's PostgreSQL backend with a LIFO connection pool (gateway_project/postgresql/).
+POSTGRESQL_ENGINE = "gateway_project.postgresql"
 
 
 def database_url() -> str:
@@ -170,7 +172,7 @@ def database_from_url(name: str, value: str, *, base_dir: Path) -> dict:
             key, _, val = pair.partition("=")
             options[unquote(key)] = unquote(val)
         return {
-            "ENGINE": "django.db.backends.postgresql",
+            "ENGINE": POSTGRESQL_ENGINE,
             "NAME": db_name,
             "USER": unquote(parts.username or ""),
             "PASSWORD": unquote(parts.password or ""),

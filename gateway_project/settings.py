@@ -13,6 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from gateway_project.db import GreenConnection
 from gateway_project.env import (
+    POSTGRESQL_ENGINE,
     database_from_url,
     database_url,
     env_bool,
@@ -117,7 +118,7 @@ DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 # 0 = no pool: one connection per greenlet or thread, kept DATABASE_CONN_MAX_AGE seconds (then keep
 # the calls in flight under max_connections).
 DATABASE_POOL_MAX_SIZE = env_int("DATABASE_POOL_MAX_SIZE", 16, minimum=0)
-if DATABASE_POOL_MAX_SIZE and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+if DATABASE_POOL_MAX_SIZE and DATABASES["default"]["ENGINE"] == POSTGRESQL_ENGINE:
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     # No "SELECT 1" per loan (a round trip, twice per call: the connection is given back during the
     # upstream call). A connection broken while idle (PostgreSQL restarted) fails the one request that
@@ -134,7 +135,7 @@ if DATABASE_POOL_MAX_SIZE and DATABASES["default"]["ENGINE"] == "django.db.backe
 # PostgreSQL: the billing statements of every call (reserve, capture) are prepared once per connection
 # (billing/services.py). Turn off behind a pooler that cannot keep prepared statements.
 DATABASE_PREPARED_STATEMENTS = env_bool("DATABASE_PREPARED_STATEMENTS", True)
-if DATABASE_PREPARED_STATEMENTS and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+if DATABASE_PREPARED_STATEMENTS and DATABASES["default"]["ENGINE"] == POSTGRESQL_ENGINE:
     # psycopg prepares a statement asked to be prepared only when the threshold is set; Django's own
     # queries, never asked, would be prepared only after this many runs on one connection: never.
     DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = 2**31 - 1

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from django.conf import settings
+from django.db import connection
 
 from gateway_project.db import GreenConnection, gevent_patched
 from tests.gevent_probe import gevent_probe_run
 from tests.gunicorn_server import shared_database_url
 
-ON_POSTGRES = settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+ON_POSTGRES = connection.vendor == "postgresql"
 
 pytestmark = [
     pytest.mark.django_db,  # the test database, which shared_database_url names once it exists

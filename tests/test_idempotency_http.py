@@ -9,14 +9,14 @@ from decimal import Decimal
 
 import pytest
 import requests
-from django.conf import settings
 from django.core.cache import cache
+from django.db import connection
 
 from billing.models import LedgerEntry, Wallet
 from keys.services import api_key_create
 from tests.test_images_api import model_upsert
 
-IS_POSTGRES = settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+IS_POSTGRES = connection.vendor == "postgresql"
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(not IS_POSTGRES, reason="concurrent writers need PostgreSQL (SQLite serialises them)"),

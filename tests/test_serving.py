@@ -16,7 +16,6 @@ import openai
 import psycopg
 import pytest
 import requests
-from django.conf import settings
 from django.db import connection
 
 from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
@@ -24,7 +23,7 @@ from keys.services import api_key_create
 from tests.factories import image_model_make
 from tests.gunicorn_server import gunicorn_serving, shared_database_url
 
-ON_POSTGRES = settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+ON_POSTGRES = connection.vendor == "postgresql"
 
 pytestmark = [
     pytest.mark.postgres,

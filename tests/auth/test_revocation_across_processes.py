@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 from oauth2_provider.models import AccessToken, set_token_value
 
@@ -22,7 +22,7 @@ from keys.services import api_key_revoke, oauth_application_revoke_for_user, oau
 from tests.auth.conftest import LiveApi, assert_compatible_error, bearer
 from tests.gunicorn_server import gunicorn_serving
 
-ON_POSTGRES = settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+ON_POSTGRES = connection.vendor == "postgresql"
 
 pytestmark = [
     pytest.mark.postgres,

@@ -1,0 +1,2 @@
+"""The gateway's PostgreSQL database backend (`ENGINE = "gateway_project.postgresql"`): Django's, with a
+LIFO connection pool (`gateway_project.db.LifoConnectionPool`)."""
