@@ -7,6 +7,7 @@ retrying can help. Every HTTP call to a provider goes through `Adapter._request`
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import threading
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import requests
 from requests.adapters import HTTPAdapter
+from requests.cookies import RequestsCookieJar, cookiejar_from_dict
 from requests.structures import CaseInsensitiveDict
 from requests.utils import get_encoding_from_headers, get_environ_proxies
 from urllib3.exceptions import (
@@ -166,7 +168,7 @@ class UpstreamHTTPAdapter(HTTPAdapter):
 
     def build_response(self, req: requests.PreparedRequest, resp: Any) -> requests.Response:
         """`HTTPAdapter.build_response` without `extract_cookies_to_jar`: the cookies are never used."""
-        response = requests.Response()
+        response = UpstreamResponse()
         response.status_code = getattr(resp, "status", None)  # type: ignore[assignment]
         response.headers = CaseInsensitiveDict(getattr(resp, "headers", {}))
         response.encoding = get_encoding_from_headers(response.headers)
@@ -176,6 +178,42 @@ class UpstreamHTTPAdapter(HTTPAdapter):
         response.request = req
         response.connection = self  # type: ignore[attr-defined]
         return response
+
+
+class UpstreamResponse(requests.Response):
+    """requests' `Response`, whose cookie jar is made only if something reads it.
+
+    `requests.Response()` makes an empty `RequestsCookieJar` for every answer: a cookie policy object
+    and a lock (in a gevent worker, gevent's Python lock), ~1 % of a call's CPU at concurrency 1
+    (py-spy), for a jar the gateway never reads (no call sends or keeps a cookie). Everything else is
+    as requests sets it; tests/images/test_upstream_http.py compares a fresh one with requests' own.
+    """
+
+    def __init__(self) -> None:
+        # requests.Response.__init__, but for the cookie jar.
+        self._content = False
+        self._content_consumed = False
+        self._next = None
+        self.status_code = None  # type: ignore[assignment]
+        self.headers = CaseInsensitiveDict()
+        self.raw = None
+        self.url = None  # type: ignore[assignment]
+        self.encoding = None
+        self.history = []
+        self.reason = None  # type: ignore[assignment]
+        self.elapsed = datetime.timedelta(0)
+        self.request = None  # type: ignore[assignment]
+
+    @property  # type: ignore[override]
+    def cookies(self) -> RequestsCookieJar:
+        jar = self.__dict__.get("cookies")
+        if jar is None:
+            jar = self.__dict__["cookies"] = cookiejar_from_dict({})
+        return jar
+
+    @cookies.setter
+    def cookies(self, jar: RequestsCookieJar) -> None:
+        self.__dict__["cookies"] = jar
 
 
 def _origin(url: str) -> str:

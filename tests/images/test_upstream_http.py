@@ -6,13 +6,16 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import pickle
 import select
 import time
 
 import pytest
+import requests
+from requests.cookies import RequestsCookieJar
 
 from images.providers import adapter_for
-from images.providers.base import ImageRequest, UpstreamError, transport_for
+from images.providers.base import ImageRequest, UpstreamError, UpstreamResponse, transport_for
 from images.services import upstream_upsert
 from images.upstream_errors import upstream_error_to_api_error
 from tests.fake_upstream import _png
@@ -157,6 +160,37 @@ def test_it_never_sends_back_a_cookie_an_upstream_set(raw_upstream_served):
     adapter_for(upstream).call(REQUEST)
     assert len(server.received) == 2
     assert all(b"\r\ncookie:" not in head.lower() for head in server.received)
+
+
+def test_its_responses_are_requests_responses_whose_cookie_jar_is_made_when_read():
+    ours, theirs = UpstreamResponse(), requests.Response()
+    assert isinstance(ours, requests.Response)
+    assert "cookies" not in vars(ours)  # not made yet
+    assert set(vars(ours)) == set(vars(theirs)) - {"cookies"}  # every other attribute requests sets
+    for name, value in vars(ours).items():
+        assert (type(value), value) == (type(vars(theirs)[name]), vars(theirs)[name]), name
+    assert ours.headers is not UpstreamResponse().headers and ours.history is not UpstreamResponse().history
+
+    jar = ours.cookies
+    assert isinstance(jar, RequestsCookieJar) and len(jar) == 0
+    assert ours.cookies is jar
+    replaced = RequestsCookieJar()
+    ours.cookies = replaced
+    assert ours.cookies is replaced
+
+    ours.status_code, ours._content = 200, b"{}"
+    again = pickle.loads(pickle.dumps(ours))  # noqa: S301 - bytes this test has just made
+    assert (again.status_code, again.content, len(again.cookies)) == (200, b"{}", 0)
+
+
+def test_an_upstream_call_answers_with_such_a_response(raw_upstream_served):
+    _server, upstream = raw_upstream_served(http_answer("Set-Cookie: session=caller-a; Path=/"))
+    transport = transport_for(upstream)
+    prepared = requests.Request("POST", upstream.base_url + "/images/generations", data=b"{}").prepare()
+    response = transport.adapter.send(prepared, timeout=10)
+    assert type(response) is UpstreamResponse
+    assert response.status_code == 200 and response.content
+    assert len(response.cookies) == 0  # read, never extracted
 
 
 def test_a_redirect_from_the_api_is_an_error_and_is_not_followed(raw_upstream_served):
