@@ -87,17 +87,21 @@ _mallopt(M_ARENA_MAX, int(os.environ.get("GUNICORN_MALLOC_ARENAS", "2")), "MALLO
 
 def post_worker_init(worker: object) -> None:
     """Do before the first call what the first call would do: import the URLconf, and with it every
-    view and what they import (~0.35 s on 2 cores), and open the cache client (importing redis-py) and
-    the database pool. Without this, the first call of every new worker (after a deploy, a restart or
-    max_requests) takes ~0.4 s. Nothing here may stop the worker from starting: a database or cache
-    that cannot be reached now is reported by the first call that needs it."""
+    view and what they import (~0.35 s on 2 cores), open the cache client (importing redis-py) and
+    the database pool, and read the configuration generation (which opens the Redis connection that
+    tells the process when it changes). Without this, the first call of every new worker (after a
+    deploy, a restart or max_requests) takes ~0.4 s. Nothing here may stop the worker from starting: a
+    database or cache that cannot be reached now is reported by the first call that needs it."""
     from django.core.cache import cache
     from django.db import connection
     from django.urls import get_resolver
 
+    from gateway_project.generations import config_generation
+
     get_resolver().url_patterns  # noqa: B018 - the property imports the URLconf
     try:
         cache.get("gateway:worker-warm-up")
+        config_generation()
         connection.ensure_connection()
     except Exception as error:
         worker.log.warning("worker warm-up: %s", error)  # type: ignore[attr-defined]

@@ -28,9 +28,6 @@ import functools
 import http.client
 import io
 import re
-import select
-import sys
-from collections.abc import Callable
 from email.policy import compat32
 from typing import Any
 
@@ -38,7 +35,7 @@ from urllib3.connection import HTTPConnection, HTTPSConnection, _ResponseOptions
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.util.request import SKIP_HEADER
 
-from gateway_project.db import gevent_patched
+from gateway_project.sockets import readable_now
 
 # A field line as the feedparser takes one (its `headerRE`): a name of printable ASCII other than
 # ':' (and so no space), then ':'. An empty name, or an mbox "From " line, goes to the full parser.
@@ -187,25 +184,6 @@ class UpstreamResponse(http.client.HTTPResponse):
         # WILL close.
         if not self.will_close and not self.chunked and self.length is None:
             self.will_close = True
-
-
-def _os_poll() -> Callable[[], Any] | None:
-    """The operating system's `select.poll`, also where gevent has patched `select` (None without
-    poll: urllib3's own check is used)."""
-    if gevent_patched():
-        return sys.modules["gevent.monkey"].get_original("select", "poll")
-    return getattr(select, "poll", None)
-
-
-def readable_now(sock: Any) -> bool | None:
-    """Whether reading `sock` would not block right now (data, end of file or an error is waiting),
-    as urllib3's `wait_for_read(sock, timeout=0.0)` answers it; None where there is no poll."""
-    poll = _os_poll()
-    if poll is None:
-        return None
-    poller = poll()
-    poller.register(sock, select.POLLIN)
-    return bool(poller.poll(0))
 
 
 class _UpstreamConnectionMixin:

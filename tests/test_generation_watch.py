@@ -1,0 +1,182 @@
+"""The configuration generation without a Redis round trip per request (`GenerationWatch`): read once,
+then taken as read while Redis pushes nothing about its key; any change, from anywhere, is seen at the
+very next use, and anything unusual (a dropped connection, a refusal, age) means reading Redis again.
+
+Against a real Redis (REDIS_URL); Redis counts the GETs (`INFO commandstats`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+
+import pytest
+import redis
+from django.conf import settings
+from django.core.cache import cache
+
+from gateway_project.generations import (
+    GENERATION_KEY,
+    WATCH_CLIENT_NAME,
+    GenerationWatch,
+    config_generation,
+    config_generation_bump,
+)
+
+pytestmark = pytest.mark.skipif(not settings.REDIS_URL, reason="needs Redis: set REDIS_URL")
+
+
+@pytest.fixture
+def server() -> redis.Redis:
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    yield client
+    client.close()
+
+
+def redis_gets(server: redis.Redis) -> int:
+    return int(server.info("commandstats").get("cmdstat_get", {}).get("calls", 0))
+
+
+def tracking_clients(server: redis.Redis) -> list[dict]:
+    """The watch connections (this test process's: no other gateway process runs meanwhile), each
+    with broadcast tracking on (flags t and B)."""
+    clients = [c for c in server.client_list() if c["name"] == WATCH_CLIENT_NAME]
+    assert all("t" in c["flags"] and "B" in c["flags"] for c in clients)
+    return clients
+
+
+def full_key() -> str:
+    return cache.make_and_validate_key(GENERATION_KEY)
+
+
+def settled() -> int:
+    """The generation once read and watched. The first read may create the counter, itself a change
+    that Redis pushes: the use after it reads again."""
+    config_generation()
+    return config_generation()
+
+
+def test_it_reads_the_generation_from_redis_once_while_nothing_changes(server):
+    first = settled()
+    before = redis_gets(server)
+    assert {config_generation() for _ in range(50)} == {first}
+    assert redis_gets(server) - before == 0
+    assert tracking_clients(server)
+
+
+def test_a_change_made_elsewhere_is_seen_at_the_very_next_use(server):
+    first = settled()
+    server.incr(full_key())  # another process's bump
+    assert config_generation() == first + 1
+    server.set(full_key(), first + 10**9)
+    assert config_generation() == first + 10**9
+    server.delete(full_key())  # lost (a restart without persistence, an eviction): a new one from the clock
+    recreated = config_generation()
+    assert recreated != first + 10**9
+    assert recreated == int(server.get(full_key()))
+    settled()
+    before = redis_gets(server)
+    config_generation()
+    assert redis_gets(server) - before == 0  # watched again
+
+
+def test_a_bump_in_this_process_is_seen_at_once():
+    first = config_generation()
+    config_generation_bump()
+    assert config_generation() == first + 1
+
+
+def test_a_dropped_connection_means_reading_redis_and_watching_again(server):
+    settled()
+    (watching,) = tracking_clients(server)
+    server.client_kill_filter(_id=watching["id"])
+    server.incr(full_key())  # a change the dropped connection could not have told
+    expected = int(server.get(full_key()))
+
+    assert config_generation() == expected
+    assert watching["id"] not in {c["id"] for c in tracking_clients(server)}
+    assert tracking_clients(server)  # a new one
+    before = redis_gets(server)
+    assert config_generation() == expected
+    assert redis_gets(server) - before == 0
+    server.incr(full_key())
+    assert config_generation() == expected + 1
+
+
+def read_from(server: redis.Redis):
+    def get() -> int:
+        return int(server.get(full_key()) or 0)
+
+    return get
+
+
+def test_a_value_read_while_a_change_arrived_is_not_kept(server):
+    watch = GenerationWatch()
+    server.set(full_key(), 100)
+
+    def stale_get() -> int:
+        value = int(server.get(full_key()))
+        server.incr(full_key())  # changed after the read, before the watch keeps the value
+        return value
+
+    try:
+        assert watch.read(stale_get) == 100
+        assert watch.armed
+        assert watch.generation() is None  # the push is waiting: read again
+        assert watch.read(read_from(server)) == 101
+        assert watch.generation() == 101
+    finally:
+        watch.close()
+
+
+def test_a_value_is_trusted_for_trust_seconds_at_most(server):
+    watch = GenerationWatch(trust_seconds=0.05)
+    server.set(full_key(), 7)
+    try:
+        assert watch.read(read_from(server)) == 7
+        assert watch.generation() == 7
+        time.sleep(0.06)
+        assert watch.generation() is None
+    finally:
+        watch.close()
+
+
+def test_a_server_that_refuses_tracking_leaves_every_use_reading_redis(server, caplog):
+    user, password = f"igw-no-tracking-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    server.acl_setuser(
+        user, enabled=True, passwords=[f"+{password}"], keys=["*"], commands=["+@all", "-client"]
+    )
+    kwargs = {**server.connection_pool.connection_kwargs, "username": user, "password": password}
+
+    def connect():
+        return redis.Connection(**{**kwargs, "protocol": 3}), full_key()
+
+    watch = GenerationWatch(connect=connect, retry_seconds=60)
+    server.set(full_key(), 5)
+    try:
+        with caplog.at_level(logging.WARNING, logger="gateway.cache"):
+            assert watch.read(read_from(server)) == 5
+        assert not watch.armed
+        assert watch.generation() is None
+        assert "does not push configuration changes" in caplog.text
+        caplog.clear()
+        assert watch.read(read_from(server)) == 5  # not tried again before retry_seconds
+        assert caplog.text == ""
+    finally:
+        watch.close()
+        server.acl_deluser(user)
+
+
+def test_a_forked_process_makes_its_own_connection():
+    from gateway_project import generations
+
+    config_generation()
+    assert generations._watch.armed
+    pid = os.fork()
+    if pid == 0:  # the child: nothing inherited
+        os._exit(0 if not generations._watch.armed else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert generations._watch.armed  # the parent's is untouched
