@@ -218,8 +218,13 @@ class GenerationWatch:
         with self._lock:
             self._known = None
             self._drain()
-            armed = self._arm()
-            epoch = self._epoch
+            connect = self._sock is None and time.monotonic() >= self._retry_at
+            if connect:  # this caller makes the connection; the others meanwhile read without one
+                self._retry_at = time.monotonic() + self.retry_seconds
+        if connect:
+            self._arm()  # outside the lock: a slow connect holds up no other request
+        with self._lock:
+            armed, epoch = self._sock is not None, self._epoch
         generation = get()
         if armed and generation is not None:
             with self._lock:
@@ -251,15 +256,9 @@ class GenerationWatch:
         except (OSError, ValueError):
             self._close()
 
-    def _arm(self) -> bool:
-        """Make the tracking connection if there is none (after a refusal, at most every
-        retry_seconds); True when there is one."""
-        if self._sock is not None:
-            return True
-        now = time.monotonic()
-        if now < self._retry_at:
-            return False
-        self._retry_at = now + self.retry_seconds
+    def _arm(self) -> None:
+        """Make the tracking connection (`read` lets one caller at a time try, at most every
+        retry_seconds after a failure)."""
         connection = None
         try:
             connection, key = self.connect()
@@ -281,10 +280,10 @@ class GenerationWatch:
             if connection is not None:
                 with contextlib.suppress(Exception):
                     connection.disconnect()
-            return False
-        self._connection, self._sock = connection, sock
-        self._epoch += 1
-        return True
+            return
+        with self._lock:
+            self._connection, self._sock = connection, sock
+            self._epoch += 1
 
     def _close(self) -> None:
         connection = self._connection

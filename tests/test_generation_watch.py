@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 import uuid
 
@@ -180,3 +181,31 @@ def test_a_forked_process_makes_its_own_connection():
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert generations._watch.armed  # the parent's is untouched
+
+
+def test_a_slow_connect_holds_up_no_other_read(server):
+    connecting, release = threading.Event(), threading.Event()
+    kwargs = server.connection_pool.connection_kwargs
+
+    def slow_connect():
+        connecting.set()
+        release.wait(10)  # a server that takes its time to accept
+        return redis.Connection(**{**kwargs, "protocol": 3}), full_key()
+
+    watch = GenerationWatch(connect=slow_connect)
+    server.set(full_key(), 3)
+    first = threading.Thread(target=watch.read, args=(read_from(server),))
+    first.start()
+    try:
+        assert connecting.wait(10)
+        started = time.monotonic()
+        assert watch.read(read_from(server)) == 3  # read without the connection being made
+        assert time.monotonic() - started < 1
+        assert not watch.armed
+    finally:
+        release.set()
+        first.join(10)
+    assert watch.armed  # the first caller made it
+    assert watch.read(read_from(server)) == 3
+    assert watch.generation() == 3
+    watch.close()
