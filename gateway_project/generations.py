@@ -165,8 +165,10 @@ class GenerationWatch:
     request then takes the generation last read as long as:
 
     - nothing is waiting on the connection (asked of the OS without waiting: data, end of file and an
-      error all mean "read it again"). Redis queues the push while it runs the bump, before the bumping
-      process has even had its answer, so a process asked after a bump finds the push waiting;
+      error all mean "read it again"). Redis writes the push in the same pass of its event loop as the
+      bump's own answer (in broadcast mode, ahead of it), so on one host a process asked after a bump
+      has returned finds the push waiting; across a network, a packet lost on the watch connection
+      can delay it by TCP's retransmission time, never beyond `trust_seconds`;
     - it was read after the watch was armed, and nothing arrived from before the read until now;
     - it is younger than `trust_seconds`: a backstop should the connection die silently (a network
       partition without a reset), after which the counter is read from Redis again (and, Redis
