@@ -63,6 +63,13 @@ def wait_green(gen: Any, fileno: int) -> Any:
 
 
 class GreenConnection(psycopg.Connection):
+    """The pool's connections: they wait as described above, and keep the cursors of the billing
+    statements every call runs (`hot_cursors`, billing/services.py)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hot_cursors: dict[str, psycopg.Cursor] = {}
+
     def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
         if timeout is not None or not gevent_patched():
             return super().wait(gen, interval=interval, timeout=timeout)

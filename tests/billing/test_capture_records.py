@@ -176,6 +176,14 @@ def test_a_usage_record_the_database_refuses_does_not_keep_the_call_from_being_c
     assert Hold.objects.get().status == Hold.Status.CAPTURED
     assert ledger_check() == []
 
+    # The statement that failed runs again for the next call (its cursor is kept per connection).
+    second = hold_reserve(account=alice, amount=PRICE, reference="req_2")
+    second_record = usage_record_draft(alice)
+    assert hold_capture(hold=second, usage_record=second_record) is True
+    assert UsageRecord.objects.values_list("pk", "amount").get() == (second_record.pk, PRICE)
+    assert (wallet_of(alice).balance, wallet_of(alice).held) == (Decimal("9.70"), Decimal("0"))
+    assert ledger_check() == []
+
 
 @pytest.mark.parametrize("refused_window", ["day", "week", "month", "total"])
 def test_a_subscription_call_refused_by_any_one_window_counts_in_none(carol, beta_group, refused_window):
