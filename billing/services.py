@@ -113,19 +113,21 @@ def _statement_run(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
         # it runs the same statement again, which a new cursor per call worked out anew (-6 %
         # instructions per call in-process). A connection is lent to one caller at a time, and its
         # cursors with it.
+        # A connection made outside the pool has no `hot_cursors`: a cursor for this statement only.
         cursors = getattr(raw, "hot_cursors", None)
         raw_cursor = cursors.get(sql) if cursors is not None else None
         if raw_cursor is None or raw_cursor.closed:
             with conn.wrap_database_errors:
                 raw_cursor = _PreparedCursor(raw)
-            if cursors is None:  # a connection made outside the pool: a cursor for this statement only
-                with conn._prepare_cursor(raw_cursor) as cursor:
-                    cursor.execute(sql, params)
-                    return cursor.fetchone()
-            cursors[sql] = raw_cursor
+            if cursors is not None:
+                cursors[sql] = raw_cursor
         cursor = conn._prepare_cursor(raw_cursor)
-        cursor.execute(sql, params)
-        return cursor.fetchone()
+        try:
+            cursor.execute(sql, params)
+            return cursor.fetchone()
+        finally:
+            if cursors is None:
+                cursor.close()
 
 
 @contextmanager

@@ -105,11 +105,9 @@ def group_override_supported(*, group: Group) -> bool:
 
 
 def _credential_allows(*, credential: Credential, group: Group) -> bool:
-    """May the credential's account use `group`? From the groups read with the credential, else
-    (a credential built without them) from the database."""
-    if credential.allowed_group_ids is not None:
-        return group.pk in credential.allowed_group_ids
-    return credential.account.allowed_groups.filter(pk=group.pk).exists()
+    """May the credential's account use `group`? From the groups read with the (OAuth) credential; a
+    credential that carries none may use none."""
+    return credential.allowed_group_ids is not None and group.pk in credential.allowed_group_ids
 
 
 def _override_target(*, credential: Credential, current: Group | None, group_id: int) -> Group:

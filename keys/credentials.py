@@ -27,7 +27,8 @@ class Credential:
     current group unless the request selects another with `<group_id>:<model>`.
     scopes: the token's scopes; empty for API keys (which are not scope-limited).
     allowed_group_ids: OAuth tokens: the groups the account may use, read with the token (and cached
-    with it: any change to them is seen at the next request); None: read them from the database.
+    with it: any change to them is seen at the next request); None for API keys, which are bound to
+    one group.
 
     For API keys and OAuth tokens, `account` (with its user and current group) and `bound_group` are
     this request's own instances, copied from the per-process credential cache (keys/selectors.py):

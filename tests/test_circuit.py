@@ -5,10 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from urllib.parse import urlsplit
 
 import pytest
 from django.conf import settings
@@ -24,6 +20,7 @@ from images.circuit import (
     circuit_stats_flush,
 )
 from keys.services import api_key_create
+from tests.redis_commands import redis_commands
 
 pytestmark = pytest.mark.django_db
 
@@ -42,39 +39,6 @@ def clean_cache():
     yield
     circuit_stats_flush()
     cache.clear()
-
-
-class RedisCommands:
-    """The commands the Redis server received for this test's database while the block ran."""
-
-    def __init__(self) -> None:
-        self.commands: list[str] = []
-
-    def circuit(self) -> list[str]:
-        return [command for command in self.commands if ":circuit:" in command]
-
-
-@contextmanager
-def redis_commands() -> Iterator[RedisCommands]:
-    import redis
-
-    url = settings.REDIS_URL
-    db = int(urlsplit(url).path.lstrip("/") or 0)
-    seen = RedisCommands()
-    monitor = redis.Redis.from_url(url).monitor()
-    monitor.__enter__()  # from here the server copies every command to this connection
-    try:
-        yield seen
-        # A sentinel marks the end: everything before it in the monitor's stream belongs to the block.
-        sentinel = f"monitor-end-{uuid.uuid4().hex}"
-        redis.Redis.from_url(url).get(sentinel)
-        for entry in monitor.listen():
-            if sentinel in entry["command"]:
-                break
-            if entry["db"] == db:
-                seen.commands.append(entry["command"])
-    finally:
-        monitor.__exit__(None, None, None)
 
 
 @needs_redis

@@ -2,11 +2,13 @@
 then taken as read while Redis pushes nothing about its key; any change, from anywhere, is seen at the
 very next use, and anything unusual (a dropped connection, a refusal, age) means reading Redis again.
 
-Against a real Redis (REDIS_URL); Redis counts the GETs (`INFO commandstats`).
+Against a real Redis (REDIS_URL), which reports the commands it received (MONITOR,
+tests/redis_commands.py).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -25,6 +27,8 @@ from gateway_project.generations import (
     config_generation,
     config_generation_bump,
 )
+from keys.services import api_key_create
+from tests.redis_commands import redis_commands
 
 pytestmark = pytest.mark.skipif(not settings.REDIS_URL, reason="needs Redis: set REDIS_URL")
 
@@ -34,10 +38,6 @@ def server() -> redis.Redis:
     client = redis.Redis.from_url(settings.REDIS_URL)
     yield client
     client.close()
-
-
-def redis_gets(server: redis.Redis) -> int:
-    return int(server.info("commandstats").get("cmdstat_get", {}).get("calls", 0))
 
 
 def tracking_clients(server: redis.Redis) -> list[dict]:
@@ -61,9 +61,9 @@ def settled() -> int:
 
 def test_it_reads_the_generation_from_redis_once_while_nothing_changes(server):
     first = settled()
-    before = redis_gets(server)
-    assert {config_generation() for _ in range(50)} == {first}
-    assert redis_gets(server) - before == 0
+    with redis_commands() as seen:
+        assert {config_generation() for _ in range(50)} == {first}
+    assert seen.naming(full_key()) == []
     assert tracking_clients(server)
 
 
@@ -78,9 +78,9 @@ def test_a_change_made_elsewhere_is_seen_at_the_very_next_use(server):
     assert recreated != first + 10**9
     assert recreated == int(server.get(full_key()))
     settled()
-    before = redis_gets(server)
-    config_generation()
-    assert redis_gets(server) - before == 0  # watched again
+    with redis_commands() as seen:
+        config_generation()
+    assert seen.naming(full_key()) == []  # watched again
 
 
 def test_a_bump_in_this_process_is_seen_at_once():
@@ -99,9 +99,9 @@ def test_a_dropped_connection_means_reading_redis_and_watching_again(server):
     assert config_generation() == expected
     assert watching["id"] not in {c["id"] for c in tracking_clients(server)}
     assert tracking_clients(server)  # a new one
-    before = redis_gets(server)
-    assert config_generation() == expected
-    assert redis_gets(server) - before == 0
+    with redis_commands() as seen:
+        assert config_generation() == expected
+    assert seen.naming(full_key()) == []
     server.incr(full_key())
     assert config_generation() == expected + 1
 
@@ -209,3 +209,29 @@ def test_a_slow_connect_holds_up_no_other_read(server):
     assert watch.read(read_from(server)) == 3
     assert watch.generation() == 3
     watch.close()
+
+
+@pytest.mark.django_db
+def test_an_api_call_asks_redis_nothing_about_the_configuration_while_it_is_unchanged(
+    server, client, alice, alpha_group, alpha_model
+):
+    key = api_key_create(account=alice, group=alpha_group)[1]
+
+    def call() -> int:
+        return client.post(
+            "/v1/images/generations",
+            data=json.dumps({"model": "alpha-image-2", "prompt": "a red square", "size": "64x64"}),
+            content_type="application/json",
+            headers={"Authorization": f"Bearer {key}"},
+        ).status_code
+
+    assert call() == 200
+    settled()
+    with redis_commands() as seen:
+        assert call() == 200
+    assert seen.naming(full_key()) == []
+
+    server.incr(full_key())  # a change by another process: the next call reads the counter again
+    with redis_commands() as seen:
+        assert call() == 200
+    assert [command.split()[0].upper() for command in seen.naming(full_key())] == ["GET"]
