@@ -8,11 +8,16 @@ RUN useradd --create-home --uid 10001 gateway
 
 COPY pyproject.toml README.md ./
 COPY gateway_project ./gateway_project
+COPY core ./core
 COPY accounts ./accounts
 COPY keys ./keys
 COPY groups ./groups
 COPY billing ./billing
+COPY upstreams ./upstreams
+COPY api ./api
 COPY images ./images
+COPY console ./console
+COPY configuration ./configuration
 COPY templates ./templates
 COPY static ./static
 COPY config ./config

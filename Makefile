@@ -20,8 +20,10 @@ $(BIN)/.installed: pyproject.toml
 run: $(BIN)/.installed | .env
 	DEBUG=$${DEBUG:-1} $(BIN)/python scripts/run_demo.py
 
+# Style (ruff) and the apps' import direction (import-linter contracts in pyproject.toml).
 lint: $(BIN)/.installed | .env
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 format: $(BIN)/.installed
 	$(BIN)/ruff check --fix .

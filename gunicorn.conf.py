@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 # The project's environment helpers and access log only: nothing here may import what the workers'
 # gevent patching must come before (ssl, psycopg, requests).
-from gateway_project.access_log import ACCESS_LOG_FORMAT  # noqa: E402
+from core.access_log import ACCESS_LOG_FORMAT  # noqa: E402
 from gateway_project.env import POSTGRESQL_ENGINE, database_from_url, database_url, env_file_load  # noqa: E402
 
 env_file_load(ROOT)  # DATABASE_URL may come from .env, as Django's settings read it
@@ -63,7 +63,7 @@ max_requests_jitter = int(os.environ.get("GUNICORN_MAX_REQUESTS_JITTER", "0"))
 accesslog = os.environ.get("GUNICORN_ACCESSLOG", "-") or None
 # The request line is logged without its query string: a key sent as ?key= must never reach a log.
 access_log_format = ACCESS_LOG_FORMAT
-logger_class = "gateway_project.access_log.AccessLogger"  # writes that format without gunicorn's atoms
+logger_class = "core.access_log.AccessLogger"  # writes that format without gunicorn's atoms
 forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
 
 
@@ -96,7 +96,7 @@ def post_worker_init(worker: object) -> None:
     from django.db import connection
     from django.urls import get_resolver
 
-    from gateway_project.generations import config_generation
+    from core.config_cache import config_generation
 
     get_resolver().url_patterns  # noqa: B018 - the property imports the URLconf
     try:

@@ -14,7 +14,7 @@ from typing import Any
 from django.db.models.signals import m2m_changed, post_delete, post_save
 
 from accounts.models import Account, User
-from gateway_project.generations import config_generation_bump_on_commit
+from core.config_cache import config_generation_bump_on_commit
 
 USER_FIELDS_NOT_CACHED = frozenset({"last_login"})
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The database pool's lending order, measured: LIFO (`gateway_project.db.LifoConnectionPool`, the
+"""The database pool's lending order, measured: LIFO (`core.db.LifoConnectionPool`, the
 connection given back last) against psycopg_pool's own FIFO (the one idle the longest).
 
 Runs image calls through the gateway's WSGI application in this process, one after another, against
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         from django.db import connections
         from psycopg_pool import ConnectionPool
 
-        from gateway_project.db import LifoConnectionPool
+        from core.db import LifoConnectionPool
 
         for _ in range(50):
             memory_large.call(app, key)

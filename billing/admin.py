@@ -14,7 +14,7 @@ from billing.models import (
 )
 from billing.money import MoneyError, money_parse
 from billing.services import holds_release_stale, wallet_adjust, wallet_top_up
-from gateway_project.admin_confirm import admin_action_confirmed
+from core.admin_confirm import admin_action_confirmed
 
 
 class MoneyMovementForm(forms.Form):

@@ -22,8 +22,8 @@ from django.utils import timezone
 
 from accounts.models import Account
 from billing.models import IdempotencyRecord
-from gateway_project.errors import ApiError, Conflict, InvalidRequest
-from gateway_project.modelutils import queryset_delete_in_batches
+from core.errors import ApiError, Conflict, InvalidRequest
+from core.modelutils import queryset_delete_in_batches
 
 logger = logging.getLogger("gateway.idempotency")
 

@@ -3,7 +3,7 @@
 With REDIS_URL set the cache is Redis, so every process and machine shares one count; without it
 (the `make run` default) it is a per-process memory cache and each worker process counts on its own.
 The group's `rpm` and `concurrency` come from the per-process configuration cache, which every group
-save invalidates after commit (gateway_project/generations.py), so staff changes apply from the next call.
+save invalidates after commit (core/config_cache.py), so staff changes apply from the next call.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from django.core.cache import cache
 from django_ratelimit.core import get_usage
 
-from gateway_project.errors import RateLimited
+from core.errors import RateLimited
 
 RATE_GROUP = "igw.credential.rpm"
 RATE_PERIOD_SECONDS = 60

@@ -32,13 +32,13 @@ from accounts.models import Account, User
 from billing.models import MONEY, Hold, LedgerEntry, Subscription, SubscriptionUsage, UsageRecord, Wallet
 from billing.money import MoneyError, money_parse, money_str
 from billing.windows import TOTAL_WINDOW_START, window_end, window_starts_at
-from gateway_project.errors import (
+from core.errors import (
     INSUFFICIENT_BALANCE,
     USAGE_LIMIT_EXCEEDED,
     BillingError,
     RateLimited,
 )
-from gateway_project.modelutils import queryset_delete_in_batches
+from core.modelutils import queryset_delete_in_batches
 from groups.models import Group
 
 logger = logging.getLogger("gateway.billing")

@@ -52,8 +52,8 @@ def env_file_load(base_dir: Path) -> None:
 
 
 DEFAULT_DATABASE_URL = "sqlite:///db.sqlite3"
-# Django's PostgreSQL backend with a LIFO connection pool (gateway_project/postgresql/).
-POSTGRESQL_ENGINE = "gateway_project.postgresql"
+# Django's PostgreSQL backend with a LIFO connection pool (core/postgresql/).
+POSTGRESQL_ENGINE = "core.postgresql"
 
 
 def database_url() -> str:

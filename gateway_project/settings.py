@@ -11,7 +11,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from gateway_project.db import GreenConnection
+from core.db import GreenConnection
 from gateway_project.env import (
     POSTGRESQL_ENGINE,
     database_from_url,
@@ -66,27 +66,32 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "oauth2_provider",
-    # The project package holds cross-app operator commands (loadconfig) and the error model.
-    "gateway_project",
+    # The apps, by layer (docs/architecture.md): what every app may use, the domain apps, then the
+    # endpoint apps and the configuration file's loader.
+    "core",
     "accounts",
     "groups",
     "keys",
     "billing",
+    "upstreams",
+    "api",
     "images",
+    "console",
+    "configuration",
 ]
 
 MIDDLEWARE = [
-    "gateway_project.middleware.RequestIdMiddleware",
-    "gateway_project.middleware.ApiErrorMiddleware",
+    "api.middleware.RequestIdMiddleware",
+    "api.middleware.ApiErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Django's session, CSRF, authentication, message and X-Frame-Options middleware, skipped by /v1
-    # requests (gateway_project/middleware.py).
-    "gateway_project.middleware.BrowserSessionMiddleware",
+    # requests (api/middleware.py).
+    "api.middleware.BrowserSessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "gateway_project.middleware.BrowserCsrfViewMiddleware",
-    "gateway_project.middleware.BrowserAuthenticationMiddleware",
-    "gateway_project.middleware.BrowserMessageMiddleware",
-    "gateway_project.middleware.BrowserXFrameOptionsMiddleware",
+    "api.middleware.BrowserCsrfViewMiddleware",
+    "api.middleware.BrowserAuthenticationMiddleware",
+    "api.middleware.BrowserMessageMiddleware",
+    "api.middleware.BrowserXFrameOptionsMiddleware",
 ]
 
 ROOT_URLCONF = "gateway_project.urls"
@@ -114,7 +119,7 @@ DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 # PostgreSQL only: a psycopg connection pool per worker process (docs/benchmarks.md). Connections are
 # then bounded by processes x DATABASE_POOL_MAX_SIZE whatever the calls in flight; a call (a greenlet
 # of a gevent worker, or a gthread thread) holds one only while it talks to the database (never
-# during an upstream call: billing.metering gives it back), so 16 serve a worker's 1000 calls.
+# during an upstream call: api.metering gives it back), so 16 serve a worker's 1000 calls.
 # 0 = no pool: one connection per greenlet or thread, kept DATABASE_CONN_MAX_AGE seconds (then keep
 # the calls in flight under max_connections).
 DATABASE_POOL_MAX_SIZE = env_int("DATABASE_POOL_MAX_SIZE", 16, minimum=0)
@@ -147,7 +152,7 @@ REDIS_URL = env_url("REDIS_URL")
 if REDIS_URL:
     CACHES = {
         "default": {
-            "BACKEND": "gateway_project.cache.RedisCache",  # Django's, minus a client object per call
+            "BACKEND": "core.redis_cache.RedisCache",  # Django's, minus a client object per call
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": "igw",
         }
@@ -248,7 +253,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": [],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
-    "EXCEPTION_HANDLER": "gateway_project.errors.drf_exception_handler",
+    "EXCEPTION_HANDLER": "core.errors.drf_exception_handler",
     "UNAUTHENTICATED_USER": None,
 }
 
@@ -285,7 +290,7 @@ MONEY_QUANTUM = Decimal(1).scaleb(-MONEY_DECIMAL_PLACES)
 GATEWAY_HOLD_TTL_SECONDS = env_int("GATEWAY_HOLD_TTL_SECONDS", 900, minimum=60)
 GATEWAY_USAGE_RETENTION_DAYS = env_int("GATEWAY_USAGE_RETENTION_DAYS", 30, minimum=1)
 # Per-process caches of credentials and routing, exact through a shared generation counter in Redis
-# (gateway_project/generations.py); this is only the backstop age of an entry. 0 turns caching off.
+# (core/config_cache.py); this is only the backstop age of an entry. 0 turns caching off.
 GATEWAY_CONFIG_CACHE_SECONDS = env_int("GATEWAY_CONFIG_CACHE_SECONDS", 60, minimum=0)
 GATEWAY_IDEMPOTENCY_TTL_SECONDS = env_int("GATEWAY_IDEMPOTENCY_TTL_SECONDS", 24 * 60 * 60, minimum=60)
 
@@ -300,7 +305,7 @@ LOGGING = {
     "loggers": {"django.request": {"level": "ERROR"}, "psycopg.pool": {"level": "WARNING"}},
 }
 
-# Upstream retries, failover and circuit breaking (images/resilience.py); an upstream's own fields,
+# Upstream retries, failover and circuit breaking (upstreams/resilience.py); an upstream's own fields,
 # when set, override these for calls where it is the primary upstream.
 GATEWAY_RETRY = {
     "base_delay": env_float("GATEWAY_RETRY_BASE_SECONDS", 1.0, minimum=0),

@@ -7,11 +7,11 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     # Signed links to hosted images: outside /v1, no API key (images/hosting.py).
     path("files/", include("images.urls_files")),
-    path("v1/", include("keys.urls")),
+    path("v1/", include("api.urls")),
     path("v1/", include("images.urls")),
-    path("oauth/", include("keys.oauth_urls")),
+    path("oauth/", include("console.oauth_urls")),
     # The web console (/console/), its sign-in pages (/accounts/) and / → console (docs/console.md).
-    path("", include("accounts.urls")),
+    path("", include("console.urls")),
 ]
 
 if settings.DEBUG:

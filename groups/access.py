@@ -8,12 +8,12 @@ Everything that needs such a decision calls these functions; nothing else decide
   (numeric id): then by that group, if the account may use it and both groups allow the override.
 - The serving group must be active: deleted 403 GROUP_DELETED, disabled 403 GROUP_DISABLED,
   unavailable 400 GROUP_UNAVAILABLE (a selected target that is not active: 400 GROUP_UNAVAILABLE).
-- Image endpoints need an image-enabled group (403 permission_error), and an enabled model of that
-  group: unknown everywhere 404 model_not_found, known elsewhere 403 model_not_allowed.
+- Which models a group offers, and which endpoints may use them, is each endpoint family's own decision
+  (`images.access` for the image endpoints), taken on the group this module resolves.
 
 Subscription checks (SUBSCRIPTION_NOT_FOUND / SUBSCRIPTION_INVALID) belong to billing's reserve step.
 
-Groups and image models are read through groups/selectors.py, from per-process caches that every
+Groups are read through groups/selectors.py, from per-process caches that every
 write to them invalidates (the next call on every process sees it). An OAuth token's credential
 carries its account's allowed groups, read and cached with the token (keys/selectors.py), so a call
 makes no query for them; a change to them is seen by the next call on every process.
@@ -23,32 +23,24 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
 
-from gateway_project.errors import (
+from core.errors import (
     GROUP_DELETED,
     GROUP_DISABLED,
     GROUP_NOT_ALLOWED,
     GROUP_OVERRIDE_UNSUPPORTED,
     GROUP_UNAVAILABLE,
-    IMAGE_GROUP_REQUIRED,
-    MISSING_REQUIRED_PARAMETER,
-    MODEL_NOT_ALLOWED,
-    MODEL_NOT_FOUND,
     Conflict,
     InvalidRequest,
-    NotFound,
     PermissionDenied,
 )
 from groups.models import Group
-from groups.selectors import group_get, group_image_models_enabled, image_model_ids_enabled
-from images.models import ImageModel
+from groups.selectors import group_get
 from keys.credentials import Credential
 
 # `<group_id>:<model>`: a numeric id only (not a name), then a non-empty model name.
 _OVERRIDE = re.compile(r"(?P<group_id>[0-9]{1,10}):(?P<model>.+)", re.DOTALL)
 _MAX_GROUP_ID = 2_147_483_647  # the column is a 32-bit integer on PostgreSQL
-Operation = Literal["generate", "edit"]
 
 
 @dataclass(frozen=True)
@@ -58,26 +50,6 @@ class GroupSelection:
     group: Group
     model_name: str | None
     overridden: bool
-
-
-@dataclass(frozen=True)
-class ResolvedModel:
-    group: Group
-    image_model: ImageModel
-    model_name: str
-
-
-@dataclass(frozen=True)
-class ListedModel:
-    """One entry of GET /v1/models: `id` is exactly what the caller sends as `model` to use it."""
-
-    id: str
-    image_model: ImageModel
-    group: Group
-
-
-def _shown(name: str) -> str:
-    return name if len(name) <= 200 else name[:200] + "…"
 
 
 def group_override_parse(*, requested_model: str) -> tuple[int, str] | None:
@@ -170,80 +142,31 @@ def group_resolve_for_credential(
     return GroupSelection(group=current, model_name=requested_model, overridden=False)
 
 
-def model_resolve_for_group(*, group: Group, model_name: str) -> ImageModel:
-    """The group's enabled image model called `model_name`; 404 if no group has it, 403 if others do.
+@dataclass(frozen=True)
+class ListedGroup:
+    """A group whose models GET /v1/models lists; `prefixed`: its models are selected as
+    `<group_id>:<model>` (the plain id would select them in the current group instead)."""
 
-    Served from the per-process configuration cache (groups/selectors.py): the returned instance is
-    shared and read-only."""
-    image_model = group_image_models_enabled(group_id=group.pk).get(model_name)
-    if image_model is not None:
-        return image_model
-    if model_name in image_model_ids_enabled():
-        raise PermissionDenied(
-            f"The model {_shown(model_name)!r} is not available in your group {group.name!r}; "
-            "GET /v1/models lists the models you may use.",
-            code=MODEL_NOT_ALLOWED,
-        )
-    raise NotFound(
-        f"The model {_shown(model_name)!r} does not exist; GET /v1/models lists the models you may use.",
-        code=MODEL_NOT_FOUND,
-        param="model",
-    )
+    group: Group
+    prefixed: bool
 
 
-def image_model_resolve(
-    *, credential: Credential, requested_model: object, operation: Operation
-) -> ResolvedModel:
-    """May this credential use this image model, and in which group? The one place that decides."""
-    if operation not in ("generate", "edit"):
-        raise ValueError(f"unknown image operation {operation!r}")
-    if not isinstance(requested_model, str) or not requested_model.strip():
-        raise InvalidRequest(
-            "You must provide a model parameter (a model id from GET /v1/models).",
-            param="model",
-            code=MISSING_REQUIRED_PARAMETER,
-        )
-    selection = group_resolve_for_credential(credential=credential, requested_model=requested_model)
-    group = selection.group
-    model_name = selection.model_name or ""
-    if not group.image_enabled:
-        raise PermissionDenied(
-            f"The group {group.name!r} does not serve the image endpoints; use a key bound to an "
-            "image-enabled group.",
-            code=IMAGE_GROUP_REQUIRED,
-        )
-    image_model = model_resolve_for_group(group=group, model_name=model_name)
-    return ResolvedModel(group=group, image_model=image_model, model_name=model_name)
+def groups_listed_for_credential(*, credential: Credential, all_groups: bool = False) -> list[ListedGroup]:
+    """The groups whose models GET /v1/models lists for this credential, in group id order.
 
-
-def model_list_for_credential(*, credential: Credential, all_groups: bool = False) -> list[ListedModel]:
-    """The models this credential may use, as GET /v1/models lists them.
-
-    Default: the enabled models of the serving group (bound or current), by plain id. With
-    `all_groups` (honoured for OAuth tokens only): the models of every active allowed group, each under
-    the id that selects it - the plain id in the current group, `<group_id>:<model>` in a group the
-    override can reach; groups no id can reach are left out, so every listed id works.
-    """
+    Default: the serving group (bound or current). With `all_groups` (honoured for OAuth tokens only):
+    every active allowed group that some id can reach - the current group by plain ids, a group the
+    override can reach by `<group_id>:<model>`; groups no id can reach are left out, so every listed
+    id works."""
     if not all_groups or credential.kind != "oauth":
-        group = group_resolve_for_credential(credential=credential).group
-        models = group_image_models_enabled(group_id=group.pk).values()
-        return [ListedModel(id=m.model_id, image_model=m, group=group) for m in models]
-
-    account = credential.account
-    current = account.current_group
+        return [ListedGroup(group=group_resolve_for_credential(credential=credential).group, prefixed=False)]
+    current = credential.account.current_group
     can_leave_current = current is None or group_override_supported(group=current)
-    groups = {
-        group.pk: group for group in account.allowed_groups.filter(status=Group.Status.ACTIVE).order_by("pk")
-    }
-    listed: list[ListedModel] = []
-    models = ImageModel.objects.filter(group__in=groups.keys(), enabled=True).order_by("group_id", "model_id")
-    for image_model in models:
-        group = groups[image_model.group_id]
+    listed: list[ListedGroup] = []
+    allowed = credential.account.allowed_groups.filter(status=Group.Status.ACTIVE).order_by("pk")
+    for group in allowed:
         if can_leave_current and group_override_supported(group=group):
-            model_id = f"{group.pk}:{image_model.model_id}"
+            listed.append(ListedGroup(group=group, prefixed=True))
         elif current is not None and group.pk == current.pk:
-            model_id = image_model.model_id
-        else:
-            continue
-        listed.append(ListedModel(id=model_id, image_model=image_model, group=group))
+            listed.append(ListedGroup(group=group, prefixed=False))
     return listed

@@ -1,7 +1,7 @@
 from django.apps import AppConfig
 from django.db.models.signals import post_delete, post_save
 
-from gateway_project.generations import config_generation_bump_on_commit
+from core.config_cache import config_generation_bump_on_commit
 
 
 def _group_changed(**_: object) -> None:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from gateway_project.modelutils import model_upsert
+from core.modelutils import model_upsert
 from groups.models import Group
 
 

@@ -27,14 +27,14 @@ from django.core.files.storage import default_storage
 from django.urls import get_script_prefix, reverse
 from django.utils import timezone
 
-from gateway_project.errors import NotFound, PermissionDenied
+from core.errors import NotFound, PermissionDenied
 from images.models import HostedImage
-from images.providers import adapter_for
-from images.providers.base import UpstreamError
-from images.uploads import CONTENT_TYPES, image_format_sniff
+from upstreams.imageformats import CONTENT_TYPES, image_format_sniff
+from upstreams.providers import adapter_for
+from upstreams.providers.base import UpstreamError
 
 if TYPE_CHECKING:
-    from images.models import Upstream
+    from upstreams.models import Upstream
 
 logger = logging.getLogger("gateway.images")
 

@@ -16,21 +16,21 @@ from django.http import HttpResponse, StreamingHttpResponse
 from django.utils.datastructures import MultiValueDict
 from rest_framework.request import Request
 
+from api.metering import connection_release, metered_begin, metered_call
+from api.usage import UsageScope, usage_scope
 from billing.idempotency import StoredResponse, idempotent_execute
-from billing.metering import connection_release, metered_begin, metered_call
-from billing.usage import UsageScope, usage_scope
-from gateway_project.errors import InvalidRequest
-from groups.access import ResolvedModel, image_model_resolve
-from images.models import Upstream
-from images.providers import adapter_for
-from images.providers.base import ImageRequest, ImageResult, UpstreamError
-from images.resilience import upstream_call_resilient
+from core.errors import InvalidRequest
+from images.access import ResolvedModel, image_model_resolve
 from images.results import result_body, result_render
-from images.routing import upstreams_for_model
 from images.streaming import StreamedCall, stream_relay
-from images.upstream_errors import upstream_error_to_api_error
 from images.validation import ImageParams, edit_params_validate, generation_params_validate
 from keys.credentials import Credential
+from upstreams.errors import upstream_error_to_api_error
+from upstreams.models import Upstream
+from upstreams.providers import adapter_for
+from upstreams.providers.base import ImageRequest, ImageResult, UpstreamError
+from upstreams.resilience import upstream_call_resilient
+from upstreams.routing import upstreams_for_model
 
 Operation = Literal["generate", "edit"]
 ENDPOINTS: dict[Operation, str] = {"generate": "images.generations", "edit": "images.edits"}
@@ -210,7 +210,7 @@ def _call_upstream(
         return adapter.call(upstream_request)
 
     result, upstream = upstream_call_resilient(
-        upstreams=upstreams_for_model(image_model=resolved.image_model),
+        upstreams=upstreams_for_model(model=resolved.image_model),
         attempt=attempt,
         request_id=upstream_request.request_id,
         classify=lambda error, failed: upstream_error_to_api_error(error=error, upstream=failed),

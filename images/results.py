@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from images.hosting import hosted_image_store, image_fetch, upstream_is_private
-from images.providers.base import ImageItem, ImageResult, UpstreamError
-from images.uploads import CONTENT_TYPES, image_format_sniff
+from upstreams.imageformats import CONTENT_TYPES, image_format_sniff
+from upstreams.providers.base import ImageItem, ImageResult, UpstreamError
 
 if TYPE_CHECKING:
-    from images.models import Upstream
+    from upstreams.models import Upstream
 
 logger = logging.getLogger("gateway.images")
 

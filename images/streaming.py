@@ -17,16 +17,16 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
-from billing.metering import MeteredCall, connection_release
-from billing.usage import UsageScope
-from gateway_project.errors import ApiError, InternalError, UpstreamFailed, compatible_body
-from groups.access import ResolvedModel
-from images.models import Upstream
-from images.providers import adapter_for
-from images.providers.base import ImageRequest, StreamEvent, UpstreamError
-from images.resilience import upstream_call_resilient
-from images.routing import upstreams_for_model
-from images.upstream_errors import upstream_error_to_api_error
+from api.metering import MeteredCall, connection_release
+from api.usage import UsageScope
+from core.errors import ApiError, InternalError, UpstreamFailed, compatible_body
+from images.access import ResolvedModel
+from upstreams.errors import upstream_error_to_api_error
+from upstreams.models import Upstream
+from upstreams.providers import adapter_for
+from upstreams.providers.base import ImageRequest, StreamEvent, UpstreamError
+from upstreams.resilience import upstream_call_resilient
+from upstreams.routing import upstreams_for_model
 
 logger = logging.getLogger("gateway.stream")
 
@@ -141,7 +141,7 @@ def _open_stream(
         return first, events
 
     (first, events), upstream = upstream_call_resilient(
-        upstreams=upstreams_for_model(image_model=resolved.image_model),
+        upstreams=upstreams_for_model(model=resolved.image_model),
         attempt=attempt,
         request_id=upstream_request.request_id,
         classify=lambda error, failed: upstream_error_to_api_error(error=error, upstream=failed),

@@ -16,7 +16,8 @@ from django.core.files.uploadedfile import UploadedFile
 from django.core.files.uploadhandler import FileUploadHandler
 from PIL import Image
 
-from gateway_project.errors import InvalidRequest, PayloadTooLarge
+from core.errors import InvalidRequest, PayloadTooLarge
+from upstreams.imageformats import image_format_sniff
 
 # Pillow only warns on a decompression bomb (and errors at twice its limit): make the warning an error.
 # This is defence in depth; `_decode_check` enforces GATEWAY_MAX_IMAGE_PIXELS itself before decoding.
@@ -24,7 +25,6 @@ warnings.filterwarnings("error", category=Image.DecompressionBombWarning)
 
 PIL_FORMATS = ("PNG", "JPEG", "WEBP")
 FORMAT_NAMES = {"PNG": "png", "JPEG": "jpeg", "WEBP": "webp"}
-CONTENT_TYPES = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp"}
 IMAGE_FIELDS = ("image", "image[]")
 MASK_FIELD = "mask"
 
@@ -37,17 +37,6 @@ class CheckedImage:
     width: int
     height: int
     has_alpha: bool
-
-
-def image_format_sniff(*, data: bytes) -> str | None:
-    """The format named by the file's magic number: png, jpeg, webp or None."""
-    if data.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "png"
-    if data.startswith(b"\xff\xd8\xff"):
-        return "jpeg"
-    if len(data) >= 12 and data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "webp"
-    return None
 
 
 def max_upload_files() -> int:

@@ -18,7 +18,7 @@ from django.core.files.uploadedfile import UploadedFile
 from django.http import QueryDict
 from django.utils.datastructures import MultiValueDict
 
-from gateway_project.errors import InvalidRequest
+from core.errors import InvalidRequest
 from images.capabilities import COMPRESSIBLE_FORMATS, SIZE_PATTERN
 from images.models import RESPONSE_FORMATS, ImageModel
 from images.uploads import (

@@ -1,7 +1,7 @@
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.request import Request
 
-from gateway_project.api import GatewayAPIView
+from api.base import GatewayAPIView
 from images.pipeline import image_call_handle
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.core.files.storage import default_storage
 from django.http import FileResponse, HttpRequest, HttpResponse
 
-from gateway_project.errors import ApiError, MethodNotAllowed, NotFound, error_response
+from core.errors import ApiError, MethodNotAllowed, NotFound, error_response
 from images.hosting import EXTENSIONS, hosted_image_resolve
 
 

@@ -1,7 +1,7 @@
 from django.contrib import admin, messages
 from django.utils.html import format_html
 
-from gateway_project.admin_confirm import admin_action_confirmed
+from core.admin_confirm import admin_action_confirmed
 from keys.models import ApiKey
 from keys.services import api_key_create, api_key_revoke
 

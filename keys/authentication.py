@@ -24,7 +24,7 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.request import Request
 
 from accounts.models import User
-from gateway_project.errors import (
+from core.errors import (
     API_KEY_IN_QUERY_DEPRECATED,
     EXPIRED_API_KEY,
     INVALID_API_KEY,

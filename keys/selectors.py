@@ -3,7 +3,7 @@
 Authentication reads a credential through `api_key_snapshot_get` / `oauth_access_token_snapshot_get`:
 what it needs of a key or token, kept per process in a `GenerationCache` keyed by that digest (the
 HMAC of an API key, the SHA-256 checksum of an OAuth token) while the shared configuration generation
-is unchanged (gateway_project/generations.py). Every write that can change an authentication answer
+is unchanged (core/config_cache.py). Every write that can change an authentication answer
 bumps the generation after its commit (keys/signals.py, accounts/signals.py, `api_key_revoke`), so a
 revoked key, a deactivated user or a changed group is seen by every process at its next request.
 Without Redis the cache is off and every request queries, as before.
@@ -30,7 +30,7 @@ from django.db.models.base import ModelState
 from oauth2_provider.models import AccessToken
 
 from accounts.models import Account, User
-from gateway_project.generations import GenerationCache
+from core.config_cache import GenerationCache
 from groups.models import Group
 from keys.models import ApiKey
 from keys.secrets import api_key_hash, oauth_token_checksum

@@ -19,7 +19,7 @@ from oauth2_provider.models import AccessToken, RefreshToken, set_token_value
 from oauth2_provider.settings import oauth2_settings
 
 from accounts.models import Account
-from gateway_project.generations import config_generation_bump_on_commit
+from core.config_cache import config_generation_bump_on_commit
 from groups.models import Group
 from keys.credentials import SCOPES
 from keys.models import ApiKey

@@ -18,7 +18,7 @@ from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 from oauth2_provider.models import get_access_token_model, get_application_model
 
-from gateway_project.generations import config_generation_bump_on_commit
+from core.config_cache import config_generation_bump_on_commit
 from keys.models import ApiKey
 
 # Saves that touch only these columns change no authentication answer (api_key_mark_used keeps its own

@@ -13,10 +13,11 @@ import requests
 
 from accounts.services import account_create, account_set_groups
 from billing.services import wallet_top_up
-from gateway_project.generations import config_caches_clear
+from core.config_cache import config_caches_clear
 from groups.services import group_upsert
-from images.services import image_model_upsert, upstream_upsert
+from images.services import image_model_upsert
 from tests.factories import image_model_make, upstream_make
+from upstreams.services import upstream_upsert
 
 
 @pytest.fixture(autouse=True)

@@ -6,8 +6,10 @@ from decimal import Decimal
 from typing import Any
 
 from groups.models import Group
-from images.models import ImageModel, Upstream
-from images.services import image_model_upsert, upstream_upsert
+from images.models import ImageModel
+from images.services import image_model_upsert
+from upstreams.models import Upstream
+from upstreams.services import upstream_upsert
 
 # A plain model: one size, PNG only, one image a call; tests override what they exercise.
 MODEL_DEFAULTS: dict[str, Any] = {

@@ -10,7 +10,7 @@ import pytest
 from gunicorn.config import Config
 from gunicorn.glogging import Logger
 
-from gateway_project.access_log import ACCESS_LOG_FORMAT, AccessLogger
+from core.access_log import ACCESS_LOG_FORMAT, AccessLogger
 
 
 def logged_line(logger_class: type[Logger], tmp_path, *, access_log_format: str, path_info: str) -> str:

@@ -133,24 +133,24 @@ def test_adding_a_key_in_the_admin_shows_the_secret_once_and_stores_its_hash(
 def test_the_upstream_admin_shows_circuit_state_and_recent_errors(staff_client, demo_upstream):
     from django.core.cache import cache
 
-    from images.circuit import circuit_record_failure, circuit_record_success, circuit_stats_flush
+    from upstreams.circuit import circuit_record_failure, circuit_record_success, circuit_stats_flush
 
     circuit_stats_flush()  # earlier tests' buffered counts must not land in this test's counters
     cache.clear()
     circuit_record_success(upstream_id=demo_upstream.pk)
     for _ in range(5):
         circuit_record_failure(upstream_id=demo_upstream.pk, threshold=5, cooldown=30)
-    page = staff_client.get(reverse("admin:images_upstream_changelist")).content.decode()
+    page = staff_client.get(reverse("admin:upstreams_upstream_changelist")).content.decode()
     assert "open" in page
     assert "5/6 (83%)" in page
     selection = {"action": "close_circuits", "_selected_action": [demo_upstream.pk]}
-    url = reverse("admin:images_upstream_changelist")
+    url = reverse("admin:upstreams_upstream_changelist")
     assert b"Yes, confirm" in staff_client.post(url, selection).content
     assert "open" in staff_client.get(url).content.decode()  # nothing before confirming
     staff_client.post(url, {**selection, "confirmed": "yes"})
     assert (
         "closed (0 consecutive failures)"
-        in staff_client.get(reverse("admin:images_upstream_changelist")).content.decode()
+        in staff_client.get(reverse("admin:upstreams_upstream_changelist")).content.decode()
     )
     cache.clear()
 

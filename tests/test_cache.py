@@ -10,7 +10,7 @@ from django.test import override_settings
 
 REDIS_CACHE = {
     "default": {
-        "BACKEND": "gateway_project.cache.RedisCache",
+        "BACKEND": "core.redis_cache.RedisCache",
         "LOCATION": "redis://127.0.0.1:6399/0",  # nothing connects: the test sends no command
         "KEY_PREFIX": "igw",
     }

@@ -10,8 +10,10 @@ import pytest
 from django.conf import settings
 from django.core.cache import cache
 
-from gateway_project.generations import config_generation_bump
-from images.circuit import (
+from core.config_cache import config_generation_bump
+from keys.services import api_key_create
+from tests.redis_commands import redis_commands
+from upstreams.circuit import (
     CLEAN_VIEW_SECONDS,
     circuit_admit,
     circuit_record_failure,
@@ -19,8 +21,6 @@ from images.circuit import (
     circuit_state,
     circuit_stats_flush,
 )
-from keys.services import api_key_create
-from tests.redis_commands import redis_commands
 
 pytestmark = pytest.mark.django_db
 

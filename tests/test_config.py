@@ -6,9 +6,10 @@ from django.core.management import CommandError, call_command
 
 from accounts.models import Account
 from billing.models import LedgerEntry, Subscription, Wallet
-from gateway_project.configfile import ConfigError, config_load
+from configuration.loader import ConfigError, config_load
 from groups.models import Group
-from images.models import ImageModel, Upstream
+from images.models import ImageModel
+from upstreams.models import Upstream
 
 pytestmark = pytest.mark.django_db
 DEMO = Path(__file__).resolve().parent.parent / "config" / "demo.toml"

@@ -1,5 +1,5 @@
-"""The database pool lends the connection given back last (`gateway_project.db.LifoConnectionPool`),
-and Django's connections on PostgreSQL come from such a pool (`gateway_project.postgresql`).
+"""The database pool lends the connection given back last (`core.db.LifoConnectionPool`),
+and Django's connections on PostgreSQL come from such a pool (`core.postgresql`).
 
 PostgreSQL only (psycopg connections to the test database).
 """
@@ -12,8 +12,8 @@ import pytest
 from django.db import connection, connections
 from psycopg_pool import ConnectionPool
 
-from gateway_project.db import LifoConnectionPool
-from gateway_project.postgresql.base import DatabaseWrapper
+from core.db import LifoConnectionPool
+from core.postgresql.base import DatabaseWrapper
 from tests.gunicorn_server import shared_database_url
 
 pytestmark = [
@@ -85,7 +85,7 @@ def test_the_longest_idle_connections_are_the_ones_the_pool_closes_when_it_shrin
 
 def test_django_connections_on_postgresql_come_from_such_a_pool():
     settings_dict = {**connections["default"].settings_dict}
-    assert settings_dict["ENGINE"] == "gateway_project.postgresql"
+    assert settings_dict["ENGINE"] == "core.postgresql"
     settings_dict["OPTIONS"] = {**settings_dict["OPTIONS"], "pool": {"min_size": 1, "max_size": 2}}
     wrapper = DatabaseWrapper(settings_dict, alias="lifo-pool-test")
     try:

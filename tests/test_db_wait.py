@@ -1,4 +1,4 @@
-"""Waiting for PostgreSQL in gevent workers (`gateway_project.db.GreenConnection`): in a process gevent
+"""Waiting for PostgreSQL in gevent workers (`core.db.GreenConnection`): in a process gevent
 has patched, as a gunicorn gevent worker is, its connections give the results and errors psycopg's
 own connections give, let other greenlets run while they wait, and never go through gevent's
 emulated `select.poll`.
@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from gateway_project.db import GreenConnection, gevent_patched
+from core.db import GreenConnection, gevent_patched
 from tests.gevent_probe import gevent_probe_run
 from tests.gunicorn_server import shared_database_url
 
@@ -37,7 +37,7 @@ import json, sys, time
 import gevent
 import psycopg
 
-from gateway_project.db import GreenConnection, gevent_patched
+from core.db import GreenConnection, gevent_patched
 
 url, sleep, greenlets = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
 

@@ -4,8 +4,8 @@ import io
 import pytest
 from PIL import Image
 
-from images.providers import adapter_for
-from images.providers.base import ImageRequest, UpstreamError
+from upstreams.providers import adapter_for
+from upstreams.providers.base import ImageRequest, UpstreamError
 
 pytestmark = pytest.mark.django_db
 

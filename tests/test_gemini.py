@@ -15,10 +15,10 @@ from django.core.cache import cache
 from PIL import Image
 
 from billing.models import LedgerEntry, Wallet
-from images.providers.gemini import aspect_ratio_for
-from images.services import upstream_upsert
 from keys.services import api_key_create
 from tests.test_images_api import model_upsert
+from upstreams.providers.gemini import aspect_ratio_for
+from upstreams.services import upstream_upsert
 
 BASE = "https://generativelanguage.example/v1beta"
 URL = f"{BASE}/models/gemini-image-model:generateContent"

@@ -20,7 +20,7 @@ import redis
 from django.conf import settings
 from django.core.cache import cache
 
-from gateway_project.generations import (
+from core.config_cache import (
     GENERATION_KEY,
     WATCH_CLIENT_NAME,
     GenerationWatch,
@@ -171,7 +171,7 @@ def test_a_server_that_refuses_tracking_leaves_every_use_reading_redis(server, c
 
 
 def test_a_forked_process_makes_its_own_connection():
-    from gateway_project import generations
+    from core import config_cache as generations
 
     config_generation()
     assert generations._watch.armed

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from django.core.cache import cache
 
-from gateway_project.errors import InvalidRequest, RateLimited, UpstreamFailed
-from images.circuit import circuit_admit, circuit_record_failure, circuit_state, circuit_stats_flush
-from images.providers.base import UpstreamError
-from images.resilience import RetryPolicy, upstream_call_resilient
-from images.services import upstream_upsert
+from core.errors import InvalidRequest, RateLimited, UpstreamFailed
+from upstreams.circuit import circuit_admit, circuit_record_failure, circuit_state, circuit_stats_flush
+from upstreams.providers.base import UpstreamError
+from upstreams.resilience import RetryPolicy, upstream_call_resilient
+from upstreams.services import upstream_upsert
 
 pytestmark = pytest.mark.django_db
 

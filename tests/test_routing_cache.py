@@ -24,17 +24,18 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from billing.models import LedgerEntry, UsageRecord
-from gateway_project.generations import config_cache_enabled
-from groups.access import model_resolve_for_group
+from core.config_cache import config_cache_enabled
 from groups.models import Group
 from groups.services import group_upsert
-from images.models import ImageModel, Upstream
-from images.routing import upstreams_for_model
-from images.services import upstream_upsert
+from images.access import model_resolve_for_group
+from images.models import ImageModel
 from keys.models import ApiKey
 from keys.services import api_key_create
 from tests.factories import image_model_make
 from tests.rate_windows import rate_window_wait
+from upstreams.models import Upstream
+from upstreams.routing import upstreams_for_model
+from upstreams.services import upstream_upsert
 
 pytestmark = [
     pytest.mark.django_db,
@@ -104,11 +105,11 @@ def test_the_selectors_answer_from_the_cache_without_a_query(
     alpha_group, alpha_model, django_assert_num_queries
 ):
     resolved = model_resolve_for_group(group=alpha_group, model_name="alpha-image-2")
-    upstreams = upstreams_for_model(image_model=resolved)
+    upstreams = upstreams_for_model(model=resolved)
 
     with django_assert_num_queries(0):
         assert model_resolve_for_group(group=alpha_group, model_name="alpha-image-2") is resolved
-        assert upstreams_for_model(image_model=resolved) == upstreams
+        assert upstreams_for_model(model=resolved) == upstreams
     assert [u.name for u in upstreams] == ["demo"]
 
 
@@ -124,10 +125,10 @@ def test_it_draws_the_weighted_order_per_call_from_the_cached_list(alpha_group, 
     heavy, light = demo("heavy", weight=3), demo("light", weight=1)
     backup = demo("backup", priority=1, weight=50)
     model = image_model_make(model_id="weighted", group=alpha_group, upstreams=[light, heavy, backup])
-    upstreams_for_model(image_model=model)
+    upstreams_for_model(model=model)
 
     with django_assert_num_queries(0):
-        orders = [tuple(u.name for u in upstreams_for_model(image_model=model)) for _ in range(2000)]
+        orders = [tuple(u.name for u in upstreams_for_model(model=model)) for _ in range(2000)]
 
     assert set(orders) == {("heavy", "light", "backup"), ("light", "heavy", "backup")}
     share = sum(order[0] == "heavy" for order in orders) / len(orders)

@@ -22,7 +22,7 @@ def test_it_reads_sqlite_and_postgres_urls(tmp_path):
         "DATABASE_URL", "postgres://u:p%40ss@db.internal:6543/gw?sslmode=require", base_dir=tmp_path
     )
     assert (pg["ENGINE"], pg["NAME"], pg["USER"], pg["PASSWORD"], pg["HOST"], pg["PORT"]) == (
-        "gateway_project.postgresql",
+        "core.postgresql",
         "gw",
         "u",
         "p@ss",
@@ -155,7 +155,7 @@ def _pool_connection_class(env: dict[str, str]) -> str:
 
 def test_the_postgresql_pool_waits_for_the_database_with_the_green_connection():
     postgres = "postgres://u:p@db.internal/gateway"
-    green = "<class 'gateway_project.db.GreenConnection'>"
+    green = "<class 'core.db.GreenConnection'>"
     assert _pool_connection_class({"DATABASE_URL": postgres}) == green
     assert _pool_connection_class({"DATABASE_URL": postgres, "DATABASE_POOL_MAX_SIZE": "0"}) == "None"
     assert _pool_connection_class({"DATABASE_URL": "sqlite:///db.sqlite3"}) == "None"
@@ -167,7 +167,7 @@ def test_the_access_log_goes_to_stdout_to_a_file_or_nowhere(tmp_path):
         tmp_path / "a.log"
     )
     assert _gunicorn_setting({"GUNICORN_ACCESSLOG": ""}, "accesslog") == "None"
-    assert _gunicorn_setting({}, "logger_class") == "gateway_project.access_log.AccessLogger"
+    assert _gunicorn_setting({}, "logger_class") == "core.access_log.AccessLogger"
 
 
 def test_gunicorn_runs_gevent_workers_on_postgresql_and_threads_on_sqlite(tmp_path):
@@ -209,9 +209,7 @@ def test_a_new_worker_loads_the_urlconf_and_gives_its_database_connection_back()
 
 
 def test_a_new_worker_starts_even_when_its_cache_is_unreachable():
-    unreachable = {
-        "default": {"BACKEND": "gateway_project.cache.RedisCache", "LOCATION": "redis://127.0.0.1:9/0"}
-    }
+    unreachable = {"default": {"BACKEND": "core.redis_cache.RedisCache", "LOCATION": "redis://127.0.0.1:9/0"}}
     worker = _Worker()
     with override_settings(CACHES=unreachable):
         _post_worker_init()(worker)

@@ -12,11 +12,11 @@ import pytest
 from django.core.cache import cache
 
 from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
-from images.circuit import circuit_state
-from images.routing import upstreams_for_model
-from images.services import upstream_upsert
 from keys.services import api_key_create
 from tests.test_images_api import model_upsert
+from upstreams.circuit import circuit_state
+from upstreams.routing import upstreams_for_model
+from upstreams.services import upstream_upsert
 
 pytestmark = pytest.mark.django_db
 GEN = "/v1/images/generations"
@@ -161,6 +161,6 @@ def test_weight_spreads_load_within_a_priority(alpha_group, fake_upstream, secon
         upstream("light", second_fake_upstream, weight=1),
     )
     model = model_upsert(model_id="faulty", group=alpha_group, upstreams=[heavy, light])
-    firsts = Counter(upstreams_for_model(image_model=model)[0].name for _ in range(4000))
+    firsts = Counter(upstreams_for_model(model=model)[0].name for _ in range(4000))
     assert 0.70 < firsts["heavy"] / 4000 < 0.80  # 3:1 -> 75 %
     assert set(firsts) == {"heavy", "light"}

@@ -4,8 +4,8 @@ from django.http import HttpResponseServerError
 from django.urls import path
 from rest_framework.response import Response
 
-from gateway_project.api import GatewayAPIView
-from gateway_project.errors import ApiError, RateLimited
+from api.base import GatewayAPIView
+from core.errors import ApiError, RateLimited
 from gateway_project.urls import urlpatterns as project_urlpatterns
 
 

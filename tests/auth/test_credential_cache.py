@@ -27,8 +27,8 @@ from accounts.models import User
 from accounts.services import account_create, account_set_groups
 from billing.models import LedgerEntry, UsageRecord, Wallet
 from billing.services import wallet_top_up
-from gateway_project.errors import AuthenticationFailed
-from gateway_project.generations import GENERATION_KEY
+from core.config_cache import GENERATION_KEY
+from core.errors import AuthenticationFailed
 from keys.authentication import credential_verify
 from keys.models import ApiKey
 from keys.secrets import api_key_generate, oauth_access_token_generate, oauth_refresh_token_generate

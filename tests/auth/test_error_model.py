@@ -1,4 +1,4 @@
-"""The error model: the three body shapes built by gateway_project/errors.py, and JSON (never HTML,
+"""The error model: the three body shapes built by core/errors.py, and JSON (never HTML,
 never a traceback) for every way a /v1 request can fail."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from django.test import Client, RequestFactory
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from gateway_project.errors import (
+from core.errors import (
     GROUP_DISABLED,
     AuthenticationFailed,
     PassthroughError,

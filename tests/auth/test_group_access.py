@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 
 from accounts.services import account_create, account_set_groups
-from gateway_project.errors import ApiError
-from groups.access import group_resolve_for_credential, image_model_resolve
+from core.errors import ApiError
+from groups.access import group_resolve_for_credential
 from groups.models import Group
+from images.access import image_model_resolve
 from keys.authentication import credential_verify
 from keys.credentials import Credential
 from tests.auth.conftest import assert_compatible_error, bearer, group_make, model_make

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from accounts.services import account_set_groups
-from groups.access import image_model_resolve
+from images.access import image_model_resolve
 from keys.authentication import credential_verify
 from tests.auth.conftest import bearer, model_make
 

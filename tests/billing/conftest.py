@@ -17,12 +17,12 @@ from django.core.cache import cache
 from django.db import connection
 
 from accounts.services import account_create, account_set_groups
-from billing.metering import metered_call
+from api.metering import metered_call
+from api.usage import usage_scope
 from billing.models import UsageRecord
 from billing.services import subscription_upsert, usage_record_build
-from billing.usage import usage_scope
-from images.providers.base import UpstreamError
 from keys.credentials import Credential
+from upstreams.providers.base import UpstreamError
 
 _credential_ids = itertools.count(10_000)
 

@@ -9,7 +9,8 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from billing.metering import metered_call
+from api.metering import metered_call
+from api.usage import usage_scope
 from billing.models import Hold, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
 from billing.selectors import ledger_check
 from billing.services import (
@@ -19,9 +20,7 @@ from billing.services import (
     holds_release_stale,
     subscription_hold_reserve,
 )
-from billing.usage import usage_scope
-from gateway_project.errors import ApiError, RateLimited
-from images.providers.base import UpstreamError
+from core.errors import ApiError, RateLimited
 from tests.billing.conftest import (
     FakeUpstream,
     alpha_call,
@@ -30,6 +29,7 @@ from tests.billing.conftest import (
     subscribe,
     usage_record_draft,
 )
+from upstreams.providers.base import UpstreamError
 
 pytestmark = pytest.mark.django_db
 

@@ -10,15 +10,14 @@ from decimal import Decimal
 import pytest
 from django.db import connection
 
+from api.metering import metered_call
+from api.usage import usage_scope
 from billing.idempotency import StoredResponse, idempotent_execute
-from billing.metering import metered_call
 from billing.models import Hold, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
 from billing.selectors import ledger_check, wallet_ledger_sum
 from billing.services import hold_capture, hold_reserve, holds_release_stale, wallet_top_up
-from billing.usage import usage_scope
-from gateway_project.errors import BillingError, Conflict, RateLimited
+from core.errors import BillingError, Conflict, RateLimited
 from groups.models import Group
-from images.providers.base import UpstreamError
 from tests.billing.conftest import (
     BETA_PRICE,
     FakeUpstream,
@@ -29,6 +28,7 @@ from tests.billing.conftest import (
     run_concurrently,
     subscribe,
 )
+from upstreams.providers.base import UpstreamError
 
 pytestmark = [postgres_only, pytest.mark.django_db(transaction=True)]
 

@@ -22,7 +22,7 @@ from billing.services import (
     wallet_adjust,
     wallet_top_up,
 )
-from gateway_project.errors import BillingError
+from core.errors import BillingError
 
 pytestmark = pytest.mark.django_db
 

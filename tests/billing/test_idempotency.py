@@ -9,6 +9,8 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
+from api.metering import metered_call
+from api.usage import usage_scope
 from billing.idempotency import (
     REPLAY_HEADER,
     StoredResponse,
@@ -16,10 +18,8 @@ from billing.idempotency import (
     idempotency_records_purge,
     idempotent_execute,
 )
-from billing.metering import metered_call
 from billing.models import IdempotencyRecord
-from billing.usage import usage_scope
-from gateway_project.errors import ApiError, Conflict, InvalidRequest
+from core.errors import ApiError, Conflict, InvalidRequest
 from tests.billing.conftest import FakeUpstream, credential_for
 
 pytestmark = pytest.mark.django_db

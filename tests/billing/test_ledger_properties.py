@@ -23,7 +23,7 @@ from accounts.services import account_create
 from billing.models import Hold, LedgerEntry, Wallet
 from billing.selectors import ledger_check, wallet_ledger_sum
 from billing.services import hold_capture, hold_release, hold_reserve, holds_release_stale, wallet_top_up
-from gateway_project.errors import BillingError
+from core.errors import BillingError
 
 pytestmark = pytest.mark.django_db
 

@@ -14,7 +14,7 @@ from django.conf import settings
 from django_ratelimit.core import get_usage
 
 from billing.limits import RATE_GROUP, RATE_PERIOD_SECONDS, rate_limit_hit
-from gateway_project.errors import RateLimited
+from core.errors import RateLimited
 
 pytestmark = pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="needs Redis: set REDIS_URL")
 
@@ -29,7 +29,7 @@ import django
 django.setup()
 from django.conf import settings
 from billing.limits import rate_limit_hit
-from gateway_project.errors import RateLimited
+from core.errors import RateLimited
 limit_key, rpm, attempts = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 allowed = refused = 0
 for _ in range(attempts):
@@ -72,7 +72,7 @@ def test_two_gateway_processes_share_one_rate_limit():
         out, err = process.communicate(timeout=60)
         assert process.returncode == 0, err
         results.append(json.loads(out.strip().splitlines()[-1]))
-    assert {r["cache"] for r in results} == {"gateway_project.cache.RedisCache"}
+    assert {r["cache"] for r in results} == {"core.redis_cache.RedisCache"}
     assert sum(r["allowed"] for r in results) == rpm
     assert sum(r["refused"] for r in results) == 2 * attempts - rpm
     # This (third) process sees the same count: the next call is over the limit, with Retry-After.

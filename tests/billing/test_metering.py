@@ -8,17 +8,17 @@ from decimal import Decimal
 import pytest
 from django.db import connection, transaction
 
+from api.metering import metered_call, transaction_open_by_application
+from api.usage import usage_scope
 from billing.limits import concurrency_slot_acquire
-from billing.metering import metered_call, transaction_open_by_application
 from billing.models import Hold, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
 from billing.selectors import ledger_check
 from billing.services import hold_release, subscription_hold_reserve
-from billing.usage import usage_scope
-from gateway_project.errors import ApiError, BillingError, RateLimited
+from core.errors import ApiError, BillingError, RateLimited
 from groups.models import Group
-from images.providers.base import UpstreamError
 from tests.billing.conftest import FakeUpstream, alpha_call, beta_call, credential_for, subscribe
 from tests.rate_windows import rate_window_wait
+from upstreams.providers.base import UpstreamError
 
 pytestmark = pytest.mark.django_db
 

@@ -20,7 +20,7 @@ from billing.services import (
     hold_reserve,
     subscription_hold_reserve,
 )
-from gateway_project.errors import BillingError
+from core.errors import BillingError
 from tests.billing.conftest import (
     FakeUpstream,
     alpha_call,

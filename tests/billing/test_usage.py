@@ -11,12 +11,12 @@ from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
 
+from api.usage import usage_scope
 from billing.models import Hold, UsageRecord
 from billing.services import hold_reserve, usage_record_insert
-from billing.usage import usage_scope
-from gateway_project.errors import InvalidRequest
-from images.providers.base import UpstreamError
+from core.errors import InvalidRequest
 from tests.billing.conftest import credential_for, usage_record_draft
+from upstreams.providers.base import UpstreamError
 
 pytestmark = pytest.mark.django_db
 

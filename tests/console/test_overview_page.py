@@ -7,7 +7,6 @@ from decimal import Decimal
 
 from django.utils import timezone
 
-from accounts.console_queries import spend_per_day_for_account
 from billing.models import LedgerEntry
 from billing.services import (
     hold_capture,
@@ -17,6 +16,7 @@ from billing.services import (
     usage_record_build,
     usage_record_insert,
 )
+from console.queries import spend_per_day_for_account
 
 
 def _call(account, request_id: str, *, amount: str = "0.15", status: int = 200, credential: str = "") -> None:

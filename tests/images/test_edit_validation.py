@@ -15,7 +15,7 @@ from django.test import RequestFactory
 from django.utils.datastructures import MultiValueDict
 from PIL import Image
 
-from gateway_project.errors import InvalidRequest, PayloadTooLarge
+from core.errors import InvalidRequest, PayloadTooLarge
 from images.validation import edit_params_validate
 from tests.images.conftest import image_bytes, mask_bytes
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway_project.errors import InvalidRequest
+from core.errors import InvalidRequest
 from images.validation import ImageParams, generation_params_validate
 
 pytestmark = pytest.mark.django_db

@@ -13,9 +13,9 @@ from django.utils import timezone
 
 from images.hosting import hosted_image_store, image_fetch
 from images.models import HostedImage
-from images.providers.base import UpstreamError
-from images.upstream_errors import upstream_error_to_api_error
 from tests.images.conftest import image_bytes
+from upstreams.errors import upstream_error_to_api_error
+from upstreams.providers.base import UpstreamError
 
 pytestmark = pytest.mark.django_db
 

@@ -13,13 +13,13 @@ from django.core.files.uploadhandler import MemoryFileUploadHandler
 from django.http.multipartparser import MultiPartParser
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
-from images.providers import ADAPTERS, adapter_for
-from images.providers.base import ImageRequest, UpstreamError
-from images.providers.openai import OpenAIAdapter
-from images.upstream_errors import UpstreamMisconfigured, upstream_error_to_api_error
 from images.validation import edit_params_validate, generation_params_validate
 from tests.images.conftest import OPENAI_BASE, OPENAI_KEY, OPENAI_KEY_ENV, image_bytes, mask_bytes
 from tests.images.test_edit_validation import files, form, upload
+from upstreams.errors import UpstreamMisconfigured, upstream_error_to_api_error
+from upstreams.providers import ADAPTERS, adapter_for
+from upstreams.providers.base import ImageRequest, UpstreamError
+from upstreams.providers.openai import OpenAIAdapter
 
 pytestmark = pytest.mark.django_db
 

@@ -10,10 +10,10 @@ import json
 
 import pytest
 
-from images.providers import adapter_for
-from images.providers.base import ImageRequest, UpstreamError
 from tests.fake_upstream import _png
 from tests.images.conftest import OPENAI_BASE
+from upstreams.providers import adapter_for
+from upstreams.providers.base import ImageRequest, UpstreamError
 
 pytestmark = pytest.mark.django_db
 

@@ -13,10 +13,10 @@ from urllib.parse import urlsplit
 import pytest
 
 from images.models import HostedImage
-from images.providers.base import ImageItem, ImageResult, UpstreamError
 from images.results import base64_strict_valid, result_body, result_render
 from tests.fake_upstream import _png
 from tests.images.conftest import image_bytes
+from upstreams.providers.base import ImageItem, ImageResult, UpstreamError
 
 pytestmark = pytest.mark.django_db
 

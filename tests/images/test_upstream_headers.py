@@ -1,4 +1,4 @@
-"""Upstream response heads parsed without the email package (`images.providers.headers`) come out
+"""Upstream response heads parsed without the email package (`upstreams.providers.headers`) come out
 exactly as http.client's own parser makes them, well-formed or not."""
 
 from __future__ import annotations
@@ -11,16 +11,16 @@ import pytest
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.util.request import SKIP_HEADER
 
-from images.providers.base import transport_for
-from images.providers.headers import (
+from tests.gevent_probe import gevent_probe_run
+from tests.images.test_upstream_http import http_answer
+from upstreams.providers.base import transport_for
+from upstreams.providers.headers import (
     UpstreamHTTPConnection,
     UpstreamHTTPConnectionPool,
     UpstreamHTTPSConnection,
     UpstreamResponse,
     headers_parse,
 )
-from tests.gevent_probe import gevent_probe_run
-from tests.images.test_upstream_http import http_answer
 
 BLOCKS = {
     "plain": b"Content-Type: application/json\r\nContent-Length: 12\r\nDate: Sat, 21 Nov 2026\r\n\r\n",
@@ -211,7 +211,7 @@ django.setup()  # the helper below comes from a test module that imports the mod
 
 from urllib3.connection import HTTPConnection
 
-from images.providers.headers import UpstreamHTTPConnection
+from upstreams.providers.headers import UpstreamHTTPConnection
 from tests.images.test_upstream_headers import _connection_states
 
 found = {}

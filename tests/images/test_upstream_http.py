@@ -14,12 +14,12 @@ import pytest
 import requests
 from requests.cookies import RequestsCookieJar
 
-from images.providers import adapter_for
-from images.providers.base import ImageRequest, UpstreamError, UpstreamResponse, transport_for
-from images.services import upstream_upsert
-from images.upstream_errors import upstream_error_to_api_error
 from tests.fake_upstream import _png
 from tests.images.conftest import OPENAI_BASE, OPENAI_KEY, OPENAI_KEY_ENV
+from upstreams.errors import upstream_error_to_api_error
+from upstreams.providers import adapter_for
+from upstreams.providers.base import ImageRequest, UpstreamError, UpstreamResponse, transport_for
+from upstreams.services import upstream_upsert
 
 pytestmark = pytest.mark.django_db
 
@@ -225,7 +225,7 @@ def test_it_reuses_its_connection_pool_and_replaces_one_urllib3_closed(raw_upstr
 def test_a_kept_alive_connection_the_upstream_closed_while_idle_is_not_reused(raw_upstream_served):
     # The answer does not say "Connection: close", so the connection goes back to the pool; the
     # server then closes it. The next call must see that before sending (urllib3's check of a pooled
-    # connection, images.providers.headers) and open a new one, not fail on the dead socket.
+    # connection, upstreams.providers.headers) and open a new one, not fail on the dead socket.
     server, upstream = raw_upstream_served(http_answer().replace(b"Connection: close\r\n", b""))
     transport = transport_for(upstream)
     adapter_for(upstream).call(REQUEST)

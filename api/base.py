@@ -1,0 +1,63 @@
+"""The base of every /v1 DRF view: credential authentication, a credential required, the error shape."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.views import APIView
+
+from core.errors import MISSING_API_KEY, AuthenticationFailed, MethodNotAllowed, Shape
+from keys.authentication import CredentialAuthentication
+from keys.credentials import Credential
+
+
+class CredentialRequired(BasePermission):
+    """Lets a request through only with a verified Credential; otherwise 401 `missing_api_key`.
+
+    (Bad credentials never get here: CredentialAuthentication raises for them.)
+    """
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        if isinstance(request.auth, Credential):
+            return True
+        raise AuthenticationFailed(
+            "No API key was provided. Send it as 'Authorization: Bearer <API_KEY>'.", code=MISSING_API_KEY
+        )
+
+
+class GatewayAPIView(APIView):
+    """Subclass for every /v1 endpoint. `self.credential` is the caller.
+
+    `error_shape` picks the body shape of this view's errors ("compatible", "native", "google");
+    None means by path (core.errors.shape_for_path).
+    """
+
+    authentication_classes: ClassVar[list[type]] = [CredentialAuthentication]
+    permission_classes: ClassVar[list[type]] = [CredentialRequired]
+    error_shape: ClassVar[Shape | None] = None
+
+    @property
+    def credential(self) -> Credential:
+        return self.request.auth
+
+    def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        response = super().dispatch(request, *args, **kwargs)
+        # DRF keeps the answer on the view (`self.response`), and the view, its request and the
+        # request's parser context refer to each other: such a group is freed only by the cyclic
+        # garbage collector, whose full passes are rare. With image bodies of megabytes in it, a
+        # worker's memory grew by a body per call until the next pass (1 GB at 16 calls in flight,
+        # docs/benchmarks.md); let go of it here and the body is freed once the server has sent it.
+        self.response = None
+        return response
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        # A wrong method is 405 whoever asks: answer it before looking at credentials.
+        method = request.method.lower()
+        if method not in self.http_method_names or not hasattr(self, method):
+            raise MethodNotAllowed(
+                f"Method {request.method} is not allowed on {request.path}.",
+                headers={"Allow": ", ".join(self.allowed_methods)},
+            )
+        super().initial(request, *args, **kwargs)

@@ -1,0 +1,59 @@
+"""GET /v1/models across the endpoint families: each family registers where its models come from
+(`model_source_register`, from its AppConfig.ready), so this app lists them without importing any.
+
+Which groups are listed, and under which id, is the groups app's decision
+(`groups.access.groups_listed_for_credential`); this module only puts the families' models under it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from groups.access import groups_listed_for_credential
+from groups.models import Group
+from keys.credentials import Credential
+
+
+@dataclass(frozen=True)
+class CatalogModel:
+    """One enabled model of a group, as a family reports it."""
+
+    model_id: str
+    created: datetime
+
+
+@dataclass(frozen=True)
+class ListedModel:
+    """One entry of GET /v1/models: `id` is exactly what the caller sends as `model` to use it."""
+
+    id: str
+    model: CatalogModel
+    group: Group
+
+
+ModelSource = Callable[..., Iterable[CatalogModel]]  # called as source(group_id=...)
+_sources: list[ModelSource] = []
+
+
+def model_source_register(source: ModelSource) -> None:
+    """Add a family's models to GET /v1/models; `source(group_id=...)` returns a group's enabled ones."""
+    if source not in _sources:
+        _sources.append(source)
+
+
+def model_list_for_credential(*, credential: Credential, all_groups: bool = False) -> list[ListedModel]:
+    """The models this credential may use, as GET /v1/models lists them: the listed groups in id
+    order, each group's models by model id."""
+    listed: list[ListedModel] = []
+    for entry in groups_listed_for_credential(credential=credential, all_groups=all_groups):
+        group = entry.group
+        models = sorted(
+            (model for source in _sources for model in source(group_id=group.pk)),
+            key=lambda model: model.model_id,
+        )
+        for model in models:
+            model_id = f"{group.pk}:{model.model_id}" if entry.prefixed else model.model_id
+            listed.append(ListedModel(id=model_id, model=model, group=group))
+    return listed

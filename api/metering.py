@@ -1,0 +1,220 @@
+"""The one metered-call service every billed endpoint uses.
+
+limits → reserve → call the upstream with no transaction open → capture on success, release on failure.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from decimal import Decimal
+from typing import TypeVar
+
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.utils import timezone
+
+from api.usage import UsageScope
+from billing.limits import (
+    ConcurrencySlot,
+    concurrency_slot_acquire,
+    concurrency_slot_release,
+    rate_limit_hit,
+)
+from billing.models import Hold, Subscription
+from billing.money import money_parse
+from billing.selectors import subscription_get_active
+from billing.services import hold_capture, hold_release, hold_reserve, subscription_hold_reserve
+from core.errors import SUBSCRIPTION_INVALID, SUBSCRIPTION_NOT_FOUND, BillingError
+from groups.models import Group
+from keys.credentials import Credential
+
+logger = logging.getLogger("gateway.billing")
+
+T = TypeVar("T")
+
+
+def transaction_open_by_application() -> bool:
+    """True inside an atomic block opened by application code. The blocks a Django TestCase (and
+    pytest-django's `db`) wraps every test in are not counted: they are not part of a request."""
+    return any(not getattr(block, "_from_testcase", False) for block in connection.atomic_blocks)
+
+
+def subscription_resolve_for_call(
+    *, credential: Credential, group: Group, model_id: str, now: datetime
+) -> Subscription:
+    """The active subscription that pays for this call, or 403 SUBSCRIPTION_NOT_FOUND / _INVALID.
+
+    A plan covers the models listed in its `model_ids` (every model of the group when empty)."""
+    subscription = subscription_get_active(account_id=credential.account.pk, group_id=group.pk, at=now)
+    if subscription is None:
+        raise BillingError(
+            f"No active subscription for group {group.name}: it does not exist or has expired.",
+            code=SUBSCRIPTION_NOT_FOUND,
+        )
+    if subscription.model_ids and model_id not in subscription.model_ids:
+        raise BillingError(
+            f"The subscription for group {group.name} does not cover model {model_id!r}.",
+            code=SUBSCRIPTION_INVALID,
+            param="model",
+        )
+    return subscription
+
+
+def connection_release() -> None:
+    """With a connection pool, hand the call's connection back before the upstream call, so a call
+    waiting on an upstream holds no database connection (capture takes one again)."""
+    conn = connections[DEFAULT_DB_ALIAS]  # looked up once, not on every attribute read of the proxy
+    if conn.settings_dict.get("OPTIONS", {}).get("pool") and not conn.in_atomic_block:
+        conn.close()
+
+
+class MeteredCall:
+    """One reservation for one billed call: `capture()` after success, `release()` after failure,
+    `close()` on every exit path (it releases a reservation left open and gives back the concurrency
+    slot). Each is safe to call more than once; the hold itself resolves exactly once."""
+
+    def __init__(
+        self, *, usage: UsageScope, hold: Hold, slot: ConcurrencySlot | None, amount: Decimal
+    ) -> None:
+        self.usage = usage
+        self.hold = hold
+        self.slot = slot
+        self.amount = amount
+        self.resolved = False
+
+    def capture(self) -> bool:
+        """Charge the call and write its usage record (status 200, the amount charged), together: one
+        statement on PostgreSQL. False when the hold had already expired: nothing is charged, and the
+        record says 0. Either way the usage scope writes no second record."""
+        if self.resolved:
+            return False
+        self.resolved = True
+        record = self.usage.record_build(status=200, error_code="")
+        captured = hold_capture(hold=self.hold, usage_record=record)
+        if record.pk is not None:
+            self.usage.record = record
+        if captured:
+            self.usage.charged = self.amount
+            return True
+        # The hold expired before the call returned (GATEWAY_HOLD_TTL_SECONDS shorter than the call):
+        # release_stale_holds voided it, and a voided hold is never charged.
+        logger.warning(
+            "hold %s of request %s expired before capture; the call was not charged",
+            self.hold.pk,
+            self.usage.request_id,
+        )
+        return False
+
+    def release(self) -> None:
+        if not self.resolved:
+            self.resolved = True
+            _release(hold=self.hold)
+
+    def close(self) -> None:
+        self.release()
+        concurrency_slot_release(slot=self.slot)
+        self.slot = None
+        # The call's last statement has run: with a pool, give the connection back now rather than
+        # after the answer has been written to the client (a slow reader would hold it meanwhile).
+        connection_release()
+
+
+def metered_begin(
+    *,
+    usage: UsageScope,
+    credential: Credential,
+    group: Group,
+    model_id: str,
+    price: Decimal,
+    now: datetime | None = None,
+) -> MeteredCall:
+    """Limits and reservation for one billed call, before its upstream call.
+
+    The credential's rate limit and a concurrency slot (429), then the reservation (a wallet hold: 403
+    INSUFFICIENT_BALANCE; or the subscription's caps: 403 SUBSCRIPTION_NOT_FOUND / _INVALID, 429
+    USAGE_LIMIT_EXCEEDED). Nothing is left held when this raises.
+    """
+    if transaction_open_by_application():
+        # A transaction here would hold the reservation's row locks for the whole upstream call.
+        raise RuntimeError("metered calls must not run inside a database transaction (transaction.atomic)")
+    amount = money_parse(price)
+    usage.set_target(group=group, model_id=model_id)
+    rate_limit_hit(limit_key=credential.limit_key, rpm=group.rpm)
+    slot = concurrency_slot_acquire(
+        limit_key=credential.limit_key,
+        limit=group.concurrency,
+        ttl_seconds=settings.GATEWAY_HOLD_TTL_SECONDS,
+    )
+    try:
+        hold = _reserve(
+            credential=credential,
+            group=group,
+            model_id=model_id,
+            amount=amount,
+            usage=usage,
+            now=now or timezone.now(),
+        )
+    except BaseException:
+        concurrency_slot_release(slot=slot)
+        raise
+    return MeteredCall(usage=usage, hold=hold, slot=slot, amount=amount)
+
+
+def metered_call(
+    *,
+    usage: UsageScope,
+    credential: Credential,
+    group: Group,
+    model_id: str,
+    price: Decimal,
+    call: Callable[[], T],
+    now: datetime | None = None,
+) -> T:
+    """Run `call` (the upstream call) as one billed call of `price`.
+
+    `metered_begin` (limits, then the reservation), then `call()` with no database transaction open
+    and no row lock held. On return the hold is captured (charged exactly once, reference = the
+    request id), the usage record written with it and `usage.charged` set; on any exception the hold
+    is released (nothing charged) and the exception re-raised unchanged. The concurrency slot is given
+    back on every exit path.
+
+    `now` moves the clock of the reservation (calendar windows, hold expiry); tests use it.
+    """
+    meter = metered_begin(
+        usage=usage, credential=credential, group=group, model_id=model_id, price=price, now=now
+    )
+    connection_release()  # the upstream call needs no database connection
+    try:
+        try:
+            result = call()
+        except BaseException:
+            meter.release()
+            raise
+        meter.capture()
+        return result
+    finally:
+        meter.close()
+
+
+def _reserve(
+    *, credential: Credential, group: Group, model_id: str, amount: Decimal, usage: UsageScope, now: datetime
+) -> Hold:
+    if group.billing == Group.Billing.SUBSCRIPTION:
+        subscription = subscription_resolve_for_call(
+            credential=credential, group=group, model_id=model_id, now=now
+        )
+        return subscription_hold_reserve(
+            subscription=subscription, amount=amount, reference=usage.request_id, now=now
+        )
+    return hold_reserve(account=credential.account, amount=amount, reference=usage.request_id, now=now)
+
+
+def _release(*, hold: Hold) -> None:
+    """Release after a failed call; if even that fails, the hold expires and release_stale_holds
+    voids it, so the original error is what the caller sees."""
+    try:
+        hold_release(hold=hold)
+    except Exception:
+        logger.exception("could not release hold %s; release_stale_holds will", hold.pk)

@@ -1,0 +1,158 @@
+"""Request ids, JSON errors for every /v1 answer that is not produced by a DRF view, and the
+browser-only middleware that /v1 requests skip."""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Callable
+
+from django.conf import settings
+from django.contrib.auth.middleware import AuthenticationMiddleware
+from django.contrib.messages.middleware import MessageMiddleware
+from django.contrib.sessions.middleware import SessionMiddleware
+from django.http import HttpRequest, HttpResponse
+from django.middleware.clickjacking import XFrameOptionsMiddleware
+from django.middleware.csrf import CsrfViewMiddleware
+
+from core.errors import (
+    TYPE_FOR_STATUS,
+    ApiError,
+    InternalError,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    api_error_from_exception,
+    error_response,
+)
+
+logger = logging.getLogger("gateway.request")
+
+_SANE_REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+API_PREFIX = "/v1/"
+
+
+def new_request_id() -> str:
+    return f"req_{uuid.uuid4().hex}"
+
+
+class RequestIdMiddleware:
+    """Take the caller's X-Request-Id when it is sane (else make one) and echo it on every response."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        # META, not request.headers: that would build a mapping of every header on each request.
+        offered = request.META.get("HTTP_X_REQUEST_ID", "")
+        request.request_id = offered if _SANE_REQUEST_ID.fullmatch(offered) else new_request_id()
+        response = self.get_response(request)
+        response["X-Request-Id"] = request.request_id
+        return response
+
+
+class ApiErrorMiddleware:
+    """No /v1 path ever answers HTML: 404s from the resolver, 405s, 400s and crashes become JSON errors."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if _is_api(request) and _body_too_large(request):
+            return error_response(
+                PayloadTooLarge(
+                    f"The request body is larger than this endpoint accepts "
+                    f"({settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes)."
+                ),
+                request=request,
+            )
+        response = self.get_response(request)
+        if not _is_api(request) or response.status_code < 400:
+            return response
+        if response.get("Content-Type", "").startswith(("application/json", "text/event-stream")):
+            return response
+        return error_response(_error_for_status(request, response.status_code), request=request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if not _is_api(request):
+            return None
+        error = api_error_from_exception(exception)
+        if error is None:
+            logger.exception(
+                "unhandled error on %s %s request_id=%s",
+                request.method,
+                request.path,
+                getattr(request, "request_id", "-"),
+            )
+            error = InternalError("The gateway hit an internal error; it has been logged.")
+        return error_response(error, request=request)
+
+
+class _BrowserOnly:
+    """Middleware that only the console and the admin need. A /v1 caller authenticates every request
+    with its key (keys/authentication.py), sends no cookies and gets none, and its JSON is never shown
+    in a frame, so API requests skip it: no session store, no lazy user, no message storage built and
+    torn down on every call (~2 % of an image call's CPU, docs/benchmarks.md), no CSRF cookie read
+    (every /v1 view is CSRF-exempt anyway: no cookie authenticates it), no X-Frame-Options header.
+    Their hooks for other paths are Django's own."""
+
+    get_response: Callable[[HttpRequest], HttpResponse]
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if _is_api(request):
+            return self.get_response(request)
+        return super().__call__(request)  # type: ignore[misc]
+
+
+class BrowserSessionMiddleware(_BrowserOnly, SessionMiddleware):
+    pass
+
+
+class BrowserAuthenticationMiddleware(_BrowserOnly, AuthenticationMiddleware):
+    pass
+
+
+class BrowserMessageMiddleware(_BrowserOnly, MessageMiddleware):
+    pass
+
+
+class BrowserCsrfViewMiddleware(_BrowserOnly, CsrfViewMiddleware):
+    pass
+
+
+class BrowserXFrameOptionsMiddleware(_BrowserOnly, XFrameOptionsMiddleware):
+    pass
+
+
+def _is_api(request: HttpRequest) -> bool:
+    return request.path == "/v1" or request.path.startswith(API_PREFIX)
+
+
+def _body_too_large(request: HttpRequest) -> bool:
+    """A declared non-multipart body over DATA_UPLOAD_MAX_MEMORY_SIZE.
+
+    DRF's parsers read the body as a stream, so Django's own size check never runs for JSON; this is
+    where such bodies are refused, before anything reads them. Multipart bodies are left to Django's
+    multipart parser and the upload limits of the endpoints that take files.
+    """
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    if limit is None or request.META.get("CONTENT_TYPE", "").startswith("multipart/"):
+        return False
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return False
+    return length > limit
+
+
+def _error_for_status(request: HttpRequest, status: int) -> ApiError:
+    if status == 404:
+        return NotFound(f"No such route: {request.method} {request.path}.", code="route_not_found")
+    if status == 405:
+        return MethodNotAllowed(f"Method {request.method} is not allowed on {request.path}.")
+    if status >= 500:
+        return InternalError("The gateway hit an internal error; it has been logged.")
+    return ApiError(
+        "The request was refused.", status=status, type=TYPE_FOR_STATUS.get(status, "invalid_request_error")
+    )

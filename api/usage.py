@@ -1,0 +1,118 @@
+"""The usage log: one UsageRecord per call of a billed endpoint, successful or not."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+from django.db import DatabaseError
+
+from billing.services import usage_record_build, usage_record_insert, usage_record_outcome_set
+from core.errors import ApiError
+from upstreams.providers.base import UpstreamError
+
+if TYPE_CHECKING:
+    from billing.models import UsageRecord
+    from groups.models import Group
+    from keys.credentials import Credential
+
+logger = logging.getLogger("gateway.usage")
+
+
+class UsageScope:
+    """What the pipeline learns about one call as it goes; written as a UsageRecord when it ends."""
+
+    def __init__(self, *, request_id: str, endpoint: str, credential: Credential) -> None:
+        self.request_id = request_id
+        self.endpoint = endpoint
+        self.credential = credential
+        self.group: Group | None = None
+        self.model_id = ""
+        self.upstream = ""
+        self.billing = ""
+        # What was charged (wallet) or counted (subscription); set by metered_call on capture only.
+        self.charged = Decimal("0")
+        # The record once written: a capture writes it in the same statement as the charge, and the
+        # scope then writes no second one.
+        self.record: UsageRecord | None = None
+        self.started = time.monotonic()
+
+    def set_target(self, *, group: Group, model_id: str) -> None:
+        self.group = group
+        self.model_id = model_id
+        self.billing = group.billing
+
+    def set_upstream(self, name: str) -> None:
+        self.upstream = name
+
+    def elapsed_ms(self) -> int:
+        return int((time.monotonic() - self.started) * 1000)
+
+    def record_build(self, *, status: int, error_code: str) -> UsageRecord:
+        """This call's usage record as it stands now, unsaved."""
+        return usage_record_build(
+            request_id=self.request_id,
+            account=self.credential.account,
+            credential=self.credential.limit_key,
+            group=self.group,
+            model_id=self.model_id,
+            endpoint=self.endpoint,
+            billing=self.billing,
+            status=status,
+            error_code=error_code,
+            amount=self.charged,
+            upstream=self.upstream,
+            latency_ms=self.elapsed_ms(),
+        )
+
+
+def usage_outcome_for(*, error: BaseException | None) -> tuple[int, str]:
+    """(HTTP status, error code) to record for a call that ended with `error` (None: success)."""
+    if error is None:
+        return 200, ""
+    if isinstance(error, ApiError):
+        return error.status, error.code or ""
+    if isinstance(error, UpstreamError):
+        # An upstream failure that escaped unconverted still is an upstream error, not our crash.
+        status = error.status if error.status is not None and 400 <= error.status <= 599 else 502
+        return status, "upstream_error"
+    return 500, "internal_error"
+
+
+@contextmanager
+def usage_scope(*, request_id: str, endpoint: str, credential: Credential) -> Iterator[UsageScope]:
+    """Open a usage scope for one call; exactly one UsageRecord is written for it.
+
+    A successful metered call's capture writes the record together with the charge (status 200, the
+    amount captured); otherwise the scope writes it on exit. Normal exit: status 200 with the amount
+    charged. An escaping exception: the status and code of the ApiError (an UpstreamError: its status
+    or 502, "upstream_error"; anything else: 500, "internal_error"), then the exception is re-raised;
+    if the capture had already written the record, the record is updated to that status and keeps
+    its charge. The amount is what metered_call captured, which is 0 for every call that failed
+    before or during the upstream call. Failing to write the record is logged and never turns the
+    caller's answer into an error.
+    """
+    scope = UsageScope(request_id=request_id, endpoint=endpoint, credential=credential)
+    error: BaseException | None = None
+    try:
+        yield scope
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        status, code = usage_outcome_for(error=error)
+        try:
+            if scope.record is None:
+                usage_record_insert(record=scope.record_build(status=status, error_code=code))
+            elif (status, code) != (scope.record.status, scope.record.error_code):
+                # Failed after the capture had written the record (the call is charged): one UPDATE,
+                # on this rare path only, so the record says how the call ended.
+                usage_record_outcome_set(
+                    record=scope.record, status=status, error_code=code, latency_ms=scope.elapsed_ms()
+                )
+        except DatabaseError:
+            logger.exception("could not write the usage record of request %s", request_id)

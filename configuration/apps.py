@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ConfigurationConfig(AppConfig):
+    name = "configuration"
+    verbose_name = "Configuration file"

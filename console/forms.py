@@ -1,0 +1,105 @@
+"""Forms of the web console. Choices come from the signed-in account only, so a posted id of another
+account's group or model is refused as an invalid choice."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from django import forms
+from django.conf import settings
+from django.utils import timezone
+
+from console.queries import yen
+from groups.models import Group
+from images.models import ImageModel
+
+EXPIRY_CHOICES = [
+    ("", "Never"),
+    ("1", "In 1 day"),
+    ("7", "In 7 days"),
+    ("30", "In 30 days"),
+    ("90", "In 90 days"),
+    ("365", "In 1 year"),
+]
+DEFAULT_SIZE = ""
+MAX_N_OFFERED = 10
+
+
+class ApiKeyCreateForm(forms.Form):
+    label = forms.CharField(
+        max_length=100,
+        required=False,
+        strip=True,
+        help_text="Helps you recognise the key later, e.g. “laptop” or “CI”.",
+    )
+    group = forms.ModelChoiceField(
+        queryset=Group.objects.none(),
+        empty_label=None,
+        help_text="The key's calls are served and billed in this group.",
+    )
+    expires_in_days = forms.TypedChoiceField(
+        label="Expires",
+        choices=EXPIRY_CHOICES,
+        coerce=int,
+        empty_value=None,
+        required=False,
+    )
+
+    def __init__(self, *args, groups: Sequence[Group], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["group"].queryset = Group.objects.filter(pk__in=[group.pk for group in groups])
+        self.fields["group"].label_from_instance = _group_label
+
+    def expires_at(self, *, now: datetime | None = None) -> datetime | None:
+        days = self.cleaned_data.get("expires_in_days")
+        if days is None:
+            return None
+        return (now or timezone.now()) + timedelta(days=days)
+
+
+def _group_label(group: Group) -> str:
+    kind = "images" if group.image_enabled else "no image endpoints"
+    return f"{group.name} ({kind}, {group.get_billing_display().lower()})"
+
+
+class PlaygroundForm(forms.Form):
+    model = forms.ModelChoiceField(queryset=ImageModel.objects.none(), empty_label=None)
+    prompt = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 4}),
+        max_length=settings.GATEWAY_MAX_PROMPT_CHARS,
+        strip=True,
+    )
+    size = forms.ChoiceField(required=False)
+
+    def __init__(self, *args, image_models: Sequence[ImageModel], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["model"].queryset = ImageModel.objects.filter(pk__in=[m.pk for m in image_models])
+        self.fields["model"].label_from_instance = _model_label
+        sizes: list[str] = []
+        for image_model in image_models:
+            sizes.extend(size for size in image_model.sizes if size not in sizes)
+        self.fields["size"].choices = [(DEFAULT_SIZE, "The model's default"), *((s, s) for s in sizes)]
+        self.fields["size"].help_text = "Sizes depend on the model; the gateway says so if one does not fit."
+        # The largest n any offered model takes; the gateway refuses more than the chosen model's own.
+        most = min(MAX_N_OFFERED, max([m.max_n for m in image_models] or [1]))
+        self.fields["n"] = forms.IntegerField(
+            label="Number of images", min_value=1, max_value=most, initial=1
+        )
+
+    def request_body(self) -> dict:
+        """The body of the /v1/images/generations call this form asks for."""
+        data = self.cleaned_data
+        body = {
+            "model": data["model"].model_id,
+            "prompt": data["prompt"],
+            "n": data["n"],
+            "response_format": "b64_json",
+        }
+        if data.get("size"):
+            body["size"] = data["size"]
+        return body
+
+
+def _model_label(image_model: ImageModel) -> str:
+    return f"{image_model.model_id} — {image_model.group.name}, {yen(image_model.price)} per call"

@@ -1,0 +1,385 @@
+"""The web console: the signed-in user's own account, keys, usage, playground and OAuth grants.
+
+Views are thin: they read through console.queries, write through the owning app's services
+(keys.services) and run playground calls through images.pipeline, so a playground call is billed and
+logged exactly like an API call. Every object is looked up within the signed-in account: another
+account's id is a 404, never a 403 that would confirm it exists.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.mixins import LoginRequiredMixin
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse_lazy
+from django.utils.decorators import method_decorator
+from django.views import View
+from django.views.decorators.cache import never_cache
+
+from accounts.models import Account
+from console import queries
+from console.forms import ApiKeyCreateForm, PlaygroundForm
+from core.errors import ApiError
+from images.pipeline import image_call_run
+from keys.credentials import Credential
+from keys.services import api_key_create, api_key_revoke, oauth_application_revoke_for_user
+
+SMTP_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+
+
+def password_reset_enabled() -> bool:
+    """Password reset mails need somewhere to go: an SMTP host, or a non-SMTP backend (console, tests)."""
+    return settings.EMAIL_BACKEND != SMTP_BACKEND or bool(settings.EMAIL_HOST)
+
+
+# --- Signing in and out ------------------------------------------------------------------------------
+
+
+class ConsoleLoginView(auth_views.LoginView):
+    template_name = "registration/console_login.html"
+    redirect_authenticated_user = True
+    extra_context = {"password_reset_enabled": password_reset_enabled}
+
+
+class ConsoleLogoutView(auth_views.LogoutView):
+    next_page = "login"
+
+
+class EmailRequiredMixin:
+    """Password reset pages exist only where email is configured (404 otherwise)."""
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not password_reset_enabled():
+            raise Http404("Password reset is not available: no email is configured.")
+        return super().dispatch(request, *args, **kwargs)
+
+
+class PasswordResetView(EmailRequiredMixin, auth_views.PasswordResetView):
+    template_name = "registration/password_reset_form.html"
+    email_template_name = "registration/password_reset_email.txt"
+    subject_template_name = "registration/password_reset_subject.txt"
+
+
+class PasswordResetDoneView(EmailRequiredMixin, auth_views.PasswordResetDoneView):
+    template_name = "registration/password_reset_done.html"
+
+
+class PasswordResetConfirmView(EmailRequiredMixin, auth_views.PasswordResetConfirmView):
+    template_name = "registration/password_reset_confirm.html"
+
+
+class PasswordResetCompleteView(EmailRequiredMixin, auth_views.PasswordResetCompleteView):
+    template_name = "registration/password_reset_complete.html"
+
+
+# --- The console pages -------------------------------------------------------------------------------
+
+
+@method_decorator(never_cache, name="dispatch")
+class ConsoleView(LoginRequiredMixin, View):
+    """A console page: a signed-in user with an account (self.account); nothing is cached."""
+
+    login_url = reverse_lazy("login")
+    section = ""
+    account: Account
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return self.handle_no_permission()
+        account = queries.account_for_user(user=request.user)
+        if account is None:
+            return render(request, "console/no_account.html", {"section": self.section}, status=403)
+        self.account = account
+        return super().dispatch(request, *args, **kwargs)
+
+    def render(self, template: str, context: dict[str, Any], *, status: int = 200) -> HttpResponse:
+        base = {
+            "account": self.account,
+            "section": self.section,
+            "gateway_timezone": settings.GATEWAY_TIMEZONE,
+        }
+        return render(self.request, template, {**base, **context}, status=status)
+
+
+class OverviewView(ConsoleView):
+    section = "overview"
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        account = self.account
+        spend = queries.spend_per_day_for_account(account=account)
+        return self.render(
+            "console/overview.html",
+            {
+                "wallet": queries.wallet_state_for_account(account=account),
+                "allowed_groups": sorted(account.allowed_groups.all(), key=lambda group: group.pk),
+                "subscriptions": queries.subscriptions_for_account(account=account),
+                "spend": spend,
+                "chart": spend_chart(spend),
+                "calls": queries.latest_calls_for_account(account=account),
+            },
+        )
+
+
+class ApiKeysView(ConsoleView):
+    section = "keys"
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return self._page(form=self._form())
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        form = self._form(data=request.POST)
+        if not form.is_valid():
+            return self._page(form=form, status=400)
+        api_key, secret = api_key_create(
+            account=self.account,
+            group=form.cleaned_data["group"],
+            label=form.cleaned_data["label"],
+            expires_at=form.expires_at(),
+        )
+        # The secret is rendered in this response only and stored nowhere (not even in the session);
+        # never_cache keeps the browser from showing it again from its cache.
+        return self._page(form=self._form(), new_key=api_key, secret=secret, status=201)
+
+    def _form(self, data=None) -> ApiKeyCreateForm:
+        return ApiKeyCreateForm(data, groups=queries.key_groups_for_account(account=self.account))
+
+    def _page(self, *, form: ApiKeyCreateForm, status: int = 200, **extra: Any) -> HttpResponse:
+        keys = queries.api_keys_for_account(account=self.account)
+        return self.render("console/keys.html", {"form": form, "keys": keys, **extra}, status=status)
+
+
+class ApiKeyRevokeView(ConsoleView):
+    section = "keys"
+
+    def get(self, request: HttpRequest, api_key_id: int) -> HttpResponse:
+        return self.render("console/key_revoke.html", {"api_key": self._api_key(api_key_id)})
+
+    def post(self, request: HttpRequest, api_key_id: int) -> HttpResponse:
+        api_key = self._api_key(api_key_id)
+        if api_key_revoke(api_key=api_key):
+            messages.success(request, f"The key {api_key} was revoked; calls with it now fail.")
+        else:
+            messages.info(request, f"The key {api_key} was already revoked.")
+        return redirect("console:keys")
+
+    def _api_key(self, api_key_id: int):
+        api_key = queries.api_key_for_account(account=self.account, api_key_id=api_key_id)
+        if api_key is None:
+            raise Http404("No such key.")
+        return api_key
+
+
+@dataclass(frozen=True)
+class PlaygroundImage:
+    src: str
+    revised_prompt: str
+
+
+class PlaygroundView(ConsoleView):
+    section = "playground"
+    path = "/console/playground"
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return self._page(form=self._form())
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        form = self._form(data=request.POST)
+        if not form.is_valid():
+            return self._page(form=form, status=400)
+        image_model = form.cleaned_data["model"]
+        # The console acts as the signed-in account, in the group of the model chosen.
+        credential = Credential(
+            kind="console",
+            id=self.account.pk,
+            account=self.account,
+            bound_group=image_model.group,
+            label="console",
+        )
+        request_id = request.request_id
+        try:
+            stored = image_call_run(
+                credential=credential,
+                operation="generate",
+                data=form.request_body(),
+                files=None,
+                request_id=request_id,
+                idempotency_key=None,
+                path=self.path,
+            )
+        except ApiError as error:
+            return self._page(
+                form=form, error=_plain_error(error), request_id=request_id, status=error.status
+            )
+        images = playground_images(stored.body)
+        usage = queries.usage_record_for_request(account=self.account, request_id=request_id)
+        return self._page(
+            form=form,
+            images=images,
+            usage=usage,
+            usage_amount=queries.yen(usage.amount) if usage is not None else "",
+            request_id=request_id,
+        )
+
+    def _form(self, data=None) -> PlaygroundForm:
+        return PlaygroundForm(data, image_models=queries.playground_models_for_account(account=self.account))
+
+    def _page(self, *, form: PlaygroundForm, status: int = 200, **extra: Any) -> HttpResponse:
+        return self.render("console/playground.html", {"form": form, **extra}, status=status)
+
+
+@dataclass(frozen=True)
+class PlainError:
+    headline: str
+    detail: str
+
+
+def _plain_error(error: ApiError) -> PlainError:
+    """A gateway refusal in words for people; the gateway's own message says what exactly."""
+    if error.type == "billing_error" or error.status == 402:
+        headline = "Your balance or plan does not cover this call. Nothing was charged."
+    elif error.status == 429:
+        headline = "Too many calls, or a usage cap was reached. Nothing was charged; try again later."
+    elif error.status in (401, 403):
+        headline = "Your account may not make this call."
+    elif error.status == 404:
+        headline = "That model is not available."
+    elif error.status >= 500:
+        headline = "The image provider did not deliver. Nothing was charged; try again in a moment."
+    else:
+        headline = "The gateway could not accept this request. Nothing was charged."
+    return PlainError(headline=headline, detail=error.message)
+
+
+_IMAGE_SIGNATURES = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"))
+
+
+def _image_mime(data: bytes) -> str:
+    for signature, mime in _IMAGE_SIGNATURES:
+        if data.startswith(signature):
+            return mime
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return "application/octet-stream"
+
+
+def playground_images(body: bytes) -> list[PlaygroundImage]:
+    """The images of an OpenAI-shaped image result, as data: URLs the page can show."""
+    images = []
+    for item in json.loads(body).get("data", []):
+        encoded = item.get("b64_json")
+        if not encoded:
+            continue
+        try:
+            head = base64.b64decode(encoded[:24], validate=True)
+        except (binascii.Error, ValueError):
+            continue
+        mime = _image_mime(head)
+        if mime == "application/octet-stream":
+            continue  # never hand the browser something that is not an image we know
+        images.append(
+            PlaygroundImage(
+                src=f"data:{mime};base64,{encoded}", revised_prompt=item.get("revised_prompt") or ""
+            )
+        )
+    return images
+
+
+class ApplicationsView(ConsoleView):
+    section = "applications"
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        applications = queries.authorized_applications_for_account(account=self.account)
+        return self.render("console/applications.html", {"applications": applications})
+
+
+class ApplicationRevokeView(ConsoleView):
+    """Revoke every token an application (or, without an id, an operator) holds for the account."""
+
+    section = "applications"
+
+    def get(self, request: HttpRequest, application_id: int | None = None) -> HttpResponse:
+        item = self._authorized(application_id)
+        return self.render("console/application_revoke.html", {"item": item})
+
+    def post(self, request: HttpRequest, application_id: int | None = None) -> HttpResponse:
+        item = self._authorized(application_id)
+        oauth_application_revoke_for_user(user_id=self.account.user_id, application_id=application_id)
+        messages.success(request, f"{item.name} can no longer act for your account.")
+        return redirect("console:applications")
+
+    def _authorized(self, application_id: int | None) -> queries.AuthorizedApplication:
+        item = queries.application_for_account(account=self.account, application_id=application_id)
+        if item is None:
+            raise Http404("No such authorized application.")
+        return item
+
+
+# --- The spend chart ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChartBar:
+    x: float
+    y: float
+    width: float
+    height: float
+    day: Any
+    label: str
+
+
+@dataclass(frozen=True)
+class SpendChart:
+    width: int
+    height: int
+    baseline: float
+    bars: list[ChartBar]
+    peak_label: str
+    total_label: str
+    first_day: Any
+    last_day: Any
+
+
+CHART_WIDTH, CHART_HEIGHT, CHART_TOP, CHART_BOTTOM = 600, 160, 16, 20
+
+
+def spend_chart(days: list[queries.SpendDay]) -> SpendChart:
+    """Bar geometry for the server-rendered SVG (floats here are pixels, never money)."""
+    peak = max((day.amount for day in days), default=0) or 0
+    slot = CHART_WIDTH / max(len(days), 1)
+    baseline = CHART_HEIGHT - CHART_BOTTOM
+    drawable = baseline - CHART_TOP
+    bars = []
+    for index, day in enumerate(days):
+        height = float(day.amount / peak) * drawable if peak else 0.0
+        if day.amount > 0:
+            height = max(height, 1.5)  # a tiny charge stays visible
+        bars.append(
+            ChartBar(
+                x=round(index * slot + slot * 0.15, 2),
+                y=round(baseline - height, 2),
+                width=round(slot * 0.7, 2),
+                height=round(height, 2),
+                day=day.day,
+                label=queries.yen(day.amount),
+            )
+        )
+    total = sum((day.amount for day in days), start=0)
+    return SpendChart(
+        width=CHART_WIDTH,
+        height=CHART_HEIGHT,
+        baseline=baseline,
+        bars=bars,
+        peak_label=queries.yen(peak) if peak else "¥0.00",
+        total_label=queries.yen(total) if total else "¥0.00",
+        first_day=days[0].day if days else None,
+        last_day=days[-1].day if days else None,
+    )

@@ -1,0 +1,360 @@
+"""Per-process caches of what rarely changes (credentials, groups, models, upstreams), kept exact by
+one shared counter: the configuration generation.
+
+Every entry is stored with the generation it was read under and is used only while the shared counter
+(one key in the Django cache, i.e. Redis) still holds that value. Every write that can change a cached
+answer bumps the counter once its transaction has committed (`config_generation_bump_on_commit`), so
+at its next request every process on every machine drops what it held: a revoked key or a deactivated
+user is refused at once everywhere, and a price or upstream change applies to the next call.
+
+The counter is taken at most once per request (the memo is reset by Django's `request_started`);
+outside a request (commands, tests calling services) on every use. Taking it asks Redis only when
+Redis has said something since the last read: each process keeps one Redis connection on which Redis
+pushes a message the moment the counter's key changes (`GenerationWatch`), and the process checks,
+without waiting, that nothing arrived on it. Caching is on only when the cache
+is shared between processes (REDIS_URL); without it, or when Redis cannot be reached, callers query the
+database as if there were no cache. Entries also expire after GATEWAY_CONFIG_CACHE_SECONDS, a backstop
+should a bump ever be lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from django.conf import settings
+from django.core.cache import cache
+from django.core.signals import request_finished, request_started, setting_changed
+from django.db import transaction
+
+from core.sockets import readable_now
+
+logger = logging.getLogger("gateway.cache")
+
+GENERATION_KEY = "config:generation"
+
+V = TypeVar("V")
+
+_local = threading.local()
+_caches: list[GenerationCache[Any]] = []
+_local_state_clears: list[Callable[[], None]] = []
+
+
+def local_state_register(clear: Callable[[], None]) -> None:
+    """Have `clear` called with the caches: other per-process views of shared state (the circuit
+    breaker's) are dropped by every configuration change, and between tests."""
+    _local_state_clears.append(clear)
+
+
+def config_cache_enabled() -> bool:
+    return bool(settings.REDIS_URL) and settings.GATEWAY_CONFIG_CACHE_SECONDS > 0
+
+
+def config_generation() -> int | None:
+    """The shared generation (memoized for the current request), or None when caching is off or the
+    shared cache cannot be read: then nothing may be served from a cache."""
+    if not config_cache_enabled():
+        return None
+    in_request = getattr(_local, "in_request", False)
+    if in_request and hasattr(_local, "generation"):
+        return _local.generation
+    generation = _watch.generation()
+    if generation is None:
+        generation = _watch.read(_generation_get)
+    if in_request:
+        _local.generation = generation
+    return generation
+
+
+def _generation_get() -> int | None:
+    """The counter as Redis holds it now (one round trip), or None when Redis cannot be read."""
+    try:
+        value = cache.get(GENERATION_KEY)
+        if value is None:
+            # First use (or Redis lost the key): start a counter, from the clock so that it cannot
+            # come back to a value some process still holds entries under. `add` keeps a concurrent bump.
+            cache.add(GENERATION_KEY, time.time_ns() // 1_000_000, timeout=None)
+            value = cache.get(GENERATION_KEY)
+        return int(value) if value is not None else None
+    except Exception:  # Redis down: no cache, the database answers (and limits report their own errors)
+        logger.warning("configuration generation unreadable; serving without the config cache", exc_info=True)
+        return None
+
+
+def config_generation_bump() -> None:
+    """Invalidate every process's cached configuration now (this process's at once, the others' at
+    their next request)."""
+    if settings.REDIS_URL:
+        try:
+            try:
+                cache.incr(GENERATION_KEY)
+            except ValueError:  # no counter yet: any value differs from what no entry was stored under
+                cache.set(GENERATION_KEY, time.time_ns() // 1_000_000, timeout=None)
+        except Exception:
+            # The entries still expire after GATEWAY_CONFIG_CACHE_SECONDS; say loudly that until then
+            # a change may not be seen by every process.
+            logger.error(
+                "could not bump the configuration generation; caches expire within %s s",
+                settings.GATEWAY_CONFIG_CACHE_SECONDS,
+                exc_info=True,
+            )
+    config_caches_clear()
+
+
+def config_generation_bump_on_commit() -> None:
+    """Bump once the current transaction commits (at once outside one): a bump before the commit would
+    let another process cache the old rows again in between. A transaction writing N rows bumps N
+    times (one INCR each, at commit); writes of configuration are rare."""
+    transaction.on_commit(config_generation_bump)
+
+
+def config_caches_clear() -> None:
+    """Drop this process's entries (tests call it between tests)."""
+    _local.__dict__.pop("generation", None)
+    _watch.forget()
+    for entry_cache in _caches:
+        entry_cache.clear()
+    for clear in _local_state_clears:
+        clear()
+
+
+class GenerationCache(Generic[V]):
+    """A bounded per-process map whose entries are valid for one generation and a maximum age."""
+
+    def __init__(self, *, name: str, max_entries: int = 10_000) -> None:
+        self.name = name
+        self.max_entries = max_entries
+        self._entries: dict[Any, tuple[int, float, V]] = {}
+        self._lock = threading.Lock()
+        _caches.append(self)
+
+    def get_or_load(self, key: Any, load: Callable[[], V]) -> V:
+        """The cached value for `key` under the current generation, else `load()` (cached when the
+        generation is known)."""
+        generation = config_generation()
+        if generation is None:
+            return load()
+        now = time.monotonic()
+        entry = self._entries.get(key)
+        max_age = settings.GATEWAY_CONFIG_CACHE_SECONDS
+        if entry is not None and entry[0] == generation and now - entry[1] < max_age:
+            return entry[2]
+        value = load()
+        with self._lock:
+            if len(self._entries) >= self.max_entries:
+                self._entries.clear()  # rare; cheaper and simpler than LRU bookkeeping on every hit
+            self._entries[key] = (generation, now, value)
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+class GenerationWatch:
+    """The generation as this process last read it, for as long as Redis has said nothing about it.
+
+    One Redis connection per process, in RESP3 with `CLIENT TRACKING ON BCAST PREFIX <the counter's
+    key>`: from then on Redis pushes an invalidation message on it whenever that key changes (a bump,
+    an expiry, an eviction, a FLUSHDB), whoever changes it. Nothing is ever sent on it after that. A
+    request then takes the generation last read as long as:
+
+    - nothing is waiting on the connection (asked of the OS without waiting: data, end of file and an
+      error all mean "read it again"). Redis writes the push in the same pass of its event loop as the
+      bump's own answer (in broadcast mode, ahead of it), so on one host a process asked after a bump
+      has returned finds the push waiting; across a network, a packet lost on the watch connection
+      can delay it by TCP's retransmission time, never beyond `trust_seconds`;
+    - it was read after the watch was armed, and nothing arrived from before the read until now;
+    - it is younger than `trust_seconds`: a backstop should the connection die silently (a network
+      partition without a reset), after which the counter is read from Redis again (and, Redis
+      unreachable, the caches are off as before).
+
+    Otherwise the counter is read from Redis as before (`read`), after what arrived is drained. A
+    server that refuses RESP3 or CLIENT TRACKING (Redis before 6, an ACL without CLIENT, some proxies)
+    leaves the watch off: every request reads the counter, as before; it is tried again every
+    `retry_seconds`. `connect` makes the connection (default: from the Django cache's own pool
+    settings, so the same server, database, credentials and TLS).
+    """
+
+    def __init__(
+        self,
+        *,
+        connect: Callable[[], Any] | None = None,
+        trust_seconds: float = 1.0,
+        retry_seconds: float = 30.0,
+    ) -> None:
+        self.connect = connect or _cache_connection
+        self.trust_seconds = trust_seconds
+        self.retry_seconds = retry_seconds
+        self._lock = threading.Lock()
+        self._connection: Any = None
+        self._sock: Any = None
+        self._epoch = 0  # +1 when something arrives or the connection changes: reads before it are void
+        self._known: tuple[int, float] | None = None  # (generation, monotonic time of its read)
+        self._retry_at = 0.0
+
+    @property
+    def armed(self) -> bool:
+        return self._sock is not None
+
+    def generation(self) -> int | None:
+        """The generation last read, while nothing says it changed; None: `read` it."""
+        known, sock = self._known, self._sock
+        if known is None or sock is None or time.monotonic() - known[1] >= self.trust_seconds:
+            return None
+        try:
+            if readable_now(sock) is not False or _tls_pending(sock):
+                return None
+        except (OSError, ValueError):  # closed meanwhile by another thread
+            return None
+        return known[0]
+
+    def read(self, get: Callable[[], int | None]) -> int | None:
+        """`get()` the generation from Redis, with the watch armed first so that any change after the
+        read is pushed; keep it for `generation` unless something arrived meanwhile."""
+        with self._lock:
+            self._known = None
+            self._drain()
+            connect = self._sock is None and time.monotonic() >= self._retry_at
+            if connect:  # this caller makes the connection; the others meanwhile read without one
+                self._retry_at = time.monotonic() + self.retry_seconds
+        if connect:
+            self._arm()  # outside the lock: a slow connect holds up no other request
+        with self._lock:
+            armed, epoch = self._sock is not None, self._epoch
+        generation = get()
+        if armed and generation is not None:
+            with self._lock:
+                if self._epoch == epoch and self._sock is not None:
+                    self._known = (generation, time.monotonic())
+        return generation
+
+    def forget(self) -> None:
+        """Read the generation from Redis at the next use."""
+        with self._lock:
+            self._known = None
+            self._epoch += 1
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _drain(self) -> None:
+        """Read (and drop) what Redis pushed; close on end of file or an error."""
+        sock = self._sock
+        if sock is None:
+            return
+        try:
+            while readable_now(sock) or _tls_pending(sock):
+                self._epoch += 1
+                if not sock.recv(65536):
+                    self._close()
+                    return
+        except (OSError, ValueError):
+            self._close()
+
+    def _arm(self) -> None:
+        """Make the tracking connection (`read` lets one caller at a time try, at most every
+        retry_seconds after a failure)."""
+        connection = None
+        try:
+            connection, key = self.connect()
+            connection.connect()  # HELLO 3 (with AUTH) and SELECT, every answer read
+            connection.send_command("CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", key)
+            sock = connection._sock
+            # Read the answer off the socket itself: nothing may be left in a reader's buffer, since
+            # from here on whatever arrives is read from the socket.
+            answer = _recv_exactly(sock, len(_OK))
+            if answer != _OK:
+                raise ConnectionError(f"CLIENT TRACKING was answered {answer!r}...")
+        except Exception:
+            logger.warning(
+                "Redis does not push configuration changes to this process (retrying in %s s); "
+                "every request reads the configuration generation meanwhile",
+                self.retry_seconds,
+                exc_info=True,
+            )
+            if connection is not None:
+                with contextlib.suppress(Exception):
+                    connection.disconnect()
+            return
+        with self._lock:
+            self._connection, self._sock = connection, sock
+            self._epoch += 1
+
+    def _close(self) -> None:
+        connection = self._connection
+        self._connection = self._sock = self._known = None
+        self._epoch += 1
+        self._retry_at = 0.0  # a connection that was working: make a new one at the next read
+        if connection is not None:
+            with contextlib.suppress(Exception):  # closing a connection that may be gone already
+                connection.disconnect()
+
+
+_OK = b"+OK\r\n"
+WATCH_CLIENT_NAME = "igw-config-watch"  # as CLIENT LIST shows each process's watch connection
+
+
+def _cache_connection() -> tuple[Any, str]:
+    """A new RESP3 connection made as the Django cache makes its own, and the counter's full key."""
+    pool = cache._cache._get_connection_pool(False)  # type: ignore[attr-defined]
+    connection = pool.connection_class(
+        **{**pool.connection_kwargs, "protocol": 3, "client_name": WATCH_CLIENT_NAME}
+    )
+    return connection, cache.make_and_validate_key(GENERATION_KEY)
+
+
+def _recv_exactly(sock: Any, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _tls_pending(sock: Any) -> bool:
+    """Bytes a TLS socket has decrypted but not handed out yet (the OS does not see those)."""
+    pending = getattr(sock, "pending", None)
+    return bool(pending and pending())
+
+
+_watch = GenerationWatch()
+
+
+def _watch_reset_in_child() -> None:
+    """A forked process must not share its parent's connection: it makes its own."""
+    global _watch
+    _watch = GenerationWatch()
+
+
+os.register_at_fork(after_in_child=_watch_reset_in_child)
+
+
+def _setting_changed(*, setting: str, **_: Any) -> None:
+    if setting in ("CACHES", "REDIS_URL"):
+        _watch.close()
+
+
+setting_changed.connect(_setting_changed, dispatch_uid="config_generation_setting_changed")
+
+
+def _request_started(**_: Any) -> None:
+    _local.in_request = True
+    _local.__dict__.pop("generation", None)
+
+
+def _request_finished(**_: Any) -> None:
+    _local.in_request = False
+    _local.__dict__.pop("generation", None)
+
+
+request_started.connect(_request_started, dispatch_uid="config_generation_request_started")
+request_finished.connect(_request_finished, dispatch_uid="config_generation_request_finished")

@@ -1,0 +1,306 @@
+"""The gateway's error model: one exception hierarchy and the spec's three body shapes.
+
+Application code only raises `ApiError` (or a subclass). `drf_exception_handler` and
+`api.middleware.ApiErrorMiddleware` are the only places that turn exceptions into
+responses, through `error_response`.
+
+Shapes (spec, "Body shapes"):
+- compatible: {"error": {"message", "type", "code", "param"}} for /v1/images/*, /v1/chat/completions,
+  /v1/responses, /v1/models, /v1/me and every other /v1 path by default;
+- native: {"type": "error", "error": {"type", "message"}} for /v1/messages and
+  /v1/messages/count_tokens; the business code goes into the message and an `x-error-code` header;
+- google: {"error": {"code": <int>, "message", "status"}}, used when passing through an upstream that
+  speaks it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Literal
+
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
+from django.http import HttpRequest, JsonResponse
+from rest_framework import exceptions as drf_exceptions
+
+logger = logging.getLogger("gateway.errors")
+
+Shape = Literal["compatible", "native", "google"]
+
+# Business codes (spec, "Gateway business error codes"), for the `code` of the errors that carry them.
+GROUP_DELETED = "GROUP_DELETED"  # 403: the bound/current group has been deleted
+GROUP_DISABLED = "GROUP_DISABLED"  # 403: the bound/current group has been disabled
+GROUP_NOT_ALLOWED = "GROUP_NOT_ALLOWED"  # 403: the selected group is not among the account's groups
+GROUP_OVERRIDE_UNSUPPORTED = "GROUP_OVERRIDE_UNSUPPORTED"  # 409: no `<group_id>:<model>` here
+GROUP_UNAVAILABLE = "GROUP_UNAVAILABLE"  # 400: the group is missing or unavailable
+SUBSCRIPTION_NOT_FOUND = "SUBSCRIPTION_NOT_FOUND"  # 403: no subscription, or it has expired
+SUBSCRIPTION_INVALID = "SUBSCRIPTION_INVALID"  # 403: the plan does not match the request
+USAGE_LIMIT_EXCEEDED = "USAGE_LIMIT_EXCEEDED"  # 429: daily/weekly/monthly/total cap reached
+INSUFFICIENT_BALANCE = "INSUFFICIENT_BALANCE"  # 402/403: balance too low
+
+# Credential codes (401 authentication_error unless noted).
+MISSING_API_KEY = "missing_api_key"
+INVALID_API_KEY = "invalid_api_key"
+REVOKED_API_KEY = "revoked_api_key"
+EXPIRED_API_KEY = "expired_api_key"
+MULTIPLE_CREDENTIALS = "multiple_credentials"  # 400 invalid_request_error
+API_KEY_IN_QUERY_DEPRECATED = "api_key_in_query_deprecated"  # 400 invalid_request_error
+INSUFFICIENT_SCOPE = "insufficient_scope"  # 403 permission_error
+
+# Model and capability codes.
+MODEL_NOT_FOUND = "model_not_found"  # 404
+MODEL_NOT_ALLOWED = "model_not_allowed"  # 403 permission_error
+IMAGE_GROUP_REQUIRED = "image_group_required"  # 403 permission_error
+MISSING_REQUIRED_PARAMETER = "missing_required_parameter"  # 400
+
+# Paths whose errors use the native shape; everything else under /v1 uses the compatible shape.
+NATIVE_SHAPE_PREFIXES = ("/v1/messages",)
+
+# Google's canonical status names, for the second native shape.
+GOOGLE_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    402: "RESOURCE_EXHAUSTED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    405: "UNIMPLEMENTED",
+    409: "ABORTED",
+    413: "INVALID_ARGUMENT",
+    422: "INVALID_ARGUMENT",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    501: "UNIMPLEMENTED",
+    502: "UNAVAILABLE",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+# The broad `type` for a status when nothing more specific is known.
+TYPE_FOR_STATUS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    409: "invalid_request_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    502: "upstream_error",
+    503: "upstream_error",
+    504: "upstream_error",
+}
+
+
+class ApiError(Exception):
+    """An error answered to an API caller. Subclasses set the defaults; callers may override."""
+
+    status: int = 400
+    type: str = "invalid_request_error"
+    code: str | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+        status: int | None = None,
+        type: str | None = None,
+        headers: dict[str, str] | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        if status is not None:
+            self.status = status
+        if type is not None:
+            self.type = type
+        self.param = param
+        self.headers = dict(headers or {})
+        if retry_after is not None:
+            # Whole seconds, rounded up, never 0: a client that waits 0 s just hammers us.
+            self.headers["Retry-After"] = str(max(1, math.ceil(retry_after)))
+
+
+class InvalidRequest(ApiError):
+    status = 400
+    type = "invalid_request_error"
+
+
+class AuthenticationFailed(ApiError):
+    status = 401
+    type = "authentication_error"
+
+
+class PermissionDenied(ApiError):
+    status = 403
+    type = "permission_error"
+
+
+class NotFound(ApiError):
+    status = 404
+    type = "invalid_request_error"
+    code = "not_found"
+
+
+class MethodNotAllowed(ApiError):
+    status = 405
+    type = "invalid_request_error"
+    code = "method_not_allowed"
+
+
+class Conflict(ApiError):
+    status = 409
+    type = "invalid_request_error"
+
+
+class PayloadTooLarge(ApiError):
+    status = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class BillingError(ApiError):
+    status = 403
+    type = "billing_error"
+
+
+class RateLimited(ApiError):
+    status = 429
+    type = "rate_limit_error"
+    code = "rate_limit_exceeded"
+
+
+class UpstreamFailed(ApiError):
+    status = 502
+    type = "upstream_error"
+    code = "upstream_error"
+
+
+class InternalError(ApiError):
+    status = 500
+    type = "api_error"
+    code = "internal_error"
+
+
+class PassthroughError(ApiError):
+    """An upstream's own error body, answered as the upstream gave it (spec: native formats pass through)."""
+
+    def __init__(self, *, status: int, body: dict[str, Any], message: str, shape: Shape) -> None:
+        super().__init__(message, status=status, type=TYPE_FOR_STATUS.get(status, "api_error"))
+        self.body = body
+        self.shape = shape
+
+
+def shape_for_path(path: str) -> Shape:
+    return "native" if path.startswith(NATIVE_SHAPE_PREFIXES) else "compatible"
+
+
+def _with_request_id(message: str, request_id: str | None) -> str:
+    if not request_id or request_id in message:
+        return message
+    return f"{message} (request id: {request_id})"
+
+
+def compatible_body(error: ApiError, *, request_id: str | None) -> dict[str, Any]:
+    return {
+        "error": {
+            "message": _with_request_id(error.message, request_id),
+            "type": error.type,
+            "param": error.param,
+            "code": error.code,
+        }
+    }
+
+
+def native_body(error: ApiError, *, request_id: str | None) -> dict[str, Any]:
+    message = error.message if not error.code else f"{error.code}: {error.message}"
+    return {"type": "error", "error": {"type": error.type, "message": _with_request_id(message, request_id)}}
+
+
+def google_body(error: ApiError, *, request_id: str | None) -> dict[str, Any]:
+    # The spec writes the status in lowercase (permission_denied, resource_exhausted, ...). Upstream
+    # bodies passed through (PassthroughError) keep whatever case the upstream used.
+    return {
+        "error": {
+            "code": error.status,
+            "message": _with_request_id(error.message, request_id),
+            "status": GOOGLE_STATUS.get(error.status, "UNKNOWN").lower(),
+        }
+    }
+
+
+BODY_BUILDERS = {"compatible": compatible_body, "native": native_body, "google": google_body}
+
+
+def error_response(
+    error: ApiError, *, request: HttpRequest | None, shape: Shape | None = None
+) -> JsonResponse:
+    """The one place an ApiError becomes an HTTP response."""
+    request_id = getattr(request, "request_id", None)
+    path = request.path if request is not None else ""
+    if isinstance(error, PassthroughError):
+        body = error.body
+    else:
+        chosen = shape or shape_for_path(path)
+        body = BODY_BUILDERS[chosen](error, request_id=request_id)
+    response = JsonResponse(body, status=error.status)
+    for name, value in error.headers.items():
+        response[name] = value
+    if error.code and (shape or shape_for_path(path)) == "native":
+        response["x-error-code"] = error.code
+    if error.status in (429, 503) and "Retry-After" not in response:
+        response["Retry-After"] = "1"
+    if error.status == 401 and "WWW-Authenticate" not in response:
+        response["WWW-Authenticate"] = 'Bearer realm="api"'
+    return response
+
+
+def api_error_from_exception(exc: BaseException) -> ApiError | None:
+    """Map framework exceptions to ApiError; None when the exception is not an expected one."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, RequestDataTooBig):
+        return PayloadTooLarge("The request body is larger than this endpoint accepts.")
+    if isinstance(exc, TooManyFieldsSent):
+        return InvalidRequest("The request has too many form fields.", code="too_many_fields")
+    if isinstance(exc, drf_exceptions.ParseError):
+        return InvalidRequest(f"The request body is not valid JSON: {exc.detail}", code="invalid_json")
+    if isinstance(exc, drf_exceptions.UnsupportedMediaType):
+        return InvalidRequest(
+            f"Unsupported Content-Type {exc.detail!s}".rstrip(".") + ".", code="unsupported_content_type"
+        )
+    if isinstance(exc, drf_exceptions.MethodNotAllowed):
+        return MethodNotAllowed(str(exc.detail))
+    if isinstance(exc, drf_exceptions.NotAuthenticated):
+        return AuthenticationFailed(str(exc.detail), code=MISSING_API_KEY)
+    if isinstance(exc, drf_exceptions.AuthenticationFailed):
+        return AuthenticationFailed(str(exc.detail), code=INVALID_API_KEY)
+    if isinstance(exc, drf_exceptions.PermissionDenied):
+        return PermissionDenied(str(exc.detail), code="permission_denied")
+    if isinstance(exc, drf_exceptions.NotFound):
+        return NotFound(str(exc.detail))
+    if isinstance(exc, drf_exceptions.Throttled):
+        return RateLimited(str(exc.detail), retry_after=exc.wait or 1)
+    if isinstance(exc, drf_exceptions.APIException):
+        return ApiError(
+            str(exc.detail), status=exc.status_code, type=TYPE_FOR_STATUS.get(exc.status_code, "api_error")
+        )
+    return None
+
+
+def drf_exception_handler(exc: Exception, context: dict[str, Any]) -> JsonResponse | None:
+    """DRF's EXCEPTION_HANDLER: every error raised in a DRF view leaves through here."""
+    request = context.get("request")
+    django_request = getattr(request, "_request", request)
+    error = api_error_from_exception(exc)
+    if error is None:
+        return None  # unexpected: let ApiErrorMiddleware log it and answer 500
+    # A view picks its body shape with `error_shape` (api.base.GatewayAPIView); else the path.
+    shape = getattr(context.get("view"), "error_shape", None)
+    return error_response(error, request=django_request, shape=shape)

@@ -1,0 +1,74 @@
+"""The apps' import direction (pyproject.toml, [tool.importlinter]) holds, and breaking it fails
+`make lint`: a copy of the tree where a domain app imports an endpoint app is refused."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = (
+    "gateway_project",
+    "core",
+    "accounts",
+    "keys",
+    "groups",
+    "billing",
+    "upstreams",
+    "api",
+    "images",
+    "console",
+    "configuration",
+)
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def _tree_copy(destination: Path) -> Path:
+    for package in PACKAGES:
+        shutil.copytree(ROOT / package, destination / package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", destination / "pyproject.toml")
+    return destination
+
+
+def _lint(tree: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"],
+        cwd=tree,
+        env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def clean_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _tree_copy(tmp_path_factory.mktemp("tree"))
+
+
+def test_it_keeps_every_import_contract_of_the_tree(clean_tree: Path) -> None:
+    result = _lint(clean_tree)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "BROKEN" not in result.stdout
+
+
+def test_it_fails_when_a_domain_app_imports_an_endpoint_app(tmp_path: Path) -> None:
+    tree = _tree_copy(tmp_path)
+    (tree / "billing" / "violation.py").write_text("from images.models import ImageModel  # noqa\n")
+    result = _lint(tree)
+    assert result.returncode != 0
+    assert "Domain apps never import endpoint apps BROKEN" in result.stdout
+    assert "billing.violation -> images.models" in result.stdout
+
+
+def test_it_fails_when_the_api_base_imports_an_endpoint_family(tmp_path: Path) -> None:
+    tree = _tree_copy(tmp_path)
+    (tree / "api" / "violation.py").write_text("import images.pipeline  # noqa\n")
+    result = _lint(tree)
+    assert result.returncode != 0
+    assert "api.violation -> images.pipeline" in result.stdout

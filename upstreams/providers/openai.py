@@ -1,0 +1,355 @@
+"""The `openai` upstream kind: OpenAI's Images API and compatible providers (xAI, relays, ...).
+
+Generation is POST {base_url}/images/generations (JSON), edits POST {base_url}/images/edits
+(multipart). Only the validated spec fields are sent, with `model` renamed to the upstream's model name
+and the provider key from the environment variable the upstream names.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Iterator
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import requests
+from django.utils import timezone
+
+from upstreams.errors import UpstreamMisconfigured
+from upstreams.imageformats import CONTENT_TYPES, image_format_sniff
+from upstreams.providers.base import (
+    Adapter,
+    BodyReadError,
+    ImageItem,
+    ImageRequest,
+    ImageResult,
+    StreamEvent,
+    UpstreamError,
+    response_json_take,
+    stream_event_names,
+)
+
+logger = logging.getLogger("gateway.upstream")
+
+# GPT image models always answer base64 and refuse `response_format` ("Unknown parameter").
+NO_RESPONSE_FORMAT_PREFIXES = ("gpt-image",)
+# Sent only on the streaming path (`stream()`), never with a plain JSON call.
+STREAM_OPTIONS = ("stream", "partial_images")
+ERROR_BODY_LIMIT = 4000
+USER_AGENT = "image-gateway/0.1"
+# Event streams are read in pieces of whatever has arrived, up to this size (never waiting for more).
+SSE_READ_BYTES = 64 * 1024
+_SSE_LINE_END = re.compile(rb"\r\n|\r|\n")
+_COLON, _SPACE = ord(":"), ord(" ")
+_BOM = b"\xef\xbb\xbf"
+
+
+class OpenAIAdapter(Adapter):
+    kind = "openai"
+
+    def generate(self, request: ImageRequest) -> ImageResult:
+        response = self._request(
+            "POST",
+            self._url("images/generations"),
+            json=self._fields(request),
+            headers=self._headers(),
+        )
+        return self._result(response)
+
+    def edit(self, request: ImageRequest) -> ImageResult:
+        if not request.images:
+            raise UpstreamError("an edit needs at least one image", status=None, retryable=False)
+        fields = {name: _form_text(value) for name, value in self._fields(request).items()}
+        image_field = "image" if len(request.images) == 1 else "image[]"
+        files = [
+            (image_field, _file_part(f"image-{index}", data)) for index, data in enumerate(request.images)
+        ]
+        if request.mask is not None:
+            files.append(("mask", _file_part("mask", request.mask)))
+        response = self._request(
+            "POST", self._url("images/edits"), data=fields, files=files, headers=self._headers()
+        )
+        return self._result(response)
+
+    def stream(self, request: ImageRequest) -> Iterator[StreamEvent]:
+        """Ask the upstream for server-sent events and relay them as they arrive."""
+        _, completed_type = stream_event_names(request.operation)
+        fields = self._fields(request)
+        fields["stream"] = True
+        if request.options.get("partial_images") is not None:
+            fields["partial_images"] = request.options["partial_images"]
+        headers = {**self._headers(), "Accept": "text/event-stream"}
+        if request.operation == "generate":
+            response = self._request(
+                "POST", self._url("images/generations"), json=fields, headers=headers, stream=True
+            )
+        else:
+            files = [
+                ("image" if len(request.images) == 1 else "image[]", _file_part(f"image-{i}", data))
+                for i, data in enumerate(request.images)
+            ]
+            if request.mask is not None:
+                files.append(("mask", _file_part("mask", request.mask)))
+            form = {name: _form_text(value) for name, value in fields.items()}
+            response = self._request(
+                "POST", self._url("images/edits"), data=form, files=files, headers=headers, stream=True
+            )
+        try:
+            if not 200 <= response.status_code < 300:
+                self._result(response)  # raises the typed error for the status
+            if "text/event-stream" not in response.headers.get("Content-Type", ""):
+                raise UpstreamError(
+                    "upstream did not answer with an event stream", status=502, retryable=True, sent=True
+                )
+            yield from _sse_events(response, completed_type=completed_type)
+        finally:
+            response.close()
+
+    # --- building the request ---------------------------------------------------------------------
+
+    def _url(self, path: str) -> str:
+        return f"{self.upstream.base_url.rstrip('/')}/{path}"
+
+    def _headers(self) -> dict[str, str]:
+        env_name = self.upstream.api_key_env
+        key = os.environ.get(env_name, "").strip() if env_name else ""
+        if not key:
+            # The value is never logged; only the variable's name.
+            logger.error(
+                "upstream %s: the environment variable %s holding its API key is %s",
+                self.upstream.name,
+                env_name or "(none configured)",
+                "empty or unset" if env_name else "not configured",
+            )
+            raise UpstreamMisconfigured(
+                f"upstream {self.upstream.name}: API key variable {env_name or '(none)'} is not set"
+            )
+        return {"Authorization": f"Bearer {key}", "Accept": "application/json", "User-Agent": USER_AGENT}
+
+    def _fields(self, request: ImageRequest) -> dict[str, Any]:
+        """Only the spec's fields, each only when set; `model` is the upstream's name for the model."""
+        fields: dict[str, Any] = {"model": request.upstream_model, "prompt": request.prompt, "n": request.n}
+        if request.size is not None:
+            fields["size"] = request.size
+        if request.output_format is not None:
+            fields["output_format"] = request.output_format
+        if not request.upstream_model.startswith(NO_RESPONSE_FORMAT_PREFIXES):
+            fields["response_format"] = request.response_format
+        for name, value in request.options.items():
+            if name not in STREAM_OPTIONS:
+                fields[name] = value
+        return fields
+
+    # --- reading the answer -----------------------------------------------------------------------
+
+    def _result(self, response: requests.Response) -> ImageResult:
+        status = response.status_code
+        if 200 <= status < 300:
+            return self._success(response)
+        body = _error_body(response)
+        if status == 429:
+            raise UpstreamError(
+                "upstream rate limited the request",
+                status=429,
+                retryable=True,
+                body=body,
+                sent=True,
+                retry_after=_retry_after(response),
+            )
+        if status >= 500:
+            raise UpstreamError(
+                f"upstream failed with HTTP {status}", status=status, retryable=True, body=body, sent=True
+            )
+        raise UpstreamError(
+            f"upstream refused the request with HTTP {status}",
+            status=status,
+            retryable=False,
+            body=body,
+            sent=True,
+        )
+
+    def _success(self, response: requests.Response) -> ImageResult:
+        content_type = response.headers.get("Content-Type", "")
+        try:
+            # The parsed answer holds the images; the response's bytes of them are dropped.
+            payload = response_json_take(response) if "json" in content_type.lower() else None
+        except ValueError:
+            payload = None
+        items = payload.get("data") if isinstance(payload, dict) else None
+        if not isinstance(items, list) or not items or not all(_valid_item(item) for item in items):
+            raise UpstreamError(
+                f"upstream answered HTTP {response.status_code} without a valid image list "
+                f"(Content-Type {content_type or 'missing'})",
+                status=502,
+                retryable=True,
+                sent=True,
+            )
+        created = payload.get("created")
+        if not isinstance(created, int) or isinstance(created, bool):
+            created = int(timezone.now().timestamp())
+        usage = payload.get("usage")
+        return ImageResult(
+            created=created,
+            items=tuple(
+                ImageItem(
+                    b64_json=item.get("b64_json") or None,
+                    url=item.get("url") or None,
+                    revised_prompt=item.get("revised_prompt") or None,
+                )
+                for item in items
+            ),
+            usage=usage if isinstance(usage, dict) else None,
+        )
+
+
+def _valid_item(item: Any) -> bool:
+    if not isinstance(item, dict):
+        return False
+    fields = [item.get("b64_json"), item.get("url")]
+    if not any(isinstance(value, str) and value for value in fields):
+        return False
+    return all(value is None or isinstance(value, str) for value in [*fields, item.get("revised_prompt")])
+
+
+def _error_body(response: requests.Response) -> Any:
+    """The upstream's error body: parsed JSON when it is JSON, else a bounded piece of its text."""
+    try:
+        return response.json()
+    except ValueError:
+        return response.text[:ERROR_BODY_LIMIT]
+
+
+def _retry_after(response: requests.Response) -> float | None:
+    value = response.headers.get("Retry-After", "").strip()
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, (when - timezone.now()).total_seconds())
+
+
+def _form_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _file_part(stem: str, data: bytes) -> tuple[str, bytes, str]:
+    """A multipart file part whose name and type follow its bytes (the caller's file name is not sent)."""
+    fmt = image_format_sniff(data=data) or "png"
+    return (f"{stem}.{fmt}", data, CONTENT_TYPES[fmt])
+
+
+def _sse_events(response: requests.Response, *, completed_type: str) -> Iterator[StreamEvent]:
+    """Parse a server-sent event stream into StreamEvents; a stream cut before its end is an error
+    whose outcome is unknown (the upstream may still finish, and bill, the image)."""
+    event_type, data_lines = "", []
+    try:
+        for line in _sse_fields(response):
+            if line is not None:
+                field, value = line
+                if field == "event":
+                    event_type = value
+                elif field == "data":
+                    data_lines.append(value)
+                continue
+            if not data_lines:
+                continue
+            payload = "\n".join(data_lines)
+            event_type, data_lines, current = "", [], event_type
+            if payload == "[DONE]":
+                return
+            try:
+                data = json.loads(payload)
+            except ValueError:
+                raise UpstreamError(
+                    "upstream sent an event that is not JSON",
+                    status=502,
+                    retryable=False,
+                    outcome_unknown=True,
+                ) from None
+            del payload  # the event's text; only the parsed event is kept
+            kind = current or (data.get("type") if isinstance(data, dict) else "") or ""
+            if kind == "error" or (
+                isinstance(data, dict) and "error" in data and not kind.startswith("image_")
+            ):
+                raise UpstreamError(
+                    "upstream reported an error mid-stream",
+                    status=502,
+                    retryable=False,
+                    body=data,
+                    outcome_unknown=True,
+                )
+            if isinstance(data, dict):
+                yield StreamEvent(type=kind, data=data, final=kind == completed_type)
+    except (requests.RequestException, BodyReadError) as exc:
+        raise UpstreamError(
+            "upstream stream was cut off", status=502, retryable=False, outcome_unknown=True
+        ) from exc
+
+
+def _sse_fields(response: requests.Response) -> Iterator[tuple[str, str] | None]:
+    """The lines of an event stream as they arrive: (field, value) for a field line, None for the
+    blank line that ends an event; comment lines are skipped. Lines end with CRLF, LF or CR, and the
+    stream is UTF-8 (the encoding of every event stream).
+
+    Linear in the stream's size, and each value is decoded straight from the read buffer: requests'
+    `iter_lines` joins and splits everything it holds again for every 512-byte read (seconds of CPU
+    for one event carrying a large partial image), and decodes text/event-stream as ISO-8859-1.
+    """
+    raw = response.raw
+    buffer = bytearray()
+    searched = 0  # no line end in buffer[:searched]
+    bom_pending = True  # a BOM may open the stream
+    while chunk := raw.read1(SSE_READ_BYTES, decode_content=True):
+        buffer += chunk
+        if bom_pending:
+            if len(buffer) < len(_BOM) and _BOM.startswith(buffer):
+                continue
+            if buffer.startswith(_BOM):
+                del buffer[: len(_BOM)]
+            bom_pending = False
+        start = 0
+        while (match := _SSE_LINE_END.search(buffer, searched)) is not None:
+            if match.group() == b"\r" and match.end() == len(buffer):
+                searched = match.start()  # perhaps the first half of a CRLF: decide with more data
+                break
+            line_start, start = start, match.end()
+            searched = start
+            if match.start() == line_start:
+                yield None
+            elif buffer[line_start] != _COLON:
+                yield _sse_field(buffer, line_start, match.start())
+        else:
+            searched = len(buffer)
+        if start:
+            del buffer[:start]  # bytearray drops a prefix without moving the rest
+            searched -= start
+    if buffer:  # the stream ended inside a line, or after a lone CR
+        end = len(buffer) - 1 if buffer.endswith(b"\r") else len(buffer)
+        if end == 0:
+            yield None
+        elif buffer[0] != _COLON:
+            yield _sse_field(buffer, 0, end)
+
+
+def _sse_field(buffer: bytearray, start: int, end: int) -> tuple[str, str]:
+    """(field, value) of the line buffer[start:end]; a line without a colon is a field without value."""
+    colon = buffer.find(b":", start, end)
+    value_start = end if colon < 0 else colon + 1
+    colon = end if colon < 0 else colon
+    if value_start < end and buffer[value_start] == _SPACE:
+        value_start += 1
+    with memoryview(buffer) as view:  # decoded in place: a large value is not copied twice
+        return str(view[start:colon], "utf-8", "replace"), str(view[value_start:end], "utf-8", "replace")
