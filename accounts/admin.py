@@ -36,4 +36,3 @@ class AccountAdmin(admin.ModelAdmin):
         account.current_group = form.cleaned_data.get("current_group")
         account.save(update_fields=["current_group"])
         obj.pk = account.pk
-        obj._state.adding = False

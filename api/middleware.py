@@ -93,7 +93,7 @@ class _BrowserOnly:
     """Middleware that only the console and the admin need. A /v1 caller authenticates every request
     with its key (keys/authentication.py), sends no cookies and gets none, and its JSON is never shown
     in a frame, so API requests skip it: no session store, no lazy user, no message storage built and
-    torn down on every call (~2 % of an image call's CPU, docs/benchmarks.md), no CSRF cookie read
+    torn down on every call (its cost: docs/benchmarks.md), no CSRF cookie read
     (every /v1 view is CSRF-exempt anyway: no cookie authenticates it), no X-Frame-Options header.
     Their hooks for other paths are Django's own."""
 

@@ -2,11 +2,10 @@
 
 gunicorn formats `access_log_format` from a dictionary of every atom it knows: the whole WSGI environ,
 every request and response header, the user decoded from a Basic Authorization header and a
-strftime'd timestamp, each string escaped. That was ~5 % of the CPU of a fast image call (counted with
-`bench/instructions.py --server`). `AccessLogger` writes the line of `ACCESS_LOG_FORMAT`, the format
-gunicorn.conf.py sets, from the five values it uses, through the same logging handler (stdout or the
-file of GUNICORN_ACCESSLOG, reopened on USR1 as before). Any other format (`--access-logformat`) is
-formatted by gunicorn itself.
+strftime'd timestamp, each string escaped (its cost: docs/benchmarks.md). `AccessLogger` writes the
+line of `ACCESS_LOG_FORMAT`, the format gunicorn.conf.py sets, from the five values it uses, through
+the same logging handler (stdout or the file of GUNICORN_ACCESSLOG, reopened on USR1 as before). Any
+other format (`--access-logformat`) is formatted by gunicorn itself.
 """
 
 from __future__ import annotations

@@ -47,7 +47,6 @@ class ApiKeyAdmin(admin.ModelAdmin):
         )
         for f in ApiKey._meta.concrete_fields:
             setattr(obj, f.attname, getattr(api_key, f.attname))
-        obj._state.adding = False
         messages.warning(
             request,
             format_html("New key (shown once, copy it now): <code>{}</code>", secret),

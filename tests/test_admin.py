@@ -4,6 +4,7 @@ import pytest
 from django.contrib import admin
 from django.urls import reverse
 
+from accounts.models import Account, User
 from billing.models import LedgerEntry, Wallet
 from keys.models import ApiKey
 from keys.secrets import api_key_hash
@@ -199,3 +200,19 @@ def test_model_capabilities_are_edited_as_lists_and_validated(staff_client, alph
     assert "sizes must be" in refused.content.decode()
     alpha_model.refresh_from_db()
     assert alpha_model.sizes == ["1024x1024", "512x512"]
+
+
+def test_adding_an_account_in_the_admin_makes_its_wallet_and_keeps_its_groups(
+    staff_client, alpha_group, beta_group
+):
+    user = User.objects.create_user(username="carol", password="carol-password-1")
+    response = staff_client.post(
+        reverse("admin:accounts_account_add"),
+        {"user": user.pk, "current_group": alpha_group.pk, "allowed_groups": [alpha_group.pk, beta_group.pk]},
+        follow=True,
+    )
+    assert response.status_code == 200
+    account = Account.objects.get(user=user)
+    assert account.current_group == alpha_group
+    assert set(account.allowed_groups.values_list("pk", flat=True)) == {alpha_group.pk, beta_group.pk}
+    assert Wallet.objects.get(account=account).balance == Decimal("0")
