@@ -36,7 +36,8 @@ def load_dotenv(path: Path) -> None:
     if not path.is_file():
         return
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if line and not line.startswith("#") and not _DOTENV_LINE.fullmatch(line):
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#") and not _DOTENV_LINE.fullmatch(line):
             raise ImproperlyConfigured(f"{path}:{number}: expected KEY=VALUE, got {line!r}")
     environ.Env.read_env(path, overwrite=False)
 
