@@ -42,23 +42,29 @@ sys.path.insert(0, str(ROOT))
 # The project's environment helpers and access log only: nothing here may import what the workers'
 # gevent patching must come before (ssl, psycopg, requests).
 from core.access_log import ACCESS_LOG_FORMAT  # noqa: E402
-from gateway_project.env import POSTGRESQL_ENGINE, database_from_url, database_url, env_file_load  # noqa: E402
+from gateway_project.env import (  # noqa: E402
+    POSTGRESQL_ENGINE,
+    database_from_url,
+    database_url,
+    env_file_load,
+    env_int,
+)
 
 env_file_load(ROOT)  # DATABASE_URL may come from .env, as Django's settings read it
 
 bind = os.environ.get("GATEWAY_BIND", "127.0.0.1:8000")
-workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
+workers = env_int("WEB_CONCURRENCY", 2, minimum=1)
 _database = database_from_url("DATABASE_URL", database_url(), base_dir=ROOT)
 _on_postgres = _database["ENGINE"] == POSTGRESQL_ENGINE
 worker_class = os.environ.get("GUNICORN_WORKER_CLASS") or ("gevent" if _on_postgres else "gthread")
-worker_connections = int(os.environ.get("GUNICORN_WORKER_CONNECTIONS", "1000"))
-threads = int(os.environ.get("GUNICORN_THREADS", "256"))
+worker_connections = env_int("GUNICORN_WORKER_CONNECTIONS", 1000, minimum=1)
+threads = env_int("GUNICORN_THREADS", 256, minimum=1)
 # Image calls can take minutes upstream; the gateway enforces its own upstream deadlines.
-timeout = int(os.environ.get("GUNICORN_TIMEOUT", "300"))
-graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "30"))
-keepalive = int(os.environ.get("GUNICORN_KEEPALIVE", "5"))
-max_requests = int(os.environ.get("GUNICORN_MAX_REQUESTS", "0"))
-max_requests_jitter = int(os.environ.get("GUNICORN_MAX_REQUESTS_JITTER", "0"))
+timeout = env_int("GUNICORN_TIMEOUT", 300, minimum=0)
+graceful_timeout = env_int("GUNICORN_GRACEFUL_TIMEOUT", 30, minimum=0)
+keepalive = env_int("GUNICORN_KEEPALIVE", 5, minimum=0)
+max_requests = env_int("GUNICORN_MAX_REQUESTS", 0, minimum=0)
+max_requests_jitter = env_int("GUNICORN_MAX_REQUESTS_JITTER", 0, minimum=0)
 # "-": stdout; a path: that file; empty: no access log (the usage records keep every /v1 call).
 accesslog = os.environ.get("GUNICORN_ACCESSLOG", "-") or None
 # The request line is logged without its query string: a key sent as ?key= must never reach a log.
@@ -82,7 +88,7 @@ def _mallopt(option: int, value: int, env_name: str) -> None:
         pass
 
 
-_mallopt(M_ARENA_MAX, int(os.environ.get("GUNICORN_MALLOC_ARENAS", "2")), "MALLOC_ARENA_MAX")
+_mallopt(M_ARENA_MAX, env_int("GUNICORN_MALLOC_ARENAS", 2, minimum=0), "MALLOC_ARENA_MAX")
 
 
 def post_worker_init(worker: object) -> None:

@@ -1,6 +1,7 @@
-"""Small, strict readers for configuration from the environment.
+"""Configuration from the environment, read through django-environ, strictly.
 
-Every reader fails loudly with the variable's name and what was wrong, so a bad value stops the
+django-environ reads the .env file and parses the database URL; the readers here add what it leaves
+out: every one fails loudly with the variable's name and what was wrong, so a bad value stops the
 process at start instead of surfacing later as odd behaviour.
 """
 
@@ -12,10 +13,14 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import environ
 from django.core.exceptions import ImproperlyConfigured
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
+# The lines django-environ's reader understands; it skips any other line with a log warning only.
+_DOTENV_LINE = re.compile(r"(?:export )?[A-Za-z_0-9]+=.*")
+ENV = environ.Env()
 
 
 def _fail(name: str, value: str, why: str) -> ImproperlyConfigured:
@@ -23,23 +28,18 @@ def _fail(name: str, value: str, why: str) -> ImproperlyConfigured:
 
 
 def load_dotenv(path: Path) -> None:
-    """Read KEY=VALUE lines from a .env file into os.environ without overriding real variables."""
+    """Read KEY=VALUE lines from a .env file into os.environ without overriding real variables.
+
+    django-environ parses the file (quotes, escapes, `export`); a line it would skip is refused here
+    with its number, so a typo in the deployment's .env stops the start instead of vanishing.
+    """
     if not path.is_file():
         return
-    for number, raw in enumerate(path.read_text().splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("export "):
-            line = line[len("export ") :]
-        key, sep, value = line.partition("=")
-        key = key.strip()
-        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-            raise ImproperlyConfigured(f"{path}:{number}: expected KEY=VALUE, got {raw!r}")
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        os.environ.setdefault(key, value)
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#") and not _DOTENV_LINE.fullmatch(line):
+            raise ImproperlyConfigured(f"{path}:{number}: expected KEY=VALUE, got {line!r}")
+    environ.Env.read_env(path, overwrite=False)
 
 
 def env_file_load(base_dir: Path) -> None:
@@ -54,6 +54,7 @@ def env_file_load(base_dir: Path) -> None:
 DEFAULT_DATABASE_URL = "sqlite:///db.sqlite3"
 # Django's PostgreSQL backend with a LIFO connection pool (core/postgresql/).
 POSTGRESQL_ENGINE = "core.postgresql"
+_POSTGRES_SCHEMES = ("postgres", "postgresql", "pgsql")
 
 
 def database_url() -> str:
@@ -69,6 +70,7 @@ def env_str(name: str, default: str | None = None) -> str | None:
 
 
 def env_bool(name: str, default: bool = False) -> bool:
+    # Not ENV.bool: it reads any word it does not know (a typo such as "ture") as false.
     value = os.environ.get(name)
     if value is None:
         return default
@@ -85,7 +87,7 @@ def env_int(name: str, default: int, *, minimum: int | None = None, maximum: int
     if value is None or value.strip() == "":
         return default
     try:
-        number = int(value.strip())
+        number = ENV.int(name)
     except ValueError:
         raise _fail(name, value, "expected a whole number") from None
     if minimum is not None and number < minimum:
@@ -100,6 +102,8 @@ def env_float(name: str, default: float, *, minimum: float | None = None) -> flo
     if value is None or value.strip() == "":
         return default
     try:
+        # Not ENV.float: it drops every character but digits, "." and "," first, so "1.5s" would
+        # read as 1.5 and "1e3" as 13.0.
         number = float(value.strip())
     except ValueError:
         raise _fail(name, value, "expected a number such as 1.5") from None
@@ -147,46 +151,34 @@ def env_url(name: str, default: str | None = None) -> str | None:
 
 
 def database_from_url(name: str, value: str, *, base_dir: Path) -> dict:
-    """Turn sqlite:///path or postgres://user:pass@host:port/db into a Django DATABASES entry."""
-    parts = urlsplit(value)
-    scheme = parts.scheme
+    """Turn sqlite:///path or postgres://user:pass@host:port/db into a Django DATABASES entry.
+
+    django-environ parses the URL; only SQLite and PostgreSQL (on the gateway's pooled engine) are
+    accepted, a relative SQLite path is under `base_dir`, and a URL that may hold a password is never
+    echoed in an error.
+    """
+    scheme = urlsplit(value).scheme
     if scheme == "sqlite":
-        # sqlite:///relative/path or sqlite:////absolute/path, as dj-database-url reads them.
-        path = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
-        if not path:
+        # sqlite:///relative/path or sqlite:////absolute/path; "sqlite://" alone would be in memory.
+        if urlsplit(value).path in ("", "/"):
             raise _fail(name, value, "sqlite URL needs a file path, e.g. sqlite:///db.sqlite3")
-        db_path = Path(path)
-        if not db_path.is_absolute():
-            db_path = base_dir / db_path
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": str(db_path)}
-    if scheme in ("postgres", "postgresql", "pgsql"):
-        db_name = unquote(parts.path.lstrip("/"))
-        if not db_name:
-            raise _fail(name, "<hidden>", "postgres URL needs a database name, e.g. postgres://u:p@host/db")
+        config = environ.Env.db_url_config(value)
+        db_path = Path(config["NAME"])
+        return {
+            "ENGINE": config["ENGINE"],
+            "NAME": str(db_path if db_path.is_absolute() else base_dir / db_path),
+        }
+    if scheme in _POSTGRES_SCHEMES:
         try:
-            port = parts.port
+            config = environ.Env.db_url_config(value, engine=POSTGRESQL_ENGINE)
         except ValueError:
             raise _fail(name, "<hidden>", "the port is not a number") from None
-        options: dict[str, str] = {}
-        for pair in filter(None, parts.query.split("&")):
-            key, _, val = pair.partition("=")
-            options[unquote(key)] = unquote(val)
-        return {
-            "ENGINE": POSTGRESQL_ENGINE,
-            "NAME": db_name,
-            "USER": unquote(parts.username or ""),
-            "PASSWORD": unquote(parts.password or ""),
-            "HOST": _postgres_host(parts.netloc),
-            "PORT": str(port or ""),
-            "OPTIONS": options,
-        }
+        if not config["NAME"]:
+            raise _fail(name, "<hidden>", "postgres URL needs a database name, e.g. postgres://u:p@host/db")
+        # A unix socket directory is written %2F-encoded in the host part; Django wants the path.
+        config["HOST"] = unquote(config["HOST"])
+        config["PORT"] = str(config["PORT"])
+        config.setdefault("OPTIONS", {})
+        return config
     # Never echo a URL that may hold a password.
     raise _fail(name, f"{scheme}://…", "only sqlite:// and postgres:// URLs are supported")
-
-
-def _postgres_host(netloc: str) -> str:
-    """The host part of a URL's netloc; a %2F-encoded unix socket directory is kept as written."""
-    hostport = netloc.rsplit("@", 1)[-1]
-    if hostport.startswith("["):  # [::1]:5432
-        return hostport[1 : hostport.index("]")]
-    return unquote(hostport.rsplit(":", 1)[0] if hostport.count(":") == 1 else hostport)

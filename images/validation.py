@@ -1,26 +1,31 @@
 """Validation of the image endpoints' parameters against the spec and the selected model's capabilities.
 
-Everything here runs before anything is reserved or sent upstream. Each refusal is a 400
-`invalid_request_error` naming the offending field in `param` and in the message, with the allowed
-values where there is a list. Fields outside the spec's list are dropped: only `ImageParams` is
-forwarded. The `model` field is resolved (and checked) by `groups.access`; it is ignored here.
+The spec's fields are declared once, in `ImageRequestSerializer` (a DRF serializer): each field class
+says its JSON type, its allowed values (fixed, or read from the image model in the serializer's
+context), and when the model does not support it. Everything here runs before anything is reserved or
+sent upstream. Each refusal is a 400 `invalid_request_error` naming the offending field in `param` and
+in the message, with the allowed values where there is a list; the DRF error code is the API's code.
+Fields outside the declaration are dropped: only `ImageParams` is forwarded. The `model` field is
+resolved (and checked) by `groups.access`; it is ignored here.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn, Protocol
 
 from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 from django.http import QueryDict
 from django.utils.datastructures import MultiValueDict
+from rest_framework import serializers
+from rest_framework.fields import empty
 
 from core.errors import InvalidRequest
 from images.capabilities import COMPRESSIBLE_FORMATS, SIZE_PATTERN
-from images.models import RESPONSE_FORMATS, ImageModel
+from images.models import RESPONSE_FORMATS
 from images.uploads import (
     IMAGE_FIELDS,
     MASK_FIELD,
@@ -32,24 +37,23 @@ from images.uploads import (
 
 Operation = Literal["generate", "edit"]
 
-# The spec's fields (plus `stream`, for streamed partial images). Anything else is dropped.
-SPEC_FIELDS = (
-    "model",
-    "prompt",
-    "n",
-    "size",
-    "quality",
-    "response_format",
-    "user",
-    "style",
-    "background",
-    "output_format",
-    "output_compression",
-    "moderation",
-    "input_fidelity",
-    "partial_images",
-    "stream",
-)
+
+class ImageCapabilities(Protocol):
+    """What validation reads of the selected image model (its cached snapshot, or the row)."""
+
+    model_id: str
+    sizes: Sequence[str]
+    qualities: Sequence[str]
+    styles: Sequence[str]
+    backgrounds: Sequence[str]
+    output_formats: Sequence[str]
+    output_compression_range: tuple[int, int] | None
+    max_n: int
+    edits_supported: bool
+    stream_supported: bool
+    default_response_format: str
+
+
 MODERATION_VALUES = ("auto", "low")
 INPUT_FIDELITY_VALUES = ("high", "low")
 PARTIAL_IMAGES_MAX = 3
@@ -58,10 +62,10 @@ USER_MAX_CHARS = 256
 TRANSPARENT_FORMATS = ("png", "webp")
 
 # How the text of a multipart form field is read: n arrives as "2" and must be parsed strictly.
-_FORM_INTEGER_FIELDS = ("n", "output_compression", "partial_images")
-_FORM_BOOLEAN_FIELDS = ("stream",)
 _FORM_INTEGER = re.compile(r"[0-9]{1,9}")
 _ECHO_LIMIT = 60
+# DRF's own code for a missing required field, in the API's words.
+_CODES = {"required": "missing_required_parameter"}
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,284 @@ class ImageParams:
     options: dict[str, Any] = field(default_factory=dict)
 
 
-def generation_params_validate(*, body: object, image_model: ImageModel) -> ImageParams:
+# --- the fields -------------------------------------------------------------------------------------
+
+
+class SpecField(serializers.Field):
+    """A spec field, optional unless said otherwise; JSON null counts as absent, as upstream APIs read it.
+
+    `requires` names the image model's flag without which the field is refused as unsupported;
+    `operations` the endpoints that take it.
+    """
+
+    expected = "a string"
+
+    def __init__(
+        self, *, requires: str | None = None, operations: tuple[Operation, ...] | None = None, **kwargs: Any
+    ) -> None:
+        kwargs.setdefault("required", False)
+        super().__init__(**kwargs)
+        self.requires = requires
+        self.operations = operations
+
+    def get_value(self, dictionary: Mapping[str, Any]) -> Any:
+        value = dictionary.get(self.field_name, empty)
+        return empty if value is None else value
+
+    @property
+    def image_model(self) -> ImageCapabilities:
+        return self.context["image_model"]
+
+    def to_internal_value(self, data: Any) -> Any:
+        if self.operations is not None and self.context["operation"] not in self.operations:
+            self.refuse(
+                f"`{self.field_name}` applies only to image edits (/v1/images/edits); leave it out here.",
+                code="unsupported_parameter",
+            )
+        if self.requires is not None and not getattr(self.image_model, self.requires):
+            self.refuse_unsupported()
+        return self.check(self.typed(data))
+
+    def typed(self, data: Any) -> Any:
+        if not isinstance(data, str):
+            self.refuse_type(data)
+        return data
+
+    def check(self, value: Any) -> Any:
+        return value
+
+    def refuse(self, message: str, *, code: str = "invalid_value") -> NoReturn:
+        raise serializers.ValidationError(message, code=code)
+
+    def refuse_type(self, value: object) -> NoReturn:
+        self.refuse(
+            f"`{self.field_name}` must be {self.expected}; got {_json_type(value)} {_echo(value)}.",
+            code="invalid_type",
+        )
+
+    def refuse_unsupported(self) -> NoReturn:
+        self.refuse(
+            f"Model {self.image_model.model_id} does not support `{self.field_name}`; leave it out.",
+            code="unsupported_parameter",
+        )
+
+
+class TextField(SpecField):
+    def __init__(self, *, max_length: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.max_length = max_length
+
+    def check(self, value: str) -> str:
+        if len(value) > self.max_length:
+            self.refuse(
+                f"`{self.field_name}` must be at most {self.max_length} characters; got {len(value)}."
+            )
+        return value
+
+
+class PromptField(SpecField):
+    """Required, not blank, at most GATEWAY_MAX_PROMPT_CHARS characters."""
+
+    default_error_messages = {"required": "`prompt` is required: a non-empty string describing the image."}
+
+    def __init__(self) -> None:
+        super().__init__(required=True)
+
+    def check(self, prompt: str) -> str:
+        if not prompt.strip():
+            self.refuse("`prompt` must not be empty.")
+        limit = settings.GATEWAY_MAX_PROMPT_CHARS
+        if len(prompt) > limit:
+            self.refuse(
+                f"`prompt` is {len(prompt):,} characters long; at most {limit:,} are accepted.",
+                code="string_above_max_length",
+            )
+        return prompt
+
+
+class IntegerField(SpecField):
+    """A JSON integer (`true` is not one, though Python's bool is an int); a form's digits."""
+
+    expected = "an integer"
+
+    def typed(self, data: Any) -> Any:
+        if not isinstance(data, int) or isinstance(data, bool):
+            self.refuse_type(data)
+        return data
+
+
+class CountField(IntegerField):
+    """`n`: at least 1, at most the model's max_n."""
+
+    def check(self, n: int) -> int:
+        if n < 1:
+            self.refuse(f"`n` must be a positive integer (at least 1); got {n}.")
+        if n > self.image_model.max_n:
+            model = self.image_model
+            self.refuse(f"`n` must be at most {model.max_n} for model {model.model_id}; got {n}.")
+        return n
+
+
+class CompressionField(IntegerField):
+    """Within the model's output_compression_range; a model without one does not take the field."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if self.image_model.output_compression_range is None:
+            self.refuse_unsupported()
+        return super().to_internal_value(data)
+
+    def check(self, compression: int) -> int:
+        low, high = self.image_model.output_compression_range
+        if not low <= compression <= high:
+            self.refuse(
+                f"`{self.field_name}` must be between {low} and {high} for model "
+                f"{self.image_model.model_id}; got {compression}."
+            )
+        return compression
+
+
+class PartialImagesField(IntegerField):
+    """Streamed partial images: only for a streaming model, 0 to PARTIAL_IMAGES_MAX."""
+
+    def refuse_unsupported(self) -> NoReturn:
+        self.refuse(
+            f"Model {self.image_model.model_id} does not stream, so it does not support `partial_images`; "
+            "leave it out.",
+            code="unsupported_parameter",
+        )
+
+    def check(self, count: int) -> int:
+        if not 0 <= count <= PARTIAL_IMAGES_MAX:
+            self.refuse(f"`partial_images` must be between 0 and {PARTIAL_IMAGES_MAX}; got {count}.")
+        return count
+
+
+class StreamField(SpecField):
+    """A JSON boolean; true only for a model that streams."""
+
+    expected = "a boolean (true or false)"
+
+    def typed(self, data: Any) -> Any:
+        if not isinstance(data, bool):
+            self.refuse_type(data)
+        return data
+
+    def check(self, stream: bool) -> bool:
+        if stream and not self.image_model.stream_supported:
+            self.refuse(
+                f"Model {self.image_model.model_id} does not support streaming; "
+                "leave out `stream` or set it to false.",
+                code="unsupported_parameter",
+            )
+        return stream
+
+
+class ChoiceField(SpecField):
+    """One of fixed values (`choices`), or of the model's (`capability`, an attribute naming a tuple;
+    an empty one means the model does not take the field)."""
+
+    def __init__(
+        self, *, choices: tuple[str, ...] = (), capability: str | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.choices_fixed = choices
+        self.capability = capability
+
+    @property
+    def allowed(self) -> tuple[str, ...]:
+        return tuple(getattr(self.image_model, self.capability)) if self.capability else self.choices_fixed
+
+    @property
+    def expected(self) -> str:  # type: ignore[override]
+        return f"a string, one of: {', '.join(self.allowed)}"
+
+    def to_internal_value(self, data: Any) -> Any:
+        if self.capability and not self.allowed:
+            self.refuse_unsupported()
+        return super().to_internal_value(data)
+
+    def check(self, value: str) -> str:
+        if value not in self.allowed:
+            for_model = f" for model {self.image_model.model_id}" if self.capability else ""
+            allowed = ", ".join(self.allowed)
+            self.refuse(f"`{self.field_name}` must be one of {allowed}{for_model}; got {_echo(value)}.")
+        return value
+
+
+class SizeField(SpecField):
+    """<width>x<height> (or auto) among the model's sizes."""
+
+    expected = "a string such as 1024x1024"
+
+    def to_internal_value(self, data: Any) -> Any:
+        size = self.typed(data)
+        allowed = tuple(self.image_model.sizes)
+        model_id = self.image_model.model_id
+        if not allowed:
+            self.refuse_unsupported()
+        if size != "auto" and not SIZE_PATTERN.fullmatch(size):
+            self.refuse(
+                f"`size` must be <width>x<height> such as 1024x1024"
+                f"{' or auto' if 'auto' in allowed else ''}; got {_echo(size)}. "
+                f"Allowed for model {model_id}: {', '.join(allowed)}."
+            )
+        if size not in allowed:
+            self.refuse(
+                f"`size` {_echo(size)} is not offered by model {model_id}; allowed: {', '.join(allowed)}."
+            )
+        return size
+
+
+class ImageRequestSerializer(serializers.Serializer):
+    """The spec's fields of both image endpoints, checked in this order; the first refusal is answered.
+
+    Context: `image_model` (the selected model's capabilities) and `operation` ("generate" or "edit").
+    """
+
+    prompt = PromptField()
+    n = CountField()
+    size = SizeField()
+    output_format = ChoiceField(capability="output_formats")
+    response_format = ChoiceField(choices=RESPONSE_FORMATS)
+    quality = ChoiceField(capability="qualities")
+    style = ChoiceField(capability="styles")
+    background = ChoiceField(capability="backgrounds")
+    output_compression = CompressionField()
+    moderation = ChoiceField(choices=MODERATION_VALUES)
+    input_fidelity = ChoiceField(choices=INPUT_FIDELITY_VALUES, operations=("edit",))
+    partial_images = PartialImagesField(requires="stream_supported")
+    user = TextField(max_length=USER_MAX_CHARS)
+    stream = StreamField()
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        output_format = attrs.get("output_format")
+        if attrs.get("background") == "transparent" and output_format not in (None, *TRANSPARENT_FORMATS):
+            raise serializers.ValidationError(
+                {
+                    "background": f"`background` transparent needs output_format png or webp; "
+                    f"{output_format} has no transparency."
+                },
+                code="invalid_value",
+            )
+        if "output_compression" in attrs and output_format not in COMPRESSIBLE_FORMATS:
+            given = f"output_format is {output_format}" if output_format else "no output_format was given"
+            raise serializers.ValidationError(
+                {
+                    "output_compression": "`output_compression` applies only with output_format "
+                    f"{' or '.join(COMPRESSIBLE_FORMATS)}; {given}."
+                },
+                code="invalid_value",
+            )
+        return attrs
+
+
+# The fields the pipeline forwards in `ImageParams` itself; the others go to its options.
+_PARAMS_FIELDS = ("prompt", "n", "size", "response_format", "output_format")
+# The spec's fields (plus `stream`, for streamed partial images). Anything else is dropped.
+SPEC_FIELDS = ("model", *ImageRequestSerializer._declared_fields)
+
+
+def generation_params_validate(*, body: object, image_model: ImageCapabilities) -> ImageParams:
     """Validate a parsed JSON body of POST /v1/images/generations for `image_model`."""
     if not isinstance(body, dict):
         raise InvalidRequest(
@@ -89,7 +370,7 @@ def generation_params_validate(*, body: object, image_model: ImageModel) -> Imag
 
 
 def edit_params_validate(
-    *, data: QueryDict, files: MultiValueDict, image_model: ImageModel
+    *, data: QueryDict, files: MultiValueDict, image_model: ImageCapabilities
 ) -> tuple[ImageParams, tuple[bytes, ...], bytes | None]:
     """Validate a multipart POST /v1/images/edits: the form fields, then the images and the mask.
 
@@ -107,251 +388,28 @@ def edit_params_validate(
 
 
 def _params_validate(
-    *, values: Mapping[str, Any], image_model: ImageModel, operation: Operation
+    *, values: Mapping[str, Any], image_model: ImageCapabilities, operation: Operation
 ) -> ImageParams:
-    model_id = image_model.model_id
-    prompt = _prompt(values)
-    n = _n(values, image_model=image_model)
-    size = _size(values, image_model=image_model)
-    output_format = _choice(values, "output_format", allowed=image_model.output_formats, model_id=model_id)
-    response_format = _response_format(values, image_model=image_model)
-
-    options: dict[str, Any] = {}
-    for name, allowed in (
-        ("quality", image_model.qualities),
-        ("style", image_model.styles),
-        ("background", image_model.backgrounds),
-    ):
-        value = _choice(values, name, allowed=allowed, model_id=model_id)
-        if value is not None:
-            options[name] = value
-    if options.get("background") == "transparent" and output_format not in (None, *TRANSPARENT_FORMATS):
-        raise _invalid(
-            "background",
-            f"`background` transparent needs output_format png or webp; {output_format} has no transparency.",
-        )
-    compression = _output_compression(values, image_model=image_model, output_format=output_format)
-    if compression is not None:
-        options["output_compression"] = compression
-    moderation = _enum(values, "moderation", allowed=MODERATION_VALUES)
-    if moderation is not None:
-        options["moderation"] = moderation
-    input_fidelity = _input_fidelity(values, operation=operation)
-    if input_fidelity is not None:
-        options["input_fidelity"] = input_fidelity
-    partial_images = _partial_images(values, image_model=image_model)
-    if partial_images is not None:
-        options["partial_images"] = partial_images
-    user = _user(values)
-    if user is not None:
-        options["user"] = user
-    if _stream(values, image_model=image_model):
-        options["stream"] = True
+    serializer = ImageRequestSerializer(
+        data=values, context={"image_model": image_model, "operation": operation}
+    )
+    if not serializer.is_valid():
+        # The first field in declaration order with a refusal; each field reports one.
+        param, details = next(iter(serializer.errors.items()))
+        detail = details[0]
+        raise InvalidRequest(str(detail), param=param, code=_CODES.get(detail.code, detail.code))
+    valid = serializer.validated_data
+    options = {name: value for name, value in valid.items() if name not in _PARAMS_FIELDS}
+    if not options.get("stream", True):
+        del options["stream"]
     return ImageParams(
-        prompt=prompt,
-        n=n,
-        size=size,
-        response_format=response_format,
-        output_format=output_format,
+        prompt=valid["prompt"],
+        n=valid.get("n", 1),
+        size=valid.get("size"),
+        response_format=valid.get("response_format", image_model.default_response_format),
+        output_format=valid.get("output_format"),
         options=options,
     )
-
-
-# --- the fields -------------------------------------------------------------------------------------
-
-
-def _present(values: Mapping[str, Any], name: str) -> tuple[bool, Any]:
-    """(present, value); JSON null counts as absent, as it does for the upstream APIs."""
-    value = values.get(name)
-    return value is not None, value
-
-
-def _prompt(values: Mapping[str, Any]) -> str:
-    present, prompt = _present(values, "prompt")
-    if not present:
-        raise InvalidRequest(
-            "`prompt` is required: a non-empty string describing the image.",
-            param="prompt",
-            code="missing_required_parameter",
-        )
-    if not isinstance(prompt, str):
-        raise _wrong_type("prompt", "a string", prompt)
-    if not prompt.strip():
-        raise _invalid("prompt", "`prompt` must not be empty.")
-    limit = settings.GATEWAY_MAX_PROMPT_CHARS
-    if len(prompt) > limit:
-        raise InvalidRequest(
-            f"`prompt` is {len(prompt):,} characters long; at most {limit:,} are accepted.",
-            param="prompt",
-            code="string_above_max_length",
-        )
-    return prompt
-
-
-def _integer(values: Mapping[str, Any], name: str) -> int | None:
-    present, value = _present(values, name)
-    if not present:
-        return None
-    # bool is an int in Python, but `true` is not a number in JSON.
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise _wrong_type(name, "an integer", value)
-    return value
-
-
-def _n(values: Mapping[str, Any], *, image_model: ImageModel) -> int:
-    n = _integer(values, "n")
-    if n is None:
-        return 1
-    if n < 1:
-        raise _invalid("n", f"`n` must be a positive integer (at least 1); got {n}.")
-    if n > image_model.max_n:
-        raise _invalid(
-            "n", f"`n` must be at most {image_model.max_n} for model {image_model.model_id}; got {n}."
-        )
-    return n
-
-
-def _size(values: Mapping[str, Any], *, image_model: ImageModel) -> str | None:
-    present, size = _present(values, "size")
-    if not present:
-        return None
-    allowed = image_model.sizes
-    if not isinstance(size, str):
-        raise _wrong_type("size", "a string such as 1024x1024", size)
-    if not allowed:
-        raise _unsupported("size", model_id=image_model.model_id)
-    if size != "auto" and not SIZE_PATTERN.fullmatch(size):
-        raise _invalid(
-            "size",
-            f"`size` must be <width>x<height> such as 1024x1024"
-            f"{' or auto' if 'auto' in allowed else ''}; got {_echo(size)}. "
-            f"Allowed for model {image_model.model_id}: {', '.join(allowed)}.",
-        )
-    if size not in allowed:
-        raise _invalid(
-            "size",
-            f"`size` {_echo(size)} is not offered by model {image_model.model_id}; "
-            f"allowed: {', '.join(allowed)}.",
-        )
-    return size
-
-
-def _choice(values: Mapping[str, Any], name: str, *, allowed: list[str], model_id: str) -> str | None:
-    """A string that must be one of the model's values; an empty list means the model lacks the field."""
-    present, value = _present(values, name)
-    if not present:
-        return None
-    if not allowed:
-        raise _unsupported(name, model_id=model_id)
-    if not isinstance(value, str):
-        raise _wrong_type(name, f"a string, one of: {', '.join(allowed)}", value)
-    if value not in allowed:
-        raise _invalid(
-            name, f"`{name}` must be one of {', '.join(allowed)} for model {model_id}; got {_echo(value)}."
-        )
-    return value
-
-
-def _enum(values: Mapping[str, Any], name: str, *, allowed: tuple[str, ...]) -> str | None:
-    present, value = _present(values, name)
-    if not present:
-        return None
-    if not isinstance(value, str):
-        raise _wrong_type(name, f"a string, one of: {', '.join(allowed)}", value)
-    if value not in allowed:
-        raise _invalid(name, f"`{name}` must be one of {', '.join(allowed)}; got {_echo(value)}.")
-    return value
-
-
-def _response_format(values: Mapping[str, Any], *, image_model: ImageModel) -> str:
-    chosen = _enum(values, "response_format", allowed=RESPONSE_FORMATS)
-    return chosen if chosen is not None else image_model.default_response_format
-
-
-def _output_compression(
-    values: Mapping[str, Any], *, image_model: ImageModel, output_format: str | None
-) -> int | None:
-    present, _ = _present(values, "output_compression")
-    if not present:
-        return None
-    bounds = image_model.output_compression_range
-    if bounds is None:
-        raise _unsupported("output_compression", model_id=image_model.model_id)
-    compression = _integer(values, "output_compression")
-    assert compression is not None  # present was checked above
-    low, high = bounds
-    if not low <= compression <= high:
-        raise _invalid(
-            "output_compression",
-            f"`output_compression` must be between {low} and {high} for model {image_model.model_id}; "
-            f"got {compression}.",
-        )
-    if output_format not in COMPRESSIBLE_FORMATS:
-        given = f"output_format is {output_format}" if output_format else "no output_format was given"
-        raise _invalid(
-            "output_compression",
-            f"`output_compression` applies only with output_format {' or '.join(COMPRESSIBLE_FORMATS)}; "
-            f"{given}.",
-        )
-    return compression
-
-
-def _input_fidelity(values: Mapping[str, Any], *, operation: Operation) -> str | None:
-    present, _ = _present(values, "input_fidelity")
-    if present and operation != "edit":
-        raise InvalidRequest(
-            "`input_fidelity` applies only to image edits (/v1/images/edits); leave it out here.",
-            param="input_fidelity",
-            code="unsupported_parameter",
-        )
-    return _enum(values, "input_fidelity", allowed=INPUT_FIDELITY_VALUES)
-
-
-def _partial_images(values: Mapping[str, Any], *, image_model: ImageModel) -> int | None:
-    present, _ = _present(values, "partial_images")
-    if not present:
-        return None
-    if not image_model.stream_supported:
-        raise InvalidRequest(
-            f"Model {image_model.model_id} does not stream, so it does not support `partial_images`; "
-            "leave it out.",
-            param="partial_images",
-            code="unsupported_parameter",
-        )
-    count = _integer(values, "partial_images")
-    assert count is not None
-    if not 0 <= count <= PARTIAL_IMAGES_MAX:
-        raise _invalid(
-            "partial_images", f"`partial_images` must be between 0 and {PARTIAL_IMAGES_MAX}; got {count}."
-        )
-    return count
-
-
-def _user(values: Mapping[str, Any]) -> str | None:
-    present, user = _present(values, "user")
-    if not present:
-        return None
-    if not isinstance(user, str):
-        raise _wrong_type("user", "a string", user)
-    if len(user) > USER_MAX_CHARS:
-        raise _invalid("user", f"`user` must be at most {USER_MAX_CHARS} characters; got {len(user)}.")
-    return user
-
-
-def _stream(values: Mapping[str, Any], *, image_model: ImageModel) -> bool:
-    present, stream = _present(values, "stream")
-    if not present:
-        return False
-    if not isinstance(stream, bool):
-        raise _wrong_type("stream", "a boolean (true or false)", stream)
-    if stream and not image_model.stream_supported:
-        raise InvalidRequest(
-            f"Model {image_model.model_id} does not support streaming; "
-            "leave out `stream` or set it to false.",
-            param="stream",
-            code="unsupported_parameter",
-        )
-    return stream
 
 
 # --- multipart forms ----------------------------------------------------------------------------------
@@ -360,9 +418,7 @@ def _stream(values: Mapping[str, Any], *, image_model: ImageModel) -> bool:
 def _form_values(*, data: QueryDict) -> dict[str, Any]:
     """The form's spec fields as JSON-like values: integers and booleans parsed strictly from text."""
     values: dict[str, Any] = {}
-    for name in SPEC_FIELDS:
-        if name == "model":
-            continue
+    for name, spec in ImageRequestSerializer._declared_fields.items():
         texts = [value for value in data.getlist(name) if not isinstance(value, UploadedFile)]
         if not texts:
             continue
@@ -370,8 +426,10 @@ def _form_values(*, data: QueryDict) -> dict[str, Any]:
             raise _invalid(name, f"`{name}` was given {len(texts)} times; send it once.")
         text = texts[0]
         if not isinstance(text, str):
-            raise _wrong_type(name, "a text field", text)
-        if name in _FORM_INTEGER_FIELDS:
+            raise InvalidRequest(
+                f"`{name}` must be a text field; got {_json_type(text)}.", param=name, code="invalid_type"
+            )
+        if isinstance(spec, IntegerField):
             if not _FORM_INTEGER.fullmatch(text):
                 raise InvalidRequest(
                     f"`{name}` must be a whole number written in digits, such as 2; got {_echo(text)}.",
@@ -379,7 +437,7 @@ def _form_values(*, data: QueryDict) -> dict[str, Any]:
                     code="invalid_type",
                 )
             values[name] = int(text)
-        elif name in _FORM_BOOLEAN_FIELDS:
+        elif isinstance(spec, StreamField):
             if text not in ("true", "false"):
                 raise InvalidRequest(
                     f"`{name}` must be true or false; got {_echo(text)}.", param=name, code="invalid_type"
@@ -439,22 +497,6 @@ def _uploads_validate(*, data: QueryDict, files: MultiValueDict) -> tuple[tuple[
 
 def _invalid(param: str, message: str) -> InvalidRequest:
     return InvalidRequest(message, param=param, code="invalid_value")
-
-
-def _unsupported(param: str, *, model_id: str) -> InvalidRequest:
-    return InvalidRequest(
-        f"Model {model_id} does not support `{param}`; leave it out.",
-        param=param,
-        code="unsupported_parameter",
-    )
-
-
-def _wrong_type(param: str, expected: str, value: object) -> InvalidRequest:
-    return InvalidRequest(
-        f"`{param}` must be {expected}; got {_json_type(value)} {_echo(value)}.",
-        param=param,
-        code="invalid_type",
-    )
 
 
 def _json_type(value: object) -> str:

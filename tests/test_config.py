@@ -206,3 +206,63 @@ def test_it_applies_per_upstream_retry_settings_and_refuses_bad_ones(tmp_path):
     assert not config_load(path=write(tmp_path, text)).changed
     with pytest.raises(ConfigError, match="circuit_threshold must be at least 1"):
         config_load(path=write(tmp_path, text.replace("max_retries = 2", "circuit_threshold = 0")))
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (
+            ("weight = 1\n", "weight = 1\ncircuit_threshold = 100000\n"),
+            "upstreams[0] (alpha-main): circuit_threshold must be at most 32767, got 100000",
+        ),
+        (
+            ("priority = 0", "priority = 2147483648"),
+            "upstreams[0] (alpha-main): priority must be at most 2147483647",
+        ),
+        (("rpm = 60", "rpm = 4294967296"), "groups[0] (Alpha-Image): rpm must be at most 2147483647"),
+        (("max_n = 4", "max_n = 40000"), "models[0] (alpha-image-2): max_n must be at most 32767"),
+        (
+            ("output_compression = [0, 100]", "output_compression = [0, 70000]"),
+            "models[0] (alpha-image-2): output_compression[1] must be at most 32767",
+        ),
+        (('name = "Beta-API"', f'name = "{"B" * 101}"'), "name must be at most 100 characters"),
+        (
+            ('upstream_model = "vendor-model-name"', f'upstream_model = "{"m" * 201}"'),
+            "models[0] (alpha-image-2): upstream_model must be at most 200 characters",
+        ),
+        (
+            ('base_url = "https://provider.example/v1"', f'base_url = "https://p.example/{"x" * 500}"'),
+            "upstreams[0] (alpha-main): base_url must be at most 500 characters",
+        ),
+        (
+            ('base_url = "https://provider.example/v1"', 'base_url = "ftp://provider.example/v1"'),
+            "upstreams[0] (alpha-main): base_url 'ftp://provider.example/v1' is not valid (an http(s) URL)",
+        ),
+        (
+            ('price = "0.15"', 'price = "-0.15"'),
+            "models[0] (alpha-image-2): price amount '-0.15' must not be",
+        ),
+        (
+            ('price = "0.15"', 'price = "0.00001"'),
+            "models[0] (alpha-image-2): price amount '0.00001' has more than",
+        ),
+        (('daily_limit = "1.00"', 'daily_limit = "100000000000000"'), "(demo@Beta-API): daily_limit amount"),
+        (
+            ('username = "demo"', 'username = "demo"\nemail = "not-an-address"'),
+            "email 'not-an-address' is not an",
+        ),
+        (("timeout_seconds = 120", "timeout_seconds = 0"), "timeout_seconds must be at least 1, got 0"),
+    ],
+)
+def test_it_refuses_a_value_its_column_cannot_hold_and_writes_nothing(tmp_path, change, expected):
+    config_load(path=write(tmp_path, VALID))
+    before = snapshot()
+    old, new = change
+    text = VALID.replace(old, new, 1)
+    assert text != VALID
+    with pytest.raises(ConfigError) as info:
+        config_load(path=write(tmp_path, text))
+    message = str(info.value)
+    assert str(tmp_path / "gateway.toml") in message
+    assert expected in message
+    assert snapshot() == before

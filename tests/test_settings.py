@@ -9,7 +9,14 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 from django.test import override_settings
 
-from gateway_project.env import database_from_url, env_bool, env_int, env_public_url, env_timezone
+from gateway_project.env import (
+    database_from_url,
+    env_bool,
+    env_int,
+    env_public_url,
+    env_timezone,
+    load_dotenv,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -105,6 +112,43 @@ def test_a_dotenv_file_supplies_what_the_environment_does_not(tmp_path):
     failing = _check({"GATEWAY_ENV_FILE": str(env_file)})
     assert failing.returncode == 2
     assert "GATEWAY_TIMEZONE='Nowhere/Land'" in failing.stderr
+
+
+def test_it_refuses_a_dotenv_line_it_cannot_read_naming_the_line(tmp_path, monkeypatch):
+    env_file = tmp_path / "gateway.env"
+    env_file.write_text('X_QUOTED="a b"\nX_SPACED = 1\n')
+    monkeypatch.delenv("X_QUOTED", raising=False)
+    with pytest.raises(ImproperlyConfigured, match=r"gateway.env:2: expected KEY=VALUE"):
+        load_dotenv(env_file)
+    assert "X_QUOTED" not in os.environ  # nothing of a refused file is read
+
+
+def test_it_reads_quoted_dotenv_values_without_overriding_the_environment(tmp_path, monkeypatch):
+    env_file = tmp_path / "gateway.env"
+    env_file.write_text("export X_ONE='single quoted'\nX_TWO=\"double quoted\"\nX_THREE=from-file\n")
+    for name in ("X_ONE", "X_TWO"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("X_THREE", "from-environment")
+    load_dotenv(env_file)
+    assert (os.environ["X_ONE"], os.environ["X_TWO"], os.environ["X_THREE"]) == (
+        "single quoted",
+        "double quoted",
+        "from-environment",
+    )
+
+
+def test_gunicorn_names_a_bad_number_in_its_settings():
+    clean = {k: v for k, v in os.environ.items() if k != "WEB_CONCURRENCY"}
+    result = subprocess.run(
+        [sys.executable, "-c", "import runpy; runpy.run_path('gunicorn.conf.py')"],
+        cwd=ROOT,
+        env={**clean, "GATEWAY_ENV_FILE": "", "WEB_CONCURRENCY": "two"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "WEB_CONCURRENCY='two' is invalid" in result.stderr
 
 
 def test_make_writes_a_development_env_once(tmp_path):
