@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from images.hosting import hosted_image_store, image_fetch, upstream_is_private
+from upstreams.errors import UpstreamError
 from upstreams.imageformats import CONTENT_TYPES, image_format_sniff
-from upstreams.providers.base import ImageItem, ImageResult, UpstreamError
+from upstreams.providers.base import ImageItem, ImageResult
 
 if TYPE_CHECKING:
     from upstreams.models import Upstream
