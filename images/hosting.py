@@ -19,7 +19,6 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
-import requests
 from django.conf import settings
 from django.core import signing
 from django.core.files.base import ContentFile
@@ -29,9 +28,9 @@ from django.utils import timezone
 
 from core.errors import NotFound, PermissionDenied
 from images.models import HostedImage
+from upstreams.errors import UpstreamError
 from upstreams.imageformats import CONTENT_TYPES, image_format_sniff
-from upstreams.providers import adapter_for
-from upstreams.providers.base import UpstreamError
+from upstreams.transport import UpstreamReply, upstream_request
 
 if TYPE_CHECKING:
     from upstreams.models import Upstream
@@ -162,20 +161,23 @@ def image_fetch(*, url: str, upstream: Upstream) -> bytes:
         raise _fetch_error("upstream has no base URL to fetch images from", url=url)
     private_ok = not _all_global(_resolve(host=origin[1], port=origin[2]))
     deadline = time.monotonic() + settings.GATEWAY_FETCH_TIMEOUT_SECONDS
-    adapter = adapter_for(upstream)
     current = url
     for _ in range(MAX_REDIRECTS + 1):
         _fetch_target_check(url=current, origin=origin, private_ok=private_ok)
-        response = adapter._request("GET", current, stream=True, headers={"Accept": "image/*"})
-        try:
-            if response.is_redirect:
-                current = urljoin(current, response.headers.get("Location", ""))
+        with upstream_request(
+            upstream=upstream,
+            method="GET",
+            url=current,
+            deadline=deadline,
+            stream=True,
+            headers={"Accept": "image/*"},
+        ) as reply:
+            if reply.is_redirect:
+                current = urljoin(current, reply.headers.get("Location", ""))
                 continue
-            if response.status_code != 200:
-                raise _fetch_error(f"image download answered HTTP {response.status_code}", url=url)
-            return _body_read(response=response, deadline=deadline, url=url)
-        finally:
-            response.close()
+            if reply.status != 200:
+                raise _fetch_error(f"image download answered HTTP {reply.status}", url=url)
+            return _body_read(reply=reply, deadline=deadline, url=url)
     raise _fetch_error(f"image download redirected more than {MAX_REDIRECTS} times", url=url)
 
 
@@ -199,23 +201,27 @@ def _fetch_target_check(*, url: str, origin: tuple[str, str, int], private_ok: b
         raise _fetch_error("image URL resolves to a non-public address", url=url)
 
 
-def _body_read(*, response: requests.Response, deadline: float, url: str) -> bytes:
+def _body_read(*, reply: UpstreamReply, deadline: float, url: str) -> bytes:
     cap = settings.GATEWAY_FETCH_MAX_BYTES
-    declared = response.headers.get("Content-Length", "")
+    declared = reply.headers.get("Content-Length", "")
     if declared.isdigit() and int(declared) > cap:
         raise _fetch_error(f"image is larger than {cap} bytes", url=url)
     chunks: list[bytes] = []
     total = 0
-    try:
-        for chunk in response.iter_content(FETCH_CHUNK_BYTES):
-            total += len(chunk)
-            if total > cap:
-                raise _fetch_error(f"image is larger than {cap} bytes", url=url)
-            if time.monotonic() > deadline:
-                raise UpstreamError("image download timed out", status=504, retryable=False, sent=True)
-            chunks.append(chunk)
-    except requests.RequestException as exc:
-        raise _fetch_error(f"image download failed: {type(exc).__name__}", url=url) from exc
+    pieces = reply.chunks(FETCH_CHUNK_BYTES)
+    while True:
+        try:
+            chunk = next(pieces, None)
+        except UpstreamError as exc:
+            raise _fetch_error(f"image download failed: {exc.message}", url=url) from exc
+        if chunk is None:
+            break
+        total += len(chunk)
+        if total > cap:
+            raise _fetch_error(f"image is larger than {cap} bytes", url=url)
+        if time.monotonic() > deadline:
+            raise UpstreamError("image download timed out", status=504, retryable=False, sent=True)
+        chunks.append(chunk)
     data = b"".join(chunks)
     if image_format_sniff(data=data) not in CONTENT_TYPES:
         raise _fetch_error("downloaded file is not a PNG, JPEG or WebP image", url=url)

@@ -207,7 +207,7 @@ def _call_upstream(
         usage.set_upstream(upstream.name)
         adapter = adapter_for(upstream, deadline=deadline)
         connection_release()  # nothing below needs the database until capture
-        return adapter.call(upstream_request)
+        return adapter.image_call(upstream_request)
 
     result, upstream = upstream_call_resilient(
         upstreams=upstreams_for_model(model=resolved.image_model),

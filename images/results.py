@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from images.hosting import hosted_image_store, image_fetch, upstream_is_private
+from upstreams.errors import UpstreamError
 from upstreams.imageformats import CONTENT_TYPES, image_format_sniff
-from upstreams.providers.base import ImageItem, ImageResult, UpstreamError
+from upstreams.providers.base import ImageItem, ImageResult
 
 if TYPE_CHECKING:
     from upstreams.models import Upstream
@@ -151,7 +152,7 @@ def _base64_checked(*, encoded: str, output_format: str | None) -> bytes:
     """The upstream's base64 as ASCII bytes, refused unless it is strict base64 of a PNG, JPEG or WebP.
 
     Only the first bytes are decoded (they name the format): the image is passed on as it came, so
-    decoding all of it (a 4 MB copy and ~15 ms for a large one) would only be thrown away.
+    decoding all of it (a copy as large as the image) would only be thrown away.
     """
     data = _base64_bytes(encoded)
     if not base64_strict_valid(data=data):

@@ -24,7 +24,7 @@ from images.access import ResolvedModel
 from upstreams.errors import upstream_error_to_api_error
 from upstreams.models import Upstream
 from upstreams.providers import adapter_for
-from upstreams.providers.base import ImageRequest, StreamEvent, UpstreamError
+from upstreams.providers.base import IMAGES_STREAM, ImageRequest, StreamEvent, UpstreamError
 from upstreams.resilience import upstream_call_resilient
 from upstreams.routing import upstreams_for_model
 
@@ -133,7 +133,7 @@ def _open_stream(
     def attempt(upstream: Upstream, deadline: float) -> tuple[StreamEvent, Iterator[StreamEvent]]:
         usage.set_upstream(upstream.name)
         connection_release()  # a stream can take minutes: it holds no database connection meanwhile
-        events = adapter_for(upstream, deadline=None).stream(upstream_request)
+        events = adapter_for(upstream, deadline=None).call(IMAGES_STREAM, upstream_request)
         try:
             first = next(events)
         except StopIteration:

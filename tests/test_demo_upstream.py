@@ -22,7 +22,7 @@ def decode(item) -> Image.Image:
 def test_it_generates_decodable_images_of_the_requested_format_and_size(
     demo_upstream, output_format, pil_format
 ):
-    result = adapter_for(demo_upstream).call(
+    result = adapter_for(demo_upstream).image_call(
         ImageRequest(
             operation="generate",
             upstream_model="m",
@@ -44,13 +44,17 @@ def test_it_generates_decodable_images_of_the_requested_format_and_size(
 
 def test_it_draws_the_prompt_so_different_prompts_give_different_images(demo_upstream):
     adapter = adapter_for(demo_upstream)
-    first = adapter.call(ImageRequest(operation="generate", upstream_model="m", prompt="one", size="64x64"))
-    second = adapter.call(ImageRequest(operation="generate", upstream_model="m", prompt="two", size="64x64"))
+    first = adapter.image_call(
+        ImageRequest(operation="generate", upstream_model="m", prompt="one", size="64x64")
+    )
+    second = adapter.image_call(
+        ImageRequest(operation="generate", upstream_model="m", prompt="two", size="64x64")
+    )
     assert decode(first.items[0]).tobytes() != decode(second.items[0]).tobytes()
 
 
 def test_it_makes_transparent_backgrounds(demo_upstream):
-    result = adapter_for(demo_upstream).call(
+    result = adapter_for(demo_upstream).image_call(
         ImageRequest(
             operation="generate",
             upstream_model="m",
@@ -74,7 +78,7 @@ def test_it_edits_only_where_the_mask_is_transparent(demo_upstream):
         buffer = io.BytesIO()
         image.save(buffer, "PNG")
         buffers.append(buffer.getvalue())
-    result = adapter_for(demo_upstream).call(
+    result = adapter_for(demo_upstream).image_call(
         ImageRequest(
             operation="edit",
             upstream_model="m",
@@ -92,7 +96,7 @@ def test_it_edits_only_where_the_mask_is_transparent(demo_upstream):
 
 def test_it_refuses_sizes_it_cannot_make(demo_upstream):
     with pytest.raises(UpstreamError) as info:
-        adapter_for(demo_upstream).call(
+        adapter_for(demo_upstream).image_call(
             ImageRequest(operation="generate", upstream_model="m", prompt="x", size="99999x1")
         )
     assert info.value.status == 400

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from core.errors import TYPE_FOR_STATUS, ApiError, PassthroughError, RateLimited, UpstreamFailed
-from upstreams.providers.base import UpstreamError
 
 if TYPE_CHECKING:
     from upstreams.models import Upstream
@@ -46,6 +45,33 @@ _SCRUB_PATTERNS = (
     re.compile(r"\[[0-9a-f:]+\](?::\d+)?", re.IGNORECASE),  # bracketed IPv6 addresses
     re.compile(r"\b[A-Za-z0-9_\-]{40,}\b"),  # long opaque tokens
 )
+
+
+class UpstreamError(Exception):
+    """A failed upstream call. `retryable` says whether another attempt (or upstream) may succeed;
+    `sent` says whether the request reached the provider. `outcome_unknown` says the request went out
+    but no answer came back (read timeout, connection dropped mid-answer): the provider may have made,
+    and billed, the result, so the call must never be repeated blindly."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None,
+        retryable: bool,
+        body: Any = None,
+        sent: bool = False,
+        retry_after: float | None = None,
+        outcome_unknown: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.retryable = retryable
+        self.body = body
+        self.sent = sent or outcome_unknown
+        self.retry_after = retry_after
+        self.outcome_unknown = outcome_unknown
 
 
 class UpstreamMisconfigured(UpstreamError):

@@ -30,8 +30,8 @@ from django.conf import settings
 
 from core.errors import ApiError, RateLimited, UpstreamFailed
 from upstreams.circuit import circuit_admit, circuit_record_failure, circuit_record_success
+from upstreams.errors import UpstreamError
 from upstreams.models import Upstream
-from upstreams.providers.base import UpstreamError
 
 logger = logging.getLogger("gateway.upstream")
 T = TypeVar("T")

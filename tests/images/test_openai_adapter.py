@@ -102,7 +102,7 @@ def test_generation_sends_only_the_allowed_fields_and_the_upstream_model_name(
         "api_key": "sk-caller",
         "metadata": {"x": 1},
     }
-    adapter_for(openai_upstream).call(request_for(alpha_model, body))
+    adapter_for(openai_upstream).image_call(request_for(alpha_model, body))
     assert sent_json(mocked) == {
         "model": "gpt-image-1",
         "prompt": "a red fox",
@@ -120,7 +120,7 @@ def test_generation_sends_only_the_allowed_fields_and_the_upstream_model_name(
 
 def test_it_sends_response_format_except_to_gpt_image_models(alpha_model, openai_upstream, mocked):
     mocked.post(GENERATIONS, json=DALLE_OK)
-    adapter_for(openai_upstream).call(
+    adapter_for(openai_upstream).image_call(
         request_for(alpha_model, {"prompt": "p", "response_format": "url"}, upstream_model="dall-e-3")
     )
     assert sent_json(mocked) == {"model": "dall-e-3", "prompt": "p", "n": 1, "response_format": "url"}
@@ -128,7 +128,7 @@ def test_it_sends_response_format_except_to_gpt_image_models(alpha_model, openai
 
 def test_it_does_not_send_the_stream_fields_on_the_json_path(streaming_model, openai_upstream, mocked):
     mocked.post(GENERATIONS, json=GPT_IMAGE_OK)
-    adapter_for(openai_upstream).call(
+    adapter_for(openai_upstream).image_call(
         request_for(streaming_model, {"prompt": "p", "stream": True, "partial_images": 2})
     )
     assert "stream" not in sent_json(mocked) and "partial_images" not in sent_json(mocked)
@@ -136,13 +136,13 @@ def test_it_does_not_send_the_stream_fields_on_the_json_path(streaming_model, op
 
 def test_it_maps_a_success_to_an_image_result(alpha_model, openai_upstream, mocked):
     mocked.post(GENERATIONS, json=GPT_IMAGE_OK)
-    result = adapter_for(openai_upstream).call(request_for(alpha_model, {"prompt": "p"}))
+    result = adapter_for(openai_upstream).image_call(request_for(alpha_model, {"prompt": "p"}))
     assert result.created == 1713833628
     assert [item.b64_json for item in result.items] == [PNG_B64]
     assert result.usage == GPT_IMAGE_OK["usage"]
 
     mocked.post(GENERATIONS, json=DALLE_OK)
-    result = adapter_for(openai_upstream).call(
+    result = adapter_for(openai_upstream).image_call(
         request_for(alpha_model, {"prompt": "p"}, upstream_model="dall-e-3")
     )
     assert result.items[0].url == DALLE_OK["data"][0]["url"]
@@ -158,7 +158,7 @@ def test_an_edit_is_multipart_with_image_and_mask(alpha_model, openai_upstream, 
         files=files(image=upload(source, "x.png"), mask=upload(mask, "m.png")),
         image_model=alpha_model,
     )
-    adapter_for(openai_upstream).call(
+    adapter_for(openai_upstream).image_call(
         ImageRequest(
             operation="edit",
             upstream_model="gpt-image-1",
@@ -188,7 +188,7 @@ def test_an_edit_is_multipart_with_image_and_mask(alpha_model, openai_upstream, 
 def test_several_images_are_sent_as_image_brackets(openai_upstream, mocked):
     mocked.post(EDITS, json=GPT_IMAGE_OK)
     images = (image_bytes(colour=(1, 1, 1)), image_bytes("WEBP"))
-    adapter_for(openai_upstream).call(
+    adapter_for(openai_upstream).image_call(
         ImageRequest(operation="edit", upstream_model="gpt-image-1", prompt="p", images=images)
     )
     _, parts = sent_form(mocked)
@@ -199,7 +199,7 @@ def test_several_images_are_sent_as_image_brackets(openai_upstream, mocked):
 def call_failing(upstream, mocked, **answer) -> tuple[UpstreamError, object]:
     mocked.post(GENERATIONS, **answer)
     with pytest.raises(UpstreamError) as info:
-        adapter_for(upstream).call(
+        adapter_for(upstream).image_call(
             ImageRequest(operation="generate", upstream_model="gpt-image-1", prompt="p")
         )
     return info.value, upstream_error_to_api_error(error=info.value, upstream=upstream)
@@ -295,7 +295,7 @@ def test_a_missing_key_variable_is_a_502_for_the_operator_and_nothing_is_sent(
     monkeypatch.delenv(OPENAI_KEY_ENV)
     with caplog.at_level(logging.ERROR, logger="gateway.upstream"):
         with pytest.raises(UpstreamMisconfigured) as info:
-            adapter_for(openai_upstream).call(
+            adapter_for(openai_upstream).image_call(
                 ImageRequest(operation="generate", upstream_model="m", prompt="p")
             )
         api_error = upstream_error_to_api_error(error=info.value, upstream=openai_upstream)

@@ -1,4 +1,4 @@
-"""The one HTTP path to upstreams (`Adapter._request`): bodies read whole in one piece, failures while
+"""The one HTTP path to upstreams (`upstreams.transport`): bodies read whole in one piece, failures while
 reading them, and the environment (proxies, ~/.netrc) read once per upstream."""
 
 from __future__ import annotations
@@ -6,19 +6,15 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-import pickle
-import select
 import time
 
 import pytest
-import requests
-from requests.cookies import RequestsCookieJar
 
 from tests.fake_upstream import _png
 from tests.images.conftest import OPENAI_BASE, OPENAI_KEY, OPENAI_KEY_ENV
 from upstreams.errors import upstream_error_to_api_error
 from upstreams.providers import adapter_for
-from upstreams.providers.base import ImageRequest, UpstreamError, UpstreamResponse, transport_for
+from upstreams.providers.base import ImageRequest, UpstreamError
 from upstreams.services import upstream_upsert
 
 pytestmark = pytest.mark.django_db
@@ -30,7 +26,7 @@ REQUEST = ImageRequest(operation="generate", upstream_model="gpt-image-1", promp
 
 def test_it_reads_a_large_answer_whole_and_keeps_its_base64_as_sent(openai_upstream, mocked):
     mocked.post(GENERATIONS, json={"created": 7, "data": [{"b64_json": LARGE_B64, "revised_prompt": "é"}]})
-    result = adapter_for(openai_upstream).call(REQUEST)
+    result = adapter_for(openai_upstream).image_call(REQUEST)
     assert result.created == 7
     assert [(item.b64_json, item.revised_prompt) for item in result.items] == [(LARGE_B64, "é")]
 
@@ -43,13 +39,13 @@ def test_it_reads_a_gzip_encoded_answer(openai_upstream, mocked):
         content_type="application/json",
         headers={"Content-Encoding": "gzip"},
     )
-    assert adapter_for(openai_upstream).call(REQUEST).items[0].b64_json == LARGE_B64
+    assert adapter_for(openai_upstream).image_call(REQUEST).items[0].b64_json == LARGE_B64
 
 
 def test_it_reads_a_utf8_answer_with_a_byte_order_mark(openai_upstream, mocked):
     answer = json.dumps({"created": 7, "data": [{"url": "https://api.provider.test/a.png"}]})
     mocked.post(GENERATIONS, body=b"\xef\xbb\xbf" + answer.encode(), content_type="application/json")
-    assert adapter_for(openai_upstream).call(REQUEST).items[0].url == "https://api.provider.test/a.png"
+    assert adapter_for(openai_upstream).image_call(REQUEST).items[0].url == "https://api.provider.test/a.png"
 
 
 def test_an_answer_cut_short_is_a_502_whose_outcome_is_unknown(raw_upstream):
@@ -58,7 +54,7 @@ def test_an_answer_cut_short_is_a_502_whose_outcome_is_unknown(raw_upstream):
         b'{"created": 1, "data": [{"b64_json": "iVBORw0KGgo'
     )
     with pytest.raises(UpstreamError) as info:
-        adapter_for(upstream).call(REQUEST)
+        adapter_for(upstream).image_call(REQUEST)
     error = info.value
     assert (error.status, error.retryable, error.outcome_unknown) == (502, False, True)
     api_error = upstream_error_to_api_error(error=error, upstream=upstream)
@@ -73,7 +69,7 @@ def test_an_answer_that_stalls_mid_body_is_a_504_whose_outcome_is_unknown(raw_up
     )
     # The call's deadline bounds the read; the server holds the connection far longer.
     with pytest.raises(UpstreamError) as info:
-        adapter_for(upstream, deadline=time.monotonic() + 0.5).call(REQUEST)
+        adapter_for(upstream, deadline=time.monotonic() + 0.5).image_call(REQUEST)
     error = info.value
     assert (error.status, error.retryable, error.outcome_unknown) == (504, False, True)
     api_error = upstream_error_to_api_error(error=error, upstream=upstream)
@@ -83,7 +79,7 @@ def test_an_answer_that_stalls_mid_body_is_a_504_whose_outcome_is_unknown(raw_up
 def test_an_error_answer_keeps_its_body_for_the_caller(openai_upstream, mocked):
     mocked.post(GENERATIONS, status=400, body="size must be one of 1024x1024", content_type="text/plain")
     with pytest.raises(UpstreamError) as info:
-        adapter_for(openai_upstream).call(REQUEST)
+        adapter_for(openai_upstream).image_call(REQUEST)
     assert (info.value.status, info.value.body) == (400, "size must be one of 1024x1024")
 
 
@@ -96,7 +92,7 @@ def test_the_provider_key_is_sent_even_when_netrc_names_the_upstream_host(
     netrc.chmod(0o600)
     monkeypatch.setenv("NETRC", str(netrc))
     mocked.post(GENERATIONS, json={"created": 1, "data": [{"url": "https://api.provider.test/a.png"}]})
-    adapter_for(openai_upstream).call(REQUEST)
+    adapter_for(openai_upstream).image_call(REQUEST)
     assert mocked.calls[0].request.headers["Authorization"] == f"Bearer {OPENAI_KEY}"
 
 
@@ -126,14 +122,14 @@ def proxy_env(monkeypatch, provider_key):
 def test_it_calls_through_the_proxy_the_environment_names(proxy_env, mocked):
     upstream = proxied_upstream("proxied", "https://proxied.provider.test/v1")
     mocked.post("https://proxied.provider.test/v1/images/generations", json={"data": [{"url": "https://x"}]})
-    adapter_for(upstream).call(REQUEST)
+    adapter_for(upstream).image_call(REQUEST)
     assert mocked.calls[0].request.req_kwargs["proxies"].get("https") == "http://proxy.internal:3128"
 
 
 def test_it_calls_directly_a_host_the_environment_exempts_from_the_proxy(proxy_env, mocked):
     upstream = proxied_upstream("direct", "https://direct.provider.test/v1")
     mocked.post("https://direct.provider.test/v1/images/generations", json={"data": [{"url": "https://x"}]})
-    adapter_for(upstream).call(REQUEST)
+    adapter_for(upstream).image_call(REQUEST)
     assert mocked.calls[0].request.req_kwargs["proxies"].get("https") is None
 
 
@@ -156,41 +152,10 @@ def test_it_never_sends_back_a_cookie_an_upstream_set(raw_upstream_served):
     # One transport serves every caller's calls to an upstream: a cookie set for one call must not
     # ride along with the next (possibly another account's).
     server, upstream = raw_upstream_served(http_answer("Set-Cookie: session=caller-a; Path=/"))
-    adapter_for(upstream).call(REQUEST)
-    adapter_for(upstream).call(REQUEST)
+    adapter_for(upstream).image_call(REQUEST)
+    adapter_for(upstream).image_call(REQUEST)
     assert len(server.received) == 2
     assert all(b"\r\ncookie:" not in head.lower() for head in server.received)
-
-
-def test_its_responses_are_requests_responses_whose_cookie_jar_is_made_when_read():
-    ours, theirs = UpstreamResponse(), requests.Response()
-    assert isinstance(ours, requests.Response)
-    assert "cookies" not in vars(ours)  # not made yet
-    assert set(vars(ours)) == set(vars(theirs)) - {"cookies"}  # every other attribute requests sets
-    for name, value in vars(ours).items():
-        assert (type(value), value) == (type(vars(theirs)[name]), vars(theirs)[name]), name
-    assert ours.headers is not UpstreamResponse().headers and ours.history is not UpstreamResponse().history
-
-    jar = ours.cookies
-    assert isinstance(jar, RequestsCookieJar) and len(jar) == 0
-    assert ours.cookies is jar
-    replaced = RequestsCookieJar()
-    ours.cookies = replaced
-    assert ours.cookies is replaced
-
-    ours.status_code, ours._content = 200, b"{}"
-    again = pickle.loads(pickle.dumps(ours))  # noqa: S301 - bytes this test has just made
-    assert (again.status_code, again.content, len(again.cookies)) == (200, b"{}", 0)
-
-
-def test_an_upstream_call_answers_with_such_a_response(raw_upstream_served):
-    _server, upstream = raw_upstream_served(http_answer("Set-Cookie: session=caller-a; Path=/"))
-    transport = transport_for(upstream)
-    prepared = requests.Request("POST", upstream.base_url + "/images/generations", data=b"{}").prepare()
-    response = transport.adapter.send(prepared, timeout=10)
-    assert type(response) is UpstreamResponse
-    assert response.status_code == 200 and response.content
-    assert len(response.cookies) == 0  # read, never extracted
 
 
 def test_a_redirect_from_the_api_is_an_error_and_is_not_followed(raw_upstream_served):
@@ -198,52 +163,26 @@ def test_a_redirect_from_the_api_is_an_error_and_is_not_followed(raw_upstream_se
         http_answer("Location: /v1/elsewhere", status="307 Temporary Redirect", body=b"")
     )
     with pytest.raises(UpstreamError) as info:
-        adapter_for(upstream).call(REQUEST)
+        adapter_for(upstream).image_call(REQUEST)
     assert info.value.status == 307
     assert len(server.received) == 1  # the POST was not repeated to the new location
 
 
-def test_it_reuses_its_connection_pool_and_replaces_one_urllib3_closed(raw_upstream_served):
-    server, upstream = raw_upstream_served(http_answer())
-    transport = transport_for(upstream)
-    adapter_for(upstream).call(REQUEST)
-    adapter_for(upstream).call(REQUEST)
-    (pool,) = transport.adapter._pools.values()
-    assert pool.num_requests == 2
-
-    # An eviction as urllib3 1.x does it: the PoolManager forgets the pool and closes it (2.x does
-    # not close evicted pools).
-    transport.adapter.poolmanager.clear()
-    pool.close()
-    adapter_for(upstream).call(REQUEST)
-    (replacement,) = transport.adapter._pools.values()
-    assert replacement is not pool
-    assert replacement.num_requests == 1
-    assert len(server.received) == 3
-
-
 def test_a_kept_alive_connection_the_upstream_closed_while_idle_is_not_reused(raw_upstream_served):
     # The answer does not say "Connection: close", so the connection goes back to the pool; the
-    # server then closes it. The next call must see that before sending (urllib3's check of a pooled
-    # connection, upstreams.providers.headers) and open a new one, not fail on the dead socket.
+    # server then closes it. The next call must see that before sending (urllib3's own check of a
+    # pooled connection) and open a new one, not fail on the dead socket.
     server, upstream = raw_upstream_served(http_answer().replace(b"Connection: close\r\n", b""))
-    transport = transport_for(upstream)
-    adapter_for(upstream).call(REQUEST)
-    (pool,) = transport.adapter._pools.values()
-    (idle,) = [connection for connection in pool.pool.queue if connection is not None]
-    closed_socket = idle.sock
-    readable, _, _ = select.select([closed_socket], [], [], 5)  # the server's close has arrived
-    assert readable
-
-    adapter_for(upstream).call(REQUEST)  # no UpstreamError: sent on a new socket
+    adapter_for(upstream).image_call(REQUEST)
+    time.sleep(0.5)  # the server's close arrives (it closes right after answering)
+    adapter_for(upstream).image_call(REQUEST)  # no UpstreamError: sent on a new socket
     assert len(server.received) == 2  # the server answers one request per connection
-    assert idle.sock is not None and idle.sock is not closed_socket
 
 
 def test_it_prepares_each_call_with_its_own_body_and_length(raw_upstream_served):
     server, upstream = raw_upstream_served(http_answer())
-    adapter_for(upstream).call(REQUEST)
-    adapter_for(upstream).call(
+    adapter_for(upstream).image_call(REQUEST)
+    adapter_for(upstream).image_call(
         ImageRequest(operation="generate", upstream_model="gpt-image-1", prompt="a much longer prompt")
     )
     first, second = (head.lower() for head in server.received)

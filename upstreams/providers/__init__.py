@@ -1,4 +1,9 @@
-"""Upstream adapters, one module per kind, looked up by `adapter_for`."""
+"""Upstream adapters, one module per kind, and the registry: `adapter_for` an upstream, and which
+operations each kind serves (`adapter_serves`, `operations_for_kind`).
+
+A new kind is a module here with an `Adapter` subclass that names its `kind` and its `operations`,
+added to `ADAPTERS`.
+"""
 
 from __future__ import annotations
 
@@ -25,3 +30,13 @@ def adapter_for(upstream: Upstream, *, deadline: float | None = None) -> Adapter
     except KeyError:
         raise LookupError(f"no adapter for upstream kind {upstream.kind!r}") from None
     return adapter_class(upstream, deadline=deadline)
+
+
+def operations_for_kind(*, kind: str) -> frozenset[str]:
+    """The operations an upstream of `kind` serves (none for an unknown kind)."""
+    adapter_class = ADAPTERS.get(kind)
+    return adapter_class.operations if adapter_class is not None else frozenset()
+
+
+def adapter_serves(*, kind: str, operation: str) -> bool:
+    return operation in operations_for_kind(kind=kind)

@@ -17,6 +17,9 @@ from collections.abc import Iterator
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
 from upstreams.providers.base import (
+    IMAGES_EDIT,
+    IMAGES_GENERATE,
+    IMAGES_STREAM,
     Adapter,
     ImageItem,
     ImageRequest,
@@ -81,6 +84,7 @@ def _encode(image: Image.Image, output_format: str, compression: int | None) -> 
 
 class DemoAdapter(Adapter):
     kind = "demo"
+    operations = frozenset({IMAGES_GENERATE, IMAGES_EDIT, IMAGES_STREAM})
 
     def generate(self, request: ImageRequest) -> ImageResult:
         size = _parse_size(request.size)

@@ -19,12 +19,13 @@ from PIL import Image
 
 from upstreams.errors import UpstreamMisconfigured
 from upstreams.providers.base import (
+    IMAGES_EDIT,
+    IMAGES_GENERATE,
     Adapter,
     ImageItem,
     ImageRequest,
     ImageResult,
     UpstreamError,
-    response_json_take,
 )
 
 ASPECT_RATIOS = ("1:1", "2:3", "3:2", "3:4", "4:3", "4:5", "5:4", "9:16", "16:9", "21:9")
@@ -62,6 +63,7 @@ def _sniff_mime(data: bytes) -> str:
 
 class GeminiAdapter(Adapter):
     kind = "gemini"
+    operations = frozenset({IMAGES_GENERATE, IMAGES_EDIT})
 
     def generate(self, request: ImageRequest) -> ImageResult:
         return self._run(request, [{"text": request.prompt}])
@@ -104,17 +106,17 @@ class GeminiAdapter(Adapter):
                 f"{self.upstream.name!r} holds no API key"
             )
         url = f"{self.upstream.base_url.rstrip('/')}/models/{model}:generateContent"
-        response = self._request("POST", url, json=payload, headers={"x-goog-api-key": key})
+        reply = self._request("POST", url, json=payload, headers={"x-goog-api-key": key})
         try:
-            body = response_json_take(response)  # the parsed answer holds the images, not the bytes
+            body = reply.json_take()  # the parsed answer holds the images, not the bytes
         except ValueError:
             body = None
-        if response.status_code != 200:
-            retry_after = response.headers.get("Retry-After")
+        if reply.status != 200:
+            retry_after = reply.headers.get("Retry-After")
             raise UpstreamError(
-                _error_message(body) or f"upstream answered HTTP {response.status_code}",
-                status=response.status_code,
-                retryable=response.status_code in (429, 500, 502, 503, 504),
+                _error_message(body) or f"upstream answered HTTP {reply.status}",
+                status=reply.status,
+                retryable=reply.status in (429, 500, 502, 503, 504),
                 body=body if isinstance(body, dict) and "error" in body else None,
                 retry_after=float(retry_after) if retry_after and retry_after.isdigit() else None,
             )

@@ -15,22 +15,23 @@ from collections.abc import Iterator
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-import requests
 from django.utils import timezone
 
 from upstreams.errors import UpstreamMisconfigured
 from upstreams.imageformats import CONTENT_TYPES, image_format_sniff
 from upstreams.providers.base import (
+    IMAGES_EDIT,
+    IMAGES_GENERATE,
+    IMAGES_STREAM,
     Adapter,
-    BodyReadError,
     ImageItem,
     ImageRequest,
     ImageResult,
     StreamEvent,
     UpstreamError,
-    response_json_take,
     stream_event_names,
 )
+from upstreams.transport import UpstreamReply
 
 logger = logging.getLogger("gateway.upstream")
 
@@ -49,6 +50,7 @@ _BOM = b"\xef\xbb\xbf"
 
 class OpenAIAdapter(Adapter):
     kind = "openai"
+    operations = frozenset({IMAGES_GENERATE, IMAGES_EDIT, IMAGES_STREAM})
 
     def generate(self, request: ImageRequest) -> ImageResult:
         response = self._request(
@@ -98,7 +100,8 @@ class OpenAIAdapter(Adapter):
                 "POST", self._url("images/edits"), data=form, files=files, headers=headers, stream=True
             )
         try:
-            if not 200 <= response.status_code < 300:
+            if not 200 <= response.status < 300:
+                response.read()
                 self._result(response)  # raises the typed error for the status
             if "text/event-stream" not in response.headers.get("Content-Type", ""):
                 raise UpstreamError(
@@ -145,8 +148,8 @@ class OpenAIAdapter(Adapter):
 
     # --- reading the answer -----------------------------------------------------------------------
 
-    def _result(self, response: requests.Response) -> ImageResult:
-        status = response.status_code
+    def _result(self, response: UpstreamReply) -> ImageResult:
+        status = response.status
         if 200 <= status < 300:
             return self._success(response)
         body = _error_body(response)
@@ -171,17 +174,17 @@ class OpenAIAdapter(Adapter):
             sent=True,
         )
 
-    def _success(self, response: requests.Response) -> ImageResult:
+    def _success(self, response: UpstreamReply) -> ImageResult:
         content_type = response.headers.get("Content-Type", "")
         try:
             # The parsed answer holds the images; the response's bytes of them are dropped.
-            payload = response_json_take(response) if "json" in content_type.lower() else None
+            payload = response.json_take() if "json" in content_type.lower() else None
         except ValueError:
             payload = None
         items = payload.get("data") if isinstance(payload, dict) else None
         if not isinstance(items, list) or not items or not all(_valid_item(item) for item in items):
             raise UpstreamError(
-                f"upstream answered HTTP {response.status_code} without a valid image list "
+                f"upstream answered HTTP {response.status} without a valid image list "
                 f"(Content-Type {content_type or 'missing'})",
                 status=502,
                 retryable=True,
@@ -214,15 +217,15 @@ def _valid_item(item: Any) -> bool:
     return all(value is None or isinstance(value, str) for value in [*fields, item.get("revised_prompt")])
 
 
-def _error_body(response: requests.Response) -> Any:
+def _error_body(response: UpstreamReply) -> Any:
     """The upstream's error body: parsed JSON when it is JSON, else a bounded piece of its text."""
     try:
         return response.json()
     except ValueError:
-        return response.text[:ERROR_BODY_LIMIT]
+        return response.text()[:ERROR_BODY_LIMIT]
 
 
-def _retry_after(response: requests.Response) -> float | None:
+def _retry_after(response: UpstreamReply) -> float | None:
     value = response.headers.get("Retry-After", "").strip()
     if not value:
         return None
@@ -251,68 +254,59 @@ def _file_part(stem: str, data: bytes) -> tuple[str, bytes, str]:
     return (f"{stem}.{fmt}", data, CONTENT_TYPES[fmt])
 
 
-def _sse_events(response: requests.Response, *, completed_type: str) -> Iterator[StreamEvent]:
+def _sse_events(response: UpstreamReply, *, completed_type: str) -> Iterator[StreamEvent]:
     """Parse a server-sent event stream into StreamEvents; a stream cut before its end is an error
     whose outcome is unknown (the upstream may still finish, and bill, the image)."""
     event_type, data_lines = "", []
-    try:
-        for line in _sse_fields(response):
-            if line is not None:
-                field, value = line
-                if field == "event":
-                    event_type = value
-                elif field == "data":
-                    data_lines.append(value)
-                continue
-            if not data_lines:
-                continue
-            payload = "\n".join(data_lines)
-            event_type, data_lines, current = "", [], event_type
-            if payload == "[DONE]":
-                return
-            try:
-                data = json.loads(payload)
-            except ValueError:
-                raise UpstreamError(
-                    "upstream sent an event that is not JSON",
-                    status=502,
-                    retryable=False,
-                    outcome_unknown=True,
-                ) from None
-            del payload  # the event's text; only the parsed event is kept
-            kind = current or (data.get("type") if isinstance(data, dict) else "") or ""
-            if kind == "error" or (
-                isinstance(data, dict) and "error" in data and not kind.startswith("image_")
-            ):
-                raise UpstreamError(
-                    "upstream reported an error mid-stream",
-                    status=502,
-                    retryable=False,
-                    body=data,
-                    outcome_unknown=True,
-                )
-            if isinstance(data, dict):
-                yield StreamEvent(type=kind, data=data, final=kind == completed_type)
-    except (requests.RequestException, BodyReadError) as exc:
-        raise UpstreamError(
-            "upstream stream was cut off", status=502, retryable=False, outcome_unknown=True
-        ) from exc
+    for line in _sse_fields(response):
+        if line is not None:
+            field, value = line
+            if field == "event":
+                event_type = value
+            elif field == "data":
+                data_lines.append(value)
+            continue
+        if not data_lines:
+            continue
+        payload = "\n".join(data_lines)
+        event_type, data_lines, current = "", [], event_type
+        if payload == "[DONE]":
+            return
+        try:
+            data = json.loads(payload)
+        except ValueError:
+            raise UpstreamError(
+                "upstream sent an event that is not JSON",
+                status=502,
+                retryable=False,
+                outcome_unknown=True,
+            ) from None
+        del payload  # the event's text; only the parsed event is kept
+        kind = current or (data.get("type") if isinstance(data, dict) else "") or ""
+        if kind == "error" or (isinstance(data, dict) and "error" in data and not kind.startswith("image_")):
+            raise UpstreamError(
+                "upstream reported an error mid-stream",
+                status=502,
+                retryable=False,
+                body=data,
+                outcome_unknown=True,
+            )
+        if isinstance(data, dict):
+            yield StreamEvent(type=kind, data=data, final=kind == completed_type)
 
 
-def _sse_fields(response: requests.Response) -> Iterator[tuple[str, str] | None]:
+def _sse_fields(response: UpstreamReply) -> Iterator[tuple[str, str] | None]:
     """The lines of an event stream as they arrive: (field, value) for a field line, None for the
     blank line that ends an event; comment lines are skipped. Lines end with CRLF, LF or CR, and the
     stream is UTF-8 (the encoding of every event stream).
 
-    Linear in the stream's size, and each value is decoded straight from the read buffer: requests'
-    `iter_lines` joins and splits everything it holds again for every 512-byte read (seconds of CPU
-    for one event carrying a large partial image), and decodes text/event-stream as ISO-8859-1.
+    Linear in the stream's size, with each value decoded straight from the read buffer (requests'
+    `iter_lines` splits everything it holds again on every read, and decodes the stream as ISO-8859-1).
     """
-    raw = response.raw
     buffer = bytearray()
     searched = 0  # no line end in buffer[:searched]
     bom_pending = True  # a BOM may open the stream
-    while chunk := raw.read1(SSE_READ_BYTES, decode_content=True):
+    for chunk in response.chunks(SSE_READ_BYTES):
         buffer += chunk
         if bom_pending:
             if len(buffer) < len(_BOM) and _BOM.startswith(buffer):

@@ -1,0 +1,329 @@
+"""The one HTTP path to upstream providers: every adapter, and every image download, calls
+`upstream_request`.
+
+One pooled `requests.Session` per upstream per process, explicit connect and read timeouts bounded by
+the call's deadline, redirects never followed, the environment read once, no cookie kept from one
+caller's call for the next. Failures come out as `UpstreamError`, which says whether retrying can help.
+Only the public API of requests and urllib3 is used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from http.cookiejar import DefaultCookiePolicy
+from typing import TYPE_CHECKING, Any
+
+import requests
+from requests.adapters import HTTPAdapter
+from requests.structures import CaseInsensitiveDict
+from requests.utils import get_encoding_from_headers, get_environ_proxies
+from urllib3.exceptions import (
+    ConnectTimeoutError,
+    MaxRetryError,
+    NameResolutionError,
+    NewConnectionError,
+    ReadTimeoutError,
+)
+from urllib3.exceptions import HTTPError as BodyReadError  # any failure while reading a body ourselves
+
+from upstreams.errors import UpstreamError
+
+if TYPE_CHECKING:
+    from upstreams.models import Upstream
+
+CONNECT_TIMEOUT_SECONDS = 5.0
+POOL_SIZE = 64  # >= a worker's threads, so no thread waits for a pooled connection
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+# What an exchange can fail with (anything else, e.g. an invalid URL, is a bug and is not caught).
+FAILURES = (
+    requests.ConnectionError,
+    requests.Timeout,
+    requests.exceptions.ChunkedEncodingError,
+    BodyReadError,
+)
+
+
+class UpstreamReply:
+    """An upstream's answer: its status, its headers, and either its whole body (`body`) or, for a
+    streamed call, the open response read with `chunks` and given back with `close`."""
+
+    def __init__(self, *, response: requests.Response, body: bytes | None) -> None:
+        self.status: int = response.status_code
+        self.headers: CaseInsensitiveDict[str] = response.headers
+        self.body = body or b""
+        self.streamed = response if body is None else None
+
+    @property
+    def is_redirect(self) -> bool:
+        return self.status in REDIRECT_STATUSES and "Location" in self.headers
+
+    def body_take(self) -> bytes:
+        """The body, which the reply no longer holds (the caller keeps what it makes of it)."""
+        body, self.body = self.body, b""
+        return body
+
+    def json_take(self) -> Any:
+        """The body's JSON; the reply is left without its bytes.
+
+        A large image answer is then never held more than twice at once: its bytes and their text (the
+        bytes are dropped before parsing), then the text and the parsed strings. JSON between systems
+        is UTF-8 (a BOM is allowed; json still detects UTF-16/32). Raises ValueError when it is not JSON.
+        """
+        body = self.body_take()
+        try:
+            text = body.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            return json.loads(body)  # UTF-16/32 (json detects them), or a ValueError
+        del body
+        return json.loads(text)
+
+    def json(self) -> Any:
+        """The body's JSON, keeping the bytes; raises ValueError when it is not JSON."""
+        return json.loads(self.body)
+
+    def text(self) -> str:
+        """The body as text, in the charset its Content-Type names (UTF-8 if none)."""
+        encoding = get_encoding_from_headers(self.headers) or "utf-8"
+        try:
+            return self.body.decode(encoding, "replace")
+        except LookupError:  # a charset Python does not know
+            return self.body.decode("utf-8", "replace")
+
+    def chunks(self, size: int) -> Iterator[bytes]:
+        """A streamed body's bytes as they arrive (whatever has come, up to `size`, never waiting for
+        more); a failure while reading is an UpstreamError whose outcome is unknown."""
+        if self.streamed is None:
+            raise ValueError("only a streamed reply is read in chunks")
+        raw = self.streamed.raw
+        try:
+            while chunk := raw.read1(size, decode_content=True):
+                yield chunk
+        except FAILURES as exc:
+            raise _classified(exc) from exc
+
+    def read(self) -> None:
+        """Read a streamed reply's body to its end, into `body` (an error answer's, say)."""
+        self.body = b"".join(self.chunks(64 * 1024))
+
+    def close(self) -> None:
+        """Give a streamed reply's connection back (or drop it, if the body was not read to its end)."""
+        if self.streamed is not None:
+            self.streamed.close()
+
+    def __enter__(self) -> UpstreamReply:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class UpstreamHTTPAdapter(HTTPAdapter):
+    """requests' adapter, with the connection pool and request target of a URL looked up once.
+
+    Both are overrides of the adapter's documented extension methods. requests parses the URL,
+    selects a proxy and builds a pool key on every call; one upstream's calls all go to one origin
+    (image downloads too, see images.hosting), so without a proxy the answer is kept. The caches are
+    bounded and emptied when the adapter is closed (which closes its pools).
+    """
+
+    CACHE_SIZE = 64
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pools: dict[tuple[str, Any, Any], Any] = {}
+        self.targets: dict[str, str] = {}
+
+    def get_connection_with_tls_context(
+        self, request: requests.PreparedRequest, verify: Any, proxies: Any = None, cert: Any = None
+    ) -> Any:
+        if proxies:
+            return super().get_connection_with_tls_context(request, verify, proxies=proxies, cert=cert)
+        url = request.url or ""
+        key = ("/".join(url.split("/", 3)[:3]), verify, cert)  # scheme://host:port
+        pool = self.pools.get(key)
+        if pool is None:
+            pool = super().get_connection_with_tls_context(request, verify, proxies=proxies, cert=cert)
+            _bounded_put(self.pools, key, pool)
+        return pool
+
+    def request_url(self, request: requests.PreparedRequest, proxies: Any) -> str:
+        if proxies:
+            return super().request_url(request, proxies)
+        url = request.url or ""
+        target = self.targets.get(url)
+        if target is None:
+            target = super().request_url(request, proxies)
+            _bounded_put(self.targets, url, target)
+        return target
+
+    def close(self) -> None:
+        self.pools.clear()
+        self.targets.clear()
+        super().close()
+
+
+def _bounded_put(cache: dict, key: Any, value: Any) -> None:
+    if len(cache) >= UpstreamHTTPAdapter.CACHE_SIZE:
+        cache.clear()
+    cache[key] = value
+
+
+class Transport:
+    """One upstream's HTTP client in this process: a session with its pools, and the requests prepared
+    once per (method, URL, headers) that each call copies and gives its own body."""
+
+    def __init__(self, *, base_url: str) -> None:
+        session = requests.Session()
+        # requests reads the environment (proxies, twice, and ~/.netrc) on every call when trust_env is
+        # on. Every request of a session goes to its upstream's origin (image downloads too, see
+        # images.hosting), so the proxy decision and the CA bundle are taken here once. ~/.netrc is
+        # never read: its password would replace the provider key, and downloads send no credentials.
+        session.trust_env = False
+        # One session serves every caller's calls: its jar accepts no cookie (and calls go out
+        # without the session's cookies in any case, see `_prepared`).
+        session.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))
+        if base_url:
+            session.proxies.update(get_environ_proxies(base_url))
+        ca_bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+        if ca_bundle:
+            session.verify = ca_bundle
+        self.adapter = UpstreamHTTPAdapter(pool_connections=4, pool_maxsize=POOL_SIZE, max_retries=0)
+        session.mount("http://", self.adapter)
+        session.mount("https://", self.adapter)
+        self.session = session
+        self.templates: dict[tuple[str, str, tuple[tuple[str, str], ...]], requests.PreparedRequest] = {}
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        timeout: tuple[float, float],
+        stream: bool = False,
+        headers: dict[str, str] | None = None,
+        json: Any = None,
+        data: Any = None,
+        files: Any = None,
+    ) -> UpstreamReply:
+        """Send one request; unless `stream`, read its whole body before returning."""
+        session = self.session
+        try:
+            # The adapter's public `send`, as `Session.send` would call it: there are no hooks, cookies
+            # or redirects to handle here (a redirect is answered to the caller as it came).
+            response = self.adapter.send(
+                self._prepared(method, url, headers=headers, json=json, data=data, files=files),
+                stream=True,
+                timeout=timeout,
+                verify=session.verify,
+                cert=session.cert,
+                proxies=session.proxies,
+            )
+            if stream:
+                return UpstreamReply(response=response, body=None)
+            # One read of the whole (decoded) body, which also gives the connection back to the pool.
+            return UpstreamReply(response=response, body=response.raw.read(decode_content=True) or b"")
+        except FAILURES as exc:
+            raise _classified(exc) from exc
+
+    def _prepared(
+        self, method: str, url: str, *, headers: dict[str, str] | None, json: Any, data: Any, files: Any
+    ) -> requests.PreparedRequest:
+        """What `Session.request` would send, without a cookie, with method, URL and headers prepared
+        (and checked) once per endpoint and header set, and only the body prepared per call."""
+        key = (method, url, tuple(headers.items()) if headers else ())
+        template = self.templates.get(key)
+        if template is None:
+            merged = CaseInsensitiveDict(self.session.headers)
+            if headers:
+                merged.update(headers)
+            template = requests.PreparedRequest()
+            template.prepare(method=method, url=url, headers=merged)
+            template.headers.pop("Content-Length", None)  # set from each call's body
+            _bounded_put(self.templates, key, template)
+        prepared = requests.PreparedRequest()
+        prepared.method = template.method
+        prepared.url = template.url
+        prepared.headers = template.headers.copy()
+        prepared.prepare_body(data, files, json)
+        return prepared
+
+
+_transports: dict[tuple[int, str], Transport] = {}
+_transports_lock = threading.Lock()
+
+
+def transport_for(upstream: Upstream) -> Transport:
+    """One pooled transport per upstream (and base URL) per process, shared by the worker's calls."""
+    key = (upstream.pk, upstream.base_url)
+    transport = _transports.get(key)
+    if transport is None:
+        with _transports_lock:
+            transport = _transports.get(key)
+            if transport is None:
+                transport = _transports[key] = Transport(base_url=upstream.base_url)
+    return transport
+
+
+def upstream_request(
+    *,
+    upstream: Upstream,
+    method: str,
+    url: str,
+    deadline: float | None = None,
+    stream: bool = False,
+    headers: dict[str, str] | None = None,
+    json: Any = None,
+    data: Any = None,
+    files: Any = None,
+) -> UpstreamReply:
+    """Every HTTP call to a provider: its read timeout is the upstream's, cut to what is left before
+    `deadline` (an absolute `time.monotonic()`), and connecting takes at most 5 s of it."""
+    read_timeout = float(upstream.timeout_seconds)
+    if deadline is not None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise UpstreamError("the call's deadline has passed", status=504, retryable=False)
+        read_timeout = min(read_timeout, remaining)
+    return transport_for(upstream).request(
+        method,
+        url,
+        timeout=(min(CONNECT_TIMEOUT_SECONDS, read_timeout), read_timeout),
+        stream=stream,
+        headers=headers,
+        json=json,
+        data=data,
+        files=files,
+    )
+
+
+def _classified(exc: Exception) -> UpstreamError:
+    """The UpstreamError for a failed exchange: retryable only when nothing can have been sent."""
+    if isinstance(exc, requests.ConnectTimeout):
+        return UpstreamError("upstream connect timed out", status=None, retryable=True)
+    if isinstance(exc, requests.ReadTimeout | ReadTimeoutError):
+        return UpstreamError("upstream timed out", status=504, retryable=False, outcome_unknown=True)
+    if isinstance(exc, requests.ConnectionError) and _never_connected(exc):
+        # Refused or unreachable: the request never went out, so another attempt is safe.
+        return UpstreamError("upstream connection failed", status=None, retryable=True)
+    if isinstance(exc, requests.ConnectionError):
+        return UpstreamError(
+            "upstream closed the connection without answering",
+            status=502,
+            retryable=False,
+            outcome_unknown=True,
+        )
+    return UpstreamError(
+        "upstream dropped the connection mid-answer", status=502, retryable=False, outcome_unknown=True
+    )
+
+
+def _never_connected(exc: requests.ConnectionError) -> bool:
+    """True when the connection was never established (so nothing was sent)."""
+    reason = exc.args[0] if exc.args else None
+    if isinstance(reason, MaxRetryError):
+        reason = reason.reason
+    return isinstance(reason, NewConnectionError | NameResolutionError | ConnectTimeoutError)
