@@ -24,8 +24,9 @@ from django.utils import timezone
 
 from accounts.models import Account
 from accounts.services import account_create, account_set_groups
+from billing.ledger import wallet_top_up
 from billing.money import MoneyError, money_parse
-from billing.services import subscription_upsert, wallet_top_up
+from billing.subscriptions import subscription_upsert
 from groups.models import Group
 from groups.services import group_upsert
 from images.capabilities import validate_capabilities
