@@ -1,11 +1,12 @@
 # `make run`: a fresh clone to a serving gateway on SQLite with the offline demo provider.
 # `make test`: lint, then the whole suite (SQLite by default; DATABASE_URL/REDIS_URL point it elsewhere).
+# `make test-sqlite`: the whole suite on SQLite without Redis, as `make run` serves, whatever is set.
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint format migrate clean bench
+.PHONY: run test test-sqlite lint format migrate clean bench
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +32,11 @@ format: $(BIN)/.installed
 
 test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# An empty DATABASE_URL is the development SQLite file (gateway_project/env.py; the tests make their
+# own database); an empty REDIS_URL is the per-process cache.
+test-sqlite: $(BIN)/.installed
+	DATABASE_URL= REDIS_URL= $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # `make bench`: the benchmark suite (bench/run.py, ~6 minutes on 2 cores; BENCH_ARGS=--quick for a short run).
 bench: $(BIN)/.installed

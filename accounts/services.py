@@ -5,7 +5,7 @@ from collections.abc import Iterable
 from django.db import transaction
 
 from accounts.models import Account, User
-from billing.services import wallet_create
+from billing.ledger import wallet_create
 from groups.models import Group
 
 

@@ -12,10 +12,11 @@ from decimal import Decimal
 from typing import TypeVar
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.utils import timezone
 
 from api.usage import UsageScope
+from billing.holds import hold_capture, hold_release, hold_reserve
 from billing.limits import (
     ConcurrencySlot,
     concurrency_slot_acquire,
@@ -25,7 +26,7 @@ from billing.limits import (
 from billing.models import Hold, Subscription
 from billing.money import money_parse
 from billing.selectors import subscription_get_active
-from billing.services import hold_capture, hold_release, hold_reserve, subscription_hold_reserve
+from billing.subscriptions import subscription_hold_reserve
 from core.errors import SUBSCRIPTION_INVALID, SUBSCRIPTION_NOT_FOUND, BillingError
 from groups.models import Group
 from keys.credentials import Credential
@@ -36,9 +37,19 @@ T = TypeVar("T")
 
 
 def transaction_open_by_application() -> bool:
-    """True inside an atomic block opened by application code. The blocks a Django TestCase (and
-    pytest-django's `db`) wraps every test in are not counted: they are not part of a request."""
-    return any(not getattr(block, "_from_testcase", False) for block in connection.atomic_blocks)
+    """True inside an atomic block opened by application code.
+
+    Asks Django whether a durable atomic block could start here (`atomic(durable=True)` refuses to
+    nest in another block, and Django's TestCase lets durable blocks run inside the transaction it
+    wraps each test in). Outside any block nothing is entered (no connection, no query); inside one,
+    `savepoint=False` makes the probe itself send nothing."""
+    if not connection.in_atomic_block:
+        return False
+    try:
+        with transaction.atomic(durable=True, savepoint=False):
+            return False
+    except RuntimeError:
+        return True
 
 
 def subscription_resolve_for_call(
@@ -208,7 +219,7 @@ def _reserve(
         return subscription_hold_reserve(
             subscription=subscription, amount=amount, reference=usage.request_id, now=now
         )
-    return hold_reserve(account=credential.account, amount=amount, reference=usage.request_id, now=now)
+    return hold_reserve(account_id=credential.account.pk, amount=amount, reference=usage.request_id, now=now)
 
 
 def _release(*, hold: Hold) -> None:

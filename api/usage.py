@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 
-from billing.services import usage_record_build, usage_record_insert, usage_record_outcome_set
+from billing.usage import usage_record_build, usage_record_insert, usage_record_outcome_set
 from core.errors import ApiError
 from upstreams.providers.base import UpstreamError
 
@@ -56,9 +56,9 @@ class UsageScope:
         """This call's usage record as it stands now, unsaved."""
         return usage_record_build(
             request_id=self.request_id,
-            account=self.credential.account,
+            account_id=self.credential.account.pk,
             credential=self.credential.limit_key,
-            group=self.group,
+            group_id=self.group.pk if self.group is not None else None,
             model_id=self.model_id,
             endpoint=self.endpoint,
             billing=self.billing,

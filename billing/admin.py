@@ -3,6 +3,8 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
 
+from billing.holds import holds_release_stale
+from billing.ledger import wallet_adjust, wallet_top_up
 from billing.models import (
     Hold,
     IdempotencyRecord,
@@ -13,7 +15,6 @@ from billing.models import (
     Wallet,
 )
 from billing.money import MoneyError, money_parse
-from billing.services import holds_release_stale, wallet_adjust, wallet_top_up
 from core.admin_confirm import admin_action_confirmed
 
 

@@ -5,7 +5,7 @@ MONEY = {"max_digits": 18, "decimal_places": 4}
 
 
 class Wallet(models.Model):
-    """An account's money. `balance` moves only through ledger entries (billing.services);
+    """An account's money. `balance` moves only through ledger entries (billing.ledger);
     `held` is the sum of open holds, so available = balance - held."""
 
     account = models.OneToOneField("accounts.Account", on_delete=models.CASCADE, related_name="wallet")

@@ -5,6 +5,11 @@ from __future__ import annotations
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 
 from django.conf import settings
+from django.db.models import DecimalField
+from django.db.models.expressions import Combinable
+from django.db.models.functions import Round
+
+from billing.models import MONEY
 
 MAX_AMOUNT = Decimal("100000000000000")  # fits max_digits=18, decimal_places=4
 
@@ -40,3 +45,12 @@ def money_parse(value: object, *, allow_negative: bool = False, allow_zero: bool
 def money_str(amount: Decimal) -> str:
     """Format for the API: a plain decimal string with the fixed places, e.g. "10.1500"."""
     return str(amount.quantize(settings.MONEY_QUANTUM))
+
+
+def money_sql(expression: Combinable) -> Round:
+    """Arithmetic on a money column inside an UPDATE, rounded to the money places.
+
+    Exact NUMERIC arithmetic on PostgreSQL (the round is a no-op there); SQLite computes decimal
+    columns in binary floating point, where 0.1 + 0.2 - 0.3 is not 0 and a CHECK (held >= 0) could
+    refuse a correct release, so the result is rounded back to the money places."""
+    return Round(expression, settings.MONEY_DECIMAL_PLACES, output_field=DecimalField(**MONEY))

@@ -14,6 +14,8 @@ from django.conf import settings
 
 # The total window's start: one fixed row per subscription, never reset.
 TOTAL_WINDOW_START = date(1970, 1, 1)
+# The one order in which reservations and releases touch a subscription's counters (no deadlocks).
+WINDOW_ORDER = ("day", "week", "month", "total")
 
 
 @dataclass(frozen=True)

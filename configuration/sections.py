@@ -23,8 +23,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from accounts.models import Account, User
 from accounts.services import account_create, account_set_groups
+from billing.ledger import wallet_top_up
 from billing.models import Subscription, Wallet
-from billing.services import subscription_upsert, wallet_top_up
+from billing.subscriptions import subscription_upsert
 from configuration.columns import NonEmptyStrings, column
 from groups.models import Group
 from groups.services import group_upsert

@@ -52,8 +52,8 @@ def env_file_load(base_dir: Path) -> None:
 
 
 DEFAULT_DATABASE_URL = "sqlite:///db.sqlite3"
-# Django's PostgreSQL backend with a LIFO connection pool (core/postgresql/).
-POSTGRESQL_ENGINE = "core.postgresql"
+# Django's own PostgreSQL backend (its connection pool is psycopg_pool's, `OPTIONS["pool"]`).
+POSTGRESQL_ENGINE = "django.db.backends.postgresql"
 _POSTGRES_SCHEMES = ("postgres", "postgresql", "pgsql")
 
 

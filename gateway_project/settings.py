@@ -11,7 +11,6 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from core.db import GreenConnection
 from gateway_project.env import (
     POSTGRESQL_ENGINE,
     database_from_url,
@@ -134,16 +133,18 @@ if DATABASE_POOL_MAX_SIZE and DATABASES["default"]["ENGINE"] == POSTGRESQL_ENGIN
         "min_size": min(2, DATABASE_POOL_MAX_SIZE),
         "max_size": DATABASE_POOL_MAX_SIZE,
         "timeout": env_int("DATABASE_POOL_TIMEOUT", 10, minimum=1),  # seconds to wait for a free one
-        # Waits for PostgreSQL on gevent's io watchers in gevent workers, psycopg's own elsewhere.
-        "connection_class": GreenConnection,
     }
-# PostgreSQL: the billing statements of every call (reserve, capture) are prepared once per connection
-# (billing/services.py). Turn off behind a pooler that cannot keep prepared statements.
+# PostgreSQL: the billing statements of every call (reserve, capture) are prepared the first time
+# they run on a connection, then each call sends only their parameters (billing/statements.py runs
+# them on psycopg's server-side-binding cursor; Django's own queries use client-side binding and are
+# never prepared). psycopg's `prepare_threshold`, which Django passes on to psycopg's connect: 0
+# prepares at the first run, None never. Turn off behind a pooler that cannot keep prepared
+# statements (PgBouncer in transaction mode before 1.21, or without max_prepared_statements).
 DATABASE_PREPARED_STATEMENTS = env_bool("DATABASE_PREPARED_STATEMENTS", True)
-if DATABASE_PREPARED_STATEMENTS and DATABASES["default"]["ENGINE"] == POSTGRESQL_ENGINE:
-    # psycopg prepares a statement asked to be prepared only when the threshold is set; Django's own
-    # queries, never asked, would be prepared only after this many runs on one connection: never.
-    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = 2**31 - 1
+if DATABASES["default"]["ENGINE"] == POSTGRESQL_ENGINE:
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = (
+        0 if DATABASE_PREPARED_STATEMENTS else None
+    )
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Several gunicorn threads write to one file: wait for the lock instead of failing at once.
     DATABASES["default"]["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}

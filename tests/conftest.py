@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from accounts.services import account_create, account_set_groups
-from billing.services import wallet_top_up
+from billing.ledger import wallet_top_up
 from core.config_cache import config_caches_clear
 from groups.services import group_upsert
 from images.services import image_model_upsert

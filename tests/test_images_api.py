@@ -16,7 +16,7 @@ from django.core.cache import cache
 from PIL import Image
 
 from billing.models import Hold, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
-from billing.services import subscription_upsert
+from billing.subscriptions import subscription_upsert
 from groups.services import group_upsert
 from keys.models import ApiKey
 from keys.services import api_key_create

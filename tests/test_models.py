@@ -3,9 +3,9 @@ from decimal import Decimal
 import pytest
 from django.db import IntegrityError, transaction
 
+from billing.ledger import InsufficientFunds, wallet_adjust, wallet_top_up
 from billing.models import AppendOnlyError, LedgerEntry, Wallet
 from billing.selectors import wallet_ledger_sum
-from billing.services import InsufficientFunds, wallet_adjust, wallet_top_up
 from keys.models import ApiKey
 from keys.secrets import api_key_hash
 from keys.services import api_key_create, api_key_revoke

@@ -29,7 +29,7 @@ def test_it_reads_sqlite_and_postgres_urls(tmp_path):
         "DATABASE_URL", "postgres://u:p%40ss@db.internal:6543/gw?sslmode=require", base_dir=tmp_path
     )
     assert (pg["ENGINE"], pg["NAME"], pg["USER"], pg["PASSWORD"], pg["HOST"], pg["PORT"]) == (
-        "core.postgresql",
+        "django.db.backends.postgresql",
         "gw",
         "u",
         "p@ss",
@@ -187,22 +187,29 @@ def _gunicorn_setting(env: dict[str, str], name: str = "worker_class") -> str:
     )
 
 
-def _pool_connection_class(env: dict[str, str]) -> str:
-    """The connection class of the database pool that gateway_project.settings configures."""
+def _database_options(env: dict[str, str]) -> str:
+    """The database OPTIONS that gateway_project.settings configures."""
     return _printed(
         "from gateway_project import settings as s;"
-        "print(s.DATABASES['default'].get('OPTIONS', {}).get('pool', {}).get('connection_class'))",
+        "print(sorted(s.DATABASES['default'].get('OPTIONS', {}).items()))",
         env={"DEBUG": "1", **env},
-        read=("DATABASE_URL", "DATABASE_POOL_MAX_SIZE", "DEBUG", "SECRET_KEY", "GATEWAY_KEY_PEPPER"),
+        read=(
+            "DATABASE_URL",
+            "DATABASE_POOL_MAX_SIZE",
+            "DATABASE_PREPARED_STATEMENTS",
+            "DEBUG",
+            "SECRET_KEY",
+            "GATEWAY_KEY_PEPPER",
+        ),
     )
 
 
-def test_the_postgresql_pool_waits_for_the_database_with_the_green_connection():
+def test_prepared_statements_are_a_postgresql_connection_option_that_can_be_turned_off():
     postgres = "postgres://u:p@db.internal/gateway"
-    green = "<class 'core.db.GreenConnection'>"
-    assert _pool_connection_class({"DATABASE_URL": postgres}) == green
-    assert _pool_connection_class({"DATABASE_URL": postgres, "DATABASE_POOL_MAX_SIZE": "0"}) == "None"
-    assert _pool_connection_class({"DATABASE_URL": "sqlite:///db.sqlite3"}) == "None"
+    assert "('prepare_threshold', 0)" in _database_options({"DATABASE_URL": postgres})
+    off = {"DATABASE_URL": postgres, "DATABASE_PREPARED_STATEMENTS": "0"}
+    assert "('prepare_threshold', None)" in _database_options(off)
+    assert "prepare_threshold" not in _database_options({"DATABASE_URL": "sqlite:///db.sqlite3"})
 
 
 def test_the_access_log_goes_to_stdout_to_a_file_or_nowhere(tmp_path):

@@ -14,8 +14,8 @@ import pytest
 from django.core.cache import cache
 from PIL import Image
 
+from billing.ledger import wallet_adjust
 from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
-from billing.services import wallet_adjust
 from keys.services import api_key_create
 from tests.test_images_api import model_upsert
 

@@ -25,8 +25,8 @@ from oauth2_provider.models import AccessToken, Application, RefreshToken, set_t
 
 from accounts.models import User
 from accounts.services import account_create, account_set_groups
+from billing.ledger import wallet_top_up
 from billing.models import LedgerEntry, UsageRecord, Wallet
-from billing.services import wallet_top_up
 from core.config_cache import GENERATION_KEY
 from core.errors import AuthenticationFailed
 from keys.authentication import credential_verify

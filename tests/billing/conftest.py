@@ -20,7 +20,8 @@ from accounts.services import account_create, account_set_groups
 from api.metering import metered_call
 from api.usage import usage_scope
 from billing.models import UsageRecord
-from billing.services import subscription_upsert, usage_record_build
+from billing.subscriptions import subscription_upsert
+from billing.usage import usage_record_build
 from keys.credentials import Credential
 from upstreams.providers.base import UpstreamError
 
@@ -72,7 +73,7 @@ def usage_record_draft(account, **fields) -> UsageRecord:
     values = {
         "request_id": "req_1",
         "credential": "api_key:1",
-        "group": None,
+        "group_id": None,
         "model_id": "alpha-image-2",
         "endpoint": "images.generations",
         "billing": "balance",
@@ -83,7 +84,7 @@ def usage_record_draft(account, **fields) -> UsageRecord:
         "latency_ms": 5,
         **fields,
     }
-    return usage_record_build(account=account, **values)
+    return usage_record_build(account_id=account.pk, **values)
 
 
 class FakeUpstream:

@@ -11,15 +11,10 @@ from django.utils import timezone
 
 from api.metering import metered_call
 from api.usage import usage_scope
+from billing.holds import hold_capture, hold_release, hold_reserve, holds_release_stale
 from billing.models import Hold, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
 from billing.selectors import ledger_check
-from billing.services import (
-    hold_capture,
-    hold_release,
-    hold_reserve,
-    holds_release_stale,
-    subscription_hold_reserve,
-)
+from billing.subscriptions import subscription_hold_reserve
 from core.errors import ApiError, RateLimited
 from tests.billing.conftest import (
     FakeUpstream,
@@ -154,7 +149,7 @@ def test_a_subscription_call_is_recorded_once_with_the_amount_counted(carol, bet
 
 
 def test_a_capture_that_loses_to_a_release_records_zero_and_charges_nothing(alice):
-    hold = hold_reserve(account=alice, amount=PRICE, reference="req_1")
+    hold = hold_reserve(account_id=alice.pk, amount=PRICE, reference="req_1")
     assert hold_release(hold=hold) is True
     record = usage_record_draft(alice)
     assert hold_capture(hold=hold, usage_record=record) is False
@@ -165,7 +160,7 @@ def test_a_capture_that_loses_to_a_release_records_zero_and_charges_nothing(alic
 
 @pytest.mark.django_db(transaction=True)  # the refused record is only refused when its transaction commits
 def test_a_usage_record_the_database_refuses_does_not_keep_the_call_from_being_charged(alice):
-    hold = hold_reserve(account=alice, amount=PRICE, reference="req_1")
+    hold = hold_reserve(account_id=alice.pk, amount=PRICE, reference="req_1")
     record = usage_record_draft(alice)
     record.group_id = 999_999  # its group was deleted while the call was in flight
     assert hold_capture(hold=hold, usage_record=record) is True
@@ -177,7 +172,7 @@ def test_a_usage_record_the_database_refuses_does_not_keep_the_call_from_being_c
     assert ledger_check() == []
 
     # The statement that failed runs again for the next call (its cursor is kept per connection).
-    second = hold_reserve(account=alice, amount=PRICE, reference="req_2")
+    second = hold_reserve(account_id=alice.pk, amount=PRICE, reference="req_2")
     second_record = usage_record_draft(alice)
     assert hold_capture(hold=second, usage_record=second_record) is True
     assert UsageRecord.objects.values_list("pk", "amount").get() == (second_record.pk, PRICE)

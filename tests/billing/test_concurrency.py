@@ -12,10 +12,11 @@ from django.db import connection
 
 from api.metering import metered_call
 from api.usage import usage_scope
+from billing.holds import hold_capture, hold_reserve, holds_release_stale
 from billing.idempotency import StoredResponse, idempotent_execute
+from billing.ledger import wallet_top_up
 from billing.models import Hold, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
 from billing.selectors import ledger_check, wallet_ledger_sum
-from billing.services import hold_capture, hold_reserve, holds_release_stale, wallet_top_up
 from core.errors import BillingError, Conflict, RateLimited
 from groups.models import Group
 from tests.billing.conftest import (
@@ -30,7 +31,7 @@ from tests.billing.conftest import (
 )
 from upstreams.providers.base import UpstreamError
 
-pytestmark = [postgres_only, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.postgres, postgres_only, pytest.mark.django_db(transaction=True)]
 
 PRICE = Decimal("0.15")
 WEDNESDAY_NOON = datetime(2025, 1, 15, 12, 0, tzinfo=UTC)
@@ -196,7 +197,7 @@ def test_random_failures_charge_exactly_the_successes(alice, alpha_group, alpha_
 def test_capture_racing_stale_release_resolves_every_hold_exactly_once(alice):
     start = datetime.now(tz=UTC)
     holds = [
-        hold_reserve(account=alice, amount=PRICE, reference=f"r{i}", now=start, ttl_seconds=60)
+        hold_reserve(account_id=alice.pk, amount=PRICE, reference=f"r{i}", now=start, ttl_seconds=60)
         for i in range(30)
     ]
     expiry_passed = start + timedelta(seconds=61)

@@ -11,17 +11,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
+from billing.holds import hold_capture, hold_release, hold_reserve, holds_release_stale
+from billing.ledger import InsufficientFunds, wallet_adjust, wallet_top_up
 from billing.models import Hold, LedgerEntry, Wallet
 from billing.selectors import ledger_check, wallet_ledger_sum
-from billing.services import (
-    InsufficientFunds,
-    hold_capture,
-    hold_release,
-    hold_reserve,
-    holds_release_stale,
-    wallet_adjust,
-    wallet_top_up,
-)
 from core.errors import BillingError
 
 pytestmark = pytest.mark.django_db
@@ -32,7 +25,7 @@ def wallet_of(account) -> Wallet:
 
 
 def test_it_reserves_by_raising_held_without_touching_the_balance(alice):
-    hold = hold_reserve(account=alice, amount=Decimal("0.15"), reference="req_1")
+    hold = hold_reserve(account_id=alice.pk, amount=Decimal("0.15"), reference="req_1")
     wallet = wallet_of(alice)
     assert (wallet.balance, wallet.held, wallet.available) == (
         Decimal("10.0000"),
@@ -44,9 +37,9 @@ def test_it_reserves_by_raising_held_without_touching_the_balance(alice):
 
 
 def test_it_refuses_a_reserve_above_the_available_balance_and_reserves_nothing(alice):
-    hold_reserve(account=alice, amount=Decimal("9.90"), reference="req_1")
+    hold_reserve(account_id=alice.pk, amount=Decimal("9.90"), reference="req_1")
     with pytest.raises(BillingError) as refused:
-        hold_reserve(account=alice, amount=Decimal("0.15"), reference="req_2")
+        hold_reserve(account_id=alice.pk, amount=Decimal("0.15"), reference="req_2")
     assert (refused.value.status, refused.value.type, refused.value.code) == (
         403,
         "billing_error",
@@ -58,11 +51,11 @@ def test_it_refuses_a_reserve_above_the_available_balance_and_reserves_nothing(a
 
 def test_it_refuses_a_reserve_for_an_empty_wallet(bob):
     with pytest.raises(BillingError):
-        hold_reserve(account=bob, amount=Decimal("0.02"), reference="req_1")
+        hold_reserve(account_id=bob.pk, amount=Decimal("0.02"), reference="req_1")
 
 
 def test_it_captures_a_hold_into_one_ledger_charge_with_the_request_id(alice):
-    hold = hold_reserve(account=alice, amount=Decimal("0.15"), reference="req_abc")
+    hold = hold_reserve(account_id=alice.pk, amount=Decimal("0.15"), reference="req_abc")
     assert hold_capture(hold=hold) is True
     wallet = wallet_of(alice)
     assert (wallet.balance, wallet.held) == (Decimal("9.8500"), Decimal("0"))
@@ -76,7 +69,7 @@ def test_it_captures_a_hold_into_one_ledger_charge_with_the_request_id(alice):
 
 
 def test_it_captures_a_hold_only_once(alice):
-    hold = hold_reserve(account=alice, amount=Decimal("0.15"), reference="req_1")
+    hold = hold_reserve(account_id=alice.pk, amount=Decimal("0.15"), reference="req_1")
     assert hold_capture(hold=hold) is True
     assert hold_capture(hold=hold) is False
     assert hold_release(hold=hold) is False
@@ -85,7 +78,7 @@ def test_it_captures_a_hold_only_once(alice):
 
 
 def test_it_releases_a_hold_without_charging_and_only_once(alice):
-    hold = hold_reserve(account=alice, amount=Decimal("0.15"), reference="req_1")
+    hold = hold_reserve(account_id=alice.pk, amount=Decimal("0.15"), reference="req_1")
     assert hold_release(hold=hold) is True
     assert hold_release(hold=hold) is False
     assert hold_capture(hold=hold) is False  # a late capture after release charges nothing
@@ -98,8 +91,10 @@ def test_it_releases_a_hold_without_charging_and_only_once(alice):
 
 def test_it_expires_only_holds_past_their_expiry(alice):
     now = timezone.now()
-    old = hold_reserve(account=alice, amount=Decimal("1"), reference="req_old", now=now, ttl_seconds=60)
-    fresh = hold_reserve(account=alice, amount=Decimal("2"), reference="req_new", now=now, ttl_seconds=600)
+    old = hold_reserve(account_id=alice.pk, amount=Decimal("1"), reference="req_old", now=now, ttl_seconds=60)
+    fresh = hold_reserve(
+        account_id=alice.pk, amount=Decimal("2"), reference="req_new", now=now, ttl_seconds=600
+    )
     assert holds_release_stale(now=now + timedelta(seconds=61)) == 1
     old.refresh_from_db()
     fresh.refresh_from_db()
@@ -110,7 +105,9 @@ def test_it_expires_only_holds_past_their_expiry(alice):
 
 def test_it_releases_an_abandoned_hold_and_a_late_capture_does_not_charge(alice):
     # A worker reserved, then was killed before capture or release: only the hold row remains.
-    abandoned = hold_reserve(account=alice, amount=Decimal("0.15"), reference="req_killed", ttl_seconds=60)
+    abandoned = hold_reserve(
+        account_id=alice.pk, amount=Decimal("0.15"), reference="req_killed", ttl_seconds=60
+    )
     later = timezone.now() + timedelta(minutes=5)
     out = io.StringIO()
     call_command("release_stale_holds", stdout=out)  # not stale yet: nothing to do
@@ -124,7 +121,7 @@ def test_it_releases_an_abandoned_hold_and_a_late_capture_does_not_charge(alice)
 
 
 def test_it_keeps_money_under_open_holds_out_of_reach_of_adjustments(alice):
-    hold_reserve(account=alice, amount=Decimal("9.00"), reference="req_1")
+    hold_reserve(account_id=alice.pk, amount=Decimal("9.00"), reference="req_1")
     with pytest.raises(InsufficientFunds):
         wallet_adjust(account=alice, amount="-1.50", note="correction")
     wallet_adjust(account=alice, amount="-1.00", note="correction")
@@ -133,7 +130,7 @@ def test_it_keeps_money_under_open_holds_out_of_reach_of_adjustments(alice):
 
 
 def test_it_charges_nothing_for_a_free_model_but_resolves_its_hold(alice):
-    hold = hold_reserve(account=alice, amount=Decimal("0"), reference="req_free")
+    hold = hold_reserve(account_id=alice.pk, amount=Decimal("0"), reference="req_free")
     assert hold_capture(hold=hold) is True
     assert not LedgerEntry.objects.filter(kind="charge").exists()
     assert ledger_check() == []
@@ -141,13 +138,13 @@ def test_it_charges_nothing_for_a_free_model_but_resolves_its_hold(alice):
 
 def test_it_refuses_float_amounts(alice):
     with pytest.raises(ValueError, match="float"):
-        hold_reserve(account=alice, amount=0.15, reference="req_1")
+        hold_reserve(account_id=alice.pk, amount=0.15, reference="req_1")
 
 
 def test_check_ledger_passes_on_a_consistent_database(alice, bob, capsys):
-    hold = hold_reserve(account=alice, amount=Decimal("0.15"), reference="req_1")
+    hold = hold_reserve(account_id=alice.pk, amount=Decimal("0.15"), reference="req_1")
     hold_capture(hold=hold)
-    hold_reserve(account=alice, amount=Decimal("0.15"), reference="req_2")
+    hold_reserve(account_id=alice.pk, amount=Decimal("0.15"), reference="req_2")
     wallet_top_up(account=bob, amount="1")
     call_command("check_ledger")
     assert "Ledger OK" in capsys.readouterr().out
@@ -165,7 +162,7 @@ def test_check_ledger_fails_loudly_when_a_balance_moved_outside_the_ledger(alice
 
 
 def test_check_ledger_fails_when_held_does_not_match_the_open_holds(alice):
-    hold_reserve(account=alice, amount=Decimal("1"), reference="req_1")
+    hold_reserve(account_id=alice.pk, amount=Decimal("1"), reference="req_1")
     Wallet.objects.filter(account=alice).update(held=Decimal("0.5"))
     problems = [str(p) for p in ledger_check()]
     assert any("held 0.5000 != sum of open holds 1.0000" in p for p in problems)

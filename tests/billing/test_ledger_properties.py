@@ -20,9 +20,10 @@ from hypothesis.stateful import (
 )
 
 from accounts.services import account_create
+from billing.holds import hold_capture, hold_release, hold_reserve, holds_release_stale
+from billing.ledger import wallet_top_up
 from billing.models import Hold, LedgerEntry, Wallet
 from billing.selectors import ledger_check, wallet_ledger_sum
-from billing.services import hold_capture, hold_release, hold_reserve, holds_release_stale, wallet_top_up
 from core.errors import BillingError
 
 pytestmark = pytest.mark.django_db
@@ -53,7 +54,7 @@ class WalletMachine(RuleBasedStateMachine):
         available = self.balance - sum(self.open.values(), Decimal("0"))
         try:
             hold = hold_reserve(
-                account=self.account, amount=amount, reference="prop", now=self.clock, ttl_seconds=ttl
+                account_id=self.account.pk, amount=amount, reference="prop", now=self.clock, ttl_seconds=ttl
             )
         except BillingError as refused:
             assert refused.code == "INSUFFICIENT_BALANCE"

@@ -10,10 +10,11 @@ from django.db import connection, transaction
 
 from api.metering import metered_call, transaction_open_by_application
 from api.usage import usage_scope
+from billing.holds import hold_release
 from billing.limits import concurrency_slot_acquire
 from billing.models import Hold, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
 from billing.selectors import ledger_check
-from billing.services import hold_release, subscription_hold_reserve
+from billing.subscriptions import subscription_hold_reserve
 from core.errors import ApiError, BillingError, RateLimited
 from groups.models import Group
 from tests.billing.conftest import FakeUpstream, alpha_call, beta_call, credential_for, subscribe
@@ -87,15 +88,25 @@ def test_it_refuses_insufficient_balance_before_calling_upstream(bob, alpha_grou
     assert (record.status, record.error_code, record.amount) == (403, "INSUFFICIENT_BALANCE", Decimal("0"))
 
 
+@pytest.mark.django_db(transaction=True)  # no test transaction around it: what a request sees
 def test_it_runs_the_upstream_call_with_no_transaction_open(alice, alpha_group, alpha_model):
     seen = []
 
     def call():
-        seen.append(transaction_open_by_application())
+        seen.append((connection.in_atomic_block, transaction_open_by_application()))
         return "ok"
 
     alpha_call(credential_for(alice), alpha_group, call)
-    assert seen == [False]
+    assert seen == [(False, False)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_refuses_to_run_inside_a_transaction_outside_a_test_transaction(alice, alpha_group, alpha_model):
+    upstream = FakeUpstream()
+    with pytest.raises(RuntimeError, match="transaction"), transaction.atomic():
+        alpha_call(credential_for(alice), alpha_group, upstream)
+    assert upstream.calls == 0
+    assert not Hold.objects.exists()
 
 
 def test_it_refuses_to_run_inside_a_transaction(alice, alpha_group, alpha_model):
@@ -468,3 +479,6 @@ def test_transaction_check_ignores_only_the_test_case_wrapper():
     assert transaction_open_by_application() is False
     with transaction.atomic():
         assert transaction_open_by_application() is True
+        with transaction.atomic():
+            assert transaction_open_by_application() is True
+    assert transaction_open_by_application() is False

@@ -12,8 +12,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from api.usage import usage_scope
+from billing.holds import hold_reserve
 from billing.models import Hold, UsageRecord
-from billing.services import hold_reserve, usage_record_insert
+from billing.usage import usage_record_insert
 from core.errors import InvalidRequest
 from tests.billing.conftest import credential_for, usage_record_draft
 from upstreams.providers.base import UpstreamError
@@ -113,9 +114,12 @@ def test_staff_read_the_usage_log_with_filters_but_cannot_change_it(staff_client
 
 def test_staff_release_stale_holds_from_the_admin(staff_client, alice):
     stale = hold_reserve(
-        account=alice, amount=Decimal("1"), reference="req_stale", now=timezone.now() - timedelta(hours=1)
+        account_id=alice.pk,
+        amount=Decimal("1"),
+        reference="req_stale",
+        now=timezone.now() - timedelta(hours=1),
     )
-    fresh = hold_reserve(account=alice, amount=Decimal("1"), reference="req_fresh")
+    fresh = hold_reserve(account_id=alice.pk, amount=Decimal("1"), reference="req_fresh")
     url = reverse("admin:billing_hold_changelist")
     assert staff_client.get(url).status_code == 200
     selection = {"action": "release_stale", "_selected_action": [stale.pk, fresh.pk]}

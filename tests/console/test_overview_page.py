@@ -7,15 +7,10 @@ from decimal import Decimal
 
 from django.utils import timezone
 
+from billing.holds import hold_capture, hold_reserve
 from billing.models import LedgerEntry
-from billing.services import (
-    hold_capture,
-    hold_reserve,
-    subscription_hold_reserve,
-    subscription_upsert,
-    usage_record_build,
-    usage_record_insert,
-)
+from billing.subscriptions import subscription_hold_reserve, subscription_upsert
+from billing.usage import usage_record_build, usage_record_insert
 from console.queries import spend_per_day_for_account
 
 
@@ -23,9 +18,9 @@ def _call(account, request_id: str, *, amount: str = "0.15", status: int = 200, 
     usage_record_insert(
         record=usage_record_build(
             request_id=request_id,
-            account=account,
+            account_id=account.pk,
             credential=credential or f"console:{account.pk}",
-            group=None,
+            group_id=None,
             model_id="alpha-image-2",
             endpoint="images.generations",
             billing="balance",
@@ -39,13 +34,13 @@ def _call(account, request_id: str, *, amount: str = "0.15", status: int = 200, 
 
 
 def _charge(account, amount: str, reference: str) -> LedgerEntry:
-    hold = hold_reserve(account=account, amount=Decimal(amount), reference=reference)
+    hold = hold_reserve(account_id=account.pk, amount=Decimal(amount), reference=reference)
     assert hold_capture(hold=hold)
     return LedgerEntry.objects.get(reference=reference, kind=LedgerEntry.Kind.CHARGE)
 
 
 def test_it_shows_balance_open_holds_and_available(alice_client, alice):
-    hold_reserve(account=alice, amount=Decimal("0.15"), reference="req_in_flight")
+    hold_reserve(account_id=alice.pk, amount=Decimal("0.15"), reference="req_in_flight")
 
     response = alice_client.get("/console/")
 

@@ -10,7 +10,7 @@ from decimal import Decimal
 from django.utils import timezone
 
 from billing.models import LedgerEntry, UsageRecord, Wallet
-from billing.services import subscription_upsert
+from billing.subscriptions import subscription_upsert
 
 DATA_URL = re.compile(r'src="data:image/(png|jpeg|webp);base64,([A-Za-z0-9+/=]+)"')
 

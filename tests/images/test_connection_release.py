@@ -11,8 +11,9 @@ import pytest
 from django.core.cache import cache
 from django.db import DataError, connection
 
+from billing.holds import hold_capture, hold_reserve
 from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
-from billing.services import _statement_run, hold_capture, hold_reserve
+from billing.statements import statement_run
 from keys.services import api_key_create
 from tests.factories import image_model_make
 from tests.images.conftest import OPENAI_BASE, image_bytes
@@ -74,7 +75,7 @@ def test_the_billing_statements_borrow_a_pooled_connection_and_commit_on_it(alic
         pool.putconn(raw)
     connection.close()
 
-    hold = hold_reserve(account=alice, amount=Decimal("0.25"), reference="req_pooled")
+    hold = hold_reserve(account_id=alice.pk, amount=Decimal("0.25"), reference="req_pooled")
     assert connection.connection is None
     assert hold_capture(hold=hold) is True
     assert connection.connection is None
@@ -90,7 +91,7 @@ def test_a_failing_billing_statement_raises_djangos_error_and_returns_its_connec
     available = connection.pool.get_stats().get("pool_available")
 
     with pytest.raises(DataError):
-        _statement_run("SELECT 1 / %(zero)s", {"zero": 0})
+        statement_run("SELECT 1 / %(zero)s", {"zero": 0})
 
     assert connection.connection is None
     assert connection.pool.get_stats().get("pool_available") == available
@@ -108,7 +109,7 @@ def test_a_statement_on_a_borrowed_connection_is_wrapped_and_logged_like_any_que
     connection.queries_log.clear()
     try:
         with connection.execute_wrapper(record):
-            hold_reserve(account=alice, amount=Decimal("0.25"), reference="req_logged")
+            hold_reserve(account_id=alice.pk, amount=Decimal("0.25"), reference="req_logged")
     finally:
         connection.force_debug_cursor = False
     assert connection.connection is None  # it ran on a connection borrowed for it alone

@@ -2,7 +2,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from billing.idempotency import idempotency_records_purge
-from billing.services import usage_records_purge
+from billing.usage import usage_records_purge
 
 
 class Command(BaseCommand):

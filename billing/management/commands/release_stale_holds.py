@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from billing.services import holds_release_stale
+from billing.holds import holds_release_stale
 
 
 class Command(BaseCommand):

@@ -2,8 +2,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from accounts.models import Account
 from accounts.selectors import account_get_by_username
+from billing.ledger import wallet_top_up
 from billing.money import MoneyError, money_str
-from billing.services import wallet_top_up
 
 
 class Command(BaseCommand):

@@ -1,0 +1,273 @@
+"""Holds: money (or subscription quota) reserved for one call, then captured or released once.
+
+Each operation is one public function choosing its form: on PostgreSQL one statement
+(billing/statements.py), elsewhere (SQLite) the ORM in one short transaction. Both forms sit side by
+side here and give the same results; tests/billing runs the same cases on both databases.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from contextlib import AbstractContextManager, nullcontext
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db import DataError, IntegrityError, connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from billing.models import Hold, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
+from billing.money import money_parse, money_sql, money_str
+from billing.statements import (
+    hold_capture_sql,
+    hold_release_sql,
+    hold_reserve_sql,
+    on_postgresql,
+    statement_instance,
+    statement_run,
+    usage_record_fields,
+)
+from billing.usage import usage_record_insert
+from billing.windows import TOTAL_WINDOW_START
+from core.errors import INSUFFICIENT_BALANCE, BillingError
+
+logger = logging.getLogger("gateway.billing")
+
+
+def hold_expiry(*, now: datetime, ttl_seconds: int | None) -> datetime:
+    ttl = ttl_seconds if ttl_seconds is not None else settings.GATEWAY_HOLD_TTL_SECONDS
+    return now + timedelta(seconds=ttl)
+
+
+# --- Reserve -----------------------------------------------------------------------------------------
+
+
+def hold_reserve(
+    *,
+    account_id: int,
+    amount: Decimal,
+    reference: str,
+    now: datetime | None = None,
+    ttl_seconds: int | None = None,
+) -> Hold:
+    """Reserve `amount` of the account's available balance (balance - held) for one call.
+
+    A conditional UPDATE raises `held` only while the available balance covers the amount, and the
+    Hold row is written with it, all or nothing. Nothing is reserved when it does not: 403
+    billing_error INSUFFICIENT_BALANCE. Available balance therefore never goes below zero, whatever
+    the concurrency. On PostgreSQL this is one statement in autocommit (one round trip).
+    """
+    value = money_parse(amount)
+    moment = now or timezone.now()
+    values = {
+        "kind": Hold.Kind.WALLET,
+        "amount": value,
+        "status": Hold.Status.OPEN,
+        "reference": reference,
+        "created_at": moment,
+        "expires_at": hold_expiry(now=moment, ttl_seconds=ttl_seconds),
+    }
+    reserve = _hold_reserve_statement if on_postgresql() else _hold_reserve_orm
+    hold = reserve(account_id=account_id, values=values)
+    if hold is None:
+        raise BillingError(
+            f"Insufficient balance: this call costs ¥{money_str(value)} and the account's "
+            "available balance does not cover it. Top up and try again.",
+            code=INSUFFICIENT_BALANCE,
+        )
+    return hold
+
+
+def _hold_reserve_statement(*, account_id: int, values: dict[str, Any]) -> Hold | None:
+    row = statement_run(
+        hold_reserve_sql(own_transaction=not connection.in_atomic_block),
+        {"account_id": account_id, **values},
+    )
+    if row is None:
+        return None
+    hold_id, wallet_id = row
+    return statement_instance(Hold, {"id": hold_id, "wallet_id": wallet_id, **values})
+
+
+def _hold_reserve_orm(*, account_id: int, values: dict[str, Any]) -> Hold | None:
+    amount = values["amount"]
+    with transaction.atomic():
+        # Conditional update, checked by rows affected: the row lock makes a concurrent reserve wait
+        # and re-evaluate `balance >= held + amount` against the committed row, so two calls can
+        # never both take the last money.
+        updated = (
+            Wallet.objects.alias(held_after=money_sql(F("held") + amount))
+            .filter(account_id=account_id, balance__gte=F("held_after"))
+            .update(held=money_sql(F("held") + amount))
+        )
+        if updated != 1:
+            return None
+        wallet_id = Wallet.objects.filter(account_id=account_id).values_list("pk", flat=True).get()
+        hold = Hold(wallet_id=wallet_id, **values)
+        hold.save(force_insert=True)
+        return hold
+
+
+# --- Capture -----------------------------------------------------------------------------------------
+
+
+def hold_capture(*, hold: Hold, now: datetime | None = None, usage_record: UsageRecord | None = None) -> bool:
+    """Resolve an open hold as used: a wallet hold becomes a ledger charge (reference = the hold's
+    request id); a subscription hold's counted usage is kept.
+
+    Exactly once: True only for the caller that moved the hold from `open` to `captured`. A hold
+    already released (failed call) or expired (release_stale_holds) is not charged: False.
+
+    `usage_record` (unsaved, from `usage_record_build`): the call's usage record, written with the
+    capture, all or nothing, its `amount` set to what this capture charged (or counted), 0 when the
+    hold was no longer open; its pk is set once written. On PostgreSQL the capture, the ledger charge
+    and the record are one statement. Should the database refuse the record itself (e.g. its group was
+    deleted meanwhile), the failed statement changed nothing: the hold is captured without it and the
+    record is left unsaved (pk None) for the caller to write, so a successful call is still charged
+    and answered.
+    """
+    moment = now or timezone.now()
+    capture = _hold_capture_statement if on_postgresql() else _hold_capture_orm
+    if usage_record is not None:
+        try:
+            with _savepoint_if_in_transaction():
+                return capture(hold=hold, now=moment, usage_record=usage_record)
+        except (IntegrityError, DataError):
+            logger.exception(
+                "could not write the usage record of request %s with its capture; capturing without it",
+                usage_record.request_id,
+            )
+            usage_record.pk = None
+    return capture(hold=hold, now=moment, usage_record=None)
+
+
+def _savepoint_if_in_transaction() -> AbstractContextManager[object]:
+    """Inside a transaction, a savepoint, so that a refused statement does not abort it; outside one
+    (autocommit, as metered calls run), nothing: a failed statement has rolled back on its own, and a
+    BEGIN would cost a round trip."""
+    return transaction.atomic() if connection.in_atomic_block else nullcontext()
+
+
+def _hold_capture_statement(*, hold: Hold, now: datetime, usage_record: UsageRecord | None) -> bool:
+    params: dict[str, Any] = {
+        "hold_id": hold.pk,
+        "open": Hold.Status.OPEN,
+        "captured": Hold.Status.CAPTURED,
+        "charge": LedgerEntry.Kind.CHARGE,
+        "now": now,
+        "written_at": timezone.now(),  # the ledger entry's created_at, as auto_now_add sets it
+    }
+    if usage_record is not None:
+        for field in usage_record_fields():
+            params[f"usage_{field.attname}"] = getattr(usage_record, field.attname)
+    row = statement_run(hold_capture_sql(recorded=usage_record is not None), params)
+    assert row is not None  # the final SELECT always returns one row
+    if usage_record is not None:
+        usage_record.pk, usage_record.amount = row[1], row[2]
+    return bool(row[0])
+
+
+def _hold_capture_orm(*, hold: Hold, now: datetime, usage_record: UsageRecord | None) -> bool:
+    with transaction.atomic():
+        # Status transition guarded by the old status: of a capture racing a release or an expiry,
+        # exactly one updates the row; the loser sees 0 rows and moves no money.
+        won = (
+            Hold.objects.filter(pk=hold.pk, status=Hold.Status.OPEN).update(
+                status=Hold.Status.CAPTURED, resolved_at=now
+            )
+            == 1
+        )
+        if won and hold.kind == Hold.Kind.WALLET and hold.amount > 0:
+            # Lock the wallet row so balance_after is exactly this charge's result under concurrency.
+            wallet = Wallet.objects.select_for_update().get(pk=hold.wallet_id)
+            Wallet.objects.filter(pk=wallet.pk).update(
+                balance=money_sql(F("balance") - hold.amount), held=money_sql(F("held") - hold.amount)
+            )
+            LedgerEntry.objects.create(
+                wallet_id=wallet.pk,
+                kind=LedgerEntry.Kind.CHARGE,
+                amount=-hold.amount,
+                balance_after=wallet.balance - hold.amount,
+                reference=hold.reference,
+            )
+        if usage_record is not None:
+            # What this capture charged; a hold no longer open charged nothing.
+            usage_record.amount = hold.amount if won else Decimal("0")
+            usage_record_insert(record=usage_record)
+        return won
+
+
+# --- Release -----------------------------------------------------------------------------------------
+
+
+def hold_release(*, hold: Hold, now: datetime | None = None, expired: bool = False) -> bool:
+    """Void an open hold: the wallet's `held` (or the subscription's window counters) go back down.
+
+    Exactly once: True only for the caller that moved the hold out of `open`; a hold already captured
+    or released is left alone (False). `expired` marks a release by release_stale_holds. A wallet
+    hold's release is one statement on PostgreSQL.
+    """
+    moment = now or timezone.now()
+    status = Hold.Status.EXPIRED if expired else Hold.Status.RELEASED
+    if hold.kind == Hold.Kind.WALLET and on_postgresql():
+        return _hold_release_statement(hold=hold, now=moment, status=status)
+    return _hold_release_orm(hold=hold, now=moment, status=status)
+
+
+def _hold_release_statement(*, hold: Hold, now: datetime, status: str) -> bool:
+    row = statement_run(
+        hold_release_sql(), {"hold_id": hold.pk, "open": Hold.Status.OPEN, "status": status, "now": now}
+    )
+    return bool(row and row[0])
+
+
+def _hold_release_orm(*, hold: Hold, now: datetime, status: str) -> bool:
+    with transaction.atomic():
+        # Status transition guarded by the old status: exactly one resolution per hold.
+        won = Hold.objects.filter(pk=hold.pk, status=Hold.Status.OPEN).update(status=status, resolved_at=now)
+        if won != 1:
+            return False
+        if hold.kind == Hold.Kind.WALLET:
+            # A relative update under the row lock; the held >= 0 constraint is the backstop.
+            Wallet.objects.filter(pk=hold.wallet_id).update(held=money_sql(F("held") - hold.amount))
+        else:
+            # Give the quota back to exactly the windows it was taken from, in the reservation's
+            # lock order (day, week, month, total).
+            for window, start in (
+                (SubscriptionUsage.Window.DAY, hold.day_start),
+                (SubscriptionUsage.Window.WEEK, hold.week_start),
+                (SubscriptionUsage.Window.MONTH, hold.month_start),
+                (SubscriptionUsage.Window.TOTAL, TOTAL_WINDOW_START),
+            ):
+                SubscriptionUsage.objects.filter(
+                    subscription_id=hold.subscription_id, window=window, window_start=start
+                ).update(used=money_sql(F("used") - hold.amount))
+        return True
+
+
+def holds_release_stale(
+    *, now: datetime | None = None, batch_size: int = 500, hold_ids: Iterable[int] | None = None
+) -> int:
+    """Expire every open hold whose expiry has passed (a worker died between reserve and capture).
+
+    Safe to run on many machines at once: each hold is released through `hold_release`, whose guarded
+    transition lets exactly one runner release it. Returns how many this run released.
+    """
+    moment = now or timezone.now()
+    stale = Hold.objects.filter(status=Hold.Status.OPEN, expires_at__lte=moment)
+    if hold_ids is not None:
+        stale = stale.filter(pk__in=list(hold_ids))
+    released = 0
+    while True:
+        batch = list(stale.order_by("expires_at", "pk")[:batch_size])
+        for hold in batch:
+            if hold_release(hold=hold, now=moment, expired=True):
+                released += 1
+        if len(batch) < batch_size:
+            break
+    if released:
+        logger.warning("released %d stale hold(s) expired by %s", released, moment.isoformat())
+    return released

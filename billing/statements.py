@@ -1,0 +1,284 @@
+"""The PostgreSQL one-statement forms of the billing hot path, and how they are run.
+
+Reserve, capture (with the call's usage record) and a wallet hold's release are each ONE statement
+with data-modifying CTEs in autocommit: one round trip each, and no row lock is ever held across a
+client round trip. SQLite has no DML inside WITH; there the services in billing/holds.py and
+billing/subscriptions.py run the ORM form of each operation, with the same results.
+
+Statements run on a server-side-binding cursor, so psycopg prepares them once per connection when
+the connection's `prepare_threshold` (DATABASES OPTIONS, settings.DATABASE_PREPARED_STATEMENTS)
+allows it; Django's own queries keep its client-side-binding cursor and are never prepared.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import SimpleNamespace
+from typing import Any, TypeVar
+
+import psycopg
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from billing.models import Hold, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
+from billing.windows import WINDOW_ORDER
+
+M = TypeVar("M", bound=models.Model)
+
+
+def on_postgresql() -> bool:
+    """True where the hot path runs as the statements below; elsewhere (SQLite) it runs the ORM form."""
+    return connection.vendor == "postgresql"
+
+
+def sql_names(model: type[models.Model]) -> SimpleNamespace:
+    """Quoted table and column names of a model for hand-written SQL: `.table`, and one attribute per
+    concrete field under its attname (`.wallet_id`, `.held`, ...), so the SQL follows the models."""
+    quote = connection.ops.quote_name
+    names = {field.attname: quote(field.column) for field in model._meta.concrete_fields}
+    return SimpleNamespace(table=quote(model._meta.db_table), **names)
+
+
+def statement_instance(model: type[M], values: dict[str, Any]) -> M:
+    """A model instance for a row a statement has just written, from the values it wrote (by
+    attname; the others are None), as a query would have loaded it: no second round trip."""
+    fields = model._meta.concrete_fields
+    return model.from_db(
+        connection.alias, [field.attname for field in fields], [values.get(field.attname) for field in fields]
+    )
+
+
+def statement_run(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+    """Run one billing statement and return its first row.
+
+    Through Django's cursor wrapping (query logging, execute_wrappers, database error translation), on
+    a server-side-binding cursor (`psycopg.Cursor`): psycopg prepares it per the connection's
+    `prepare_threshold` (settings.DATABASE_PREPARED_STATEMENTS)."""
+    # The connection of this thread (or greenlet), looked up once: every attribute read through the
+    # `connection` proxy looks it up again.
+    conn = connections[DEFAULT_DB_ALIAS]
+    conn.validate_thread_sharing()
+    logged = conn.queries_logged  # DEBUG, or a CaptureQueriesContext
+    with _statement_connection(conn) as raw:
+        with conn.wrap_database_errors:
+            # Django's query log shows a statement as its client-side-binding cursor sent it (values
+            # in the text); psycopg keeps no such text for a prepared one. A logged statement
+            # therefore runs on the connection's own (Django's) cursor, unprepared: same result.
+            raw_cursor = raw.cursor() if logged else psycopg.Cursor(raw)
+        cursor = conn.make_debug_cursor(raw_cursor) if logged else conn.make_cursor(raw_cursor)
+        with cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchone()
+
+
+@contextmanager
+def _statement_connection(conn: BaseDatabaseWrapper) -> Iterator[psycopg.Connection]:
+    """The psycopg connection a statement runs on.
+
+    With the connection pool, a call between statements holds no connection (api.metering gives it
+    back): the statement then borrows one from Django's pool just for itself, without making it this
+    thread's Django connection (Django's connect and close cost ~70 µs of Python per loan: settings
+    copied, autocommit and time zone checked, a signal sent). Inside a transaction, or when the thread
+    already holds a connection, it runs on that one, so that it sees and joins what the thread did.
+    """
+    if conn.connection is not None or conn.in_atomic_block or not conn.settings_dict["OPTIONS"].get("pool"):
+        conn.close_if_health_check_failed()
+        conn.ensure_connection()
+        yield conn.connection
+        return
+    pool = conn.pool
+    with conn.wrap_database_errors:
+        if pool.closed:
+            pool.open()  # as Django's connect does: nothing has used the pool yet
+        raw = pool.getconn()
+    try:
+        if not raw.autocommit:  # a connection Django has not used yet
+            with conn.wrap_database_errors:
+                raw.autocommit = True
+        yield raw
+    finally:
+        pool.putconn(raw)
+
+
+@functools.cache
+def hold_reserve_sql(*, own_transaction: bool) -> str:
+    """Reserve as ONE statement: the conditional UPDATE of the wallet and the INSERT of the hold run
+    inside the server, so the wallet's row lock is held only for the length of this statement, never
+    across a client round trip (under load, a round trip in a busy process waits for the GIL for
+    milliseconds, and every call of the account would queue behind the lock meanwhile).
+
+    Conditional UPDATE, checked by the row it returns: a concurrent reserve waits for the row lock,
+    then re-evaluates `balance >= held + amount` against the committed row (READ COMMITTED), so two
+    calls can never both take the last money. No row returned: insufficient balance, nothing written.
+
+    `own_transaction` (the statement is its own transaction, autocommit): it commits without waiting
+    for the WAL flush (`synchronous_commit = off` for this transaction only). That is safe for a
+    reservation and only for it: it moves no money, only `held` and an open hold. PostgreSQL writes
+    WAL in order, so the capture (or release) that follows it, which commits synchronously, makes the
+    reservation durable too; a crash can only lose a reservation nothing durable depends on yet, and
+    such a call is then simply not charged. Inside a caller's transaction the setting would apply to
+    that transaction's other writes: not used there.
+    """
+    w, h = sql_names(Wallet), sql_names(Hold)
+    no_flush_wait = (
+        "no_flush_wait AS (SELECT set_config('synchronous_commit', 'off', true))," if own_transaction else ""
+    )
+    return f"""
+        WITH {no_flush_wait}
+        reserved AS (
+            UPDATE {w.table} SET {w.held} = {w.held} + %(amount)s
+            WHERE {w.account_id} = %(account_id)s AND {w.balance} >= {w.held} + %(amount)s
+            RETURNING {w.id} AS wallet_id
+        )
+        INSERT INTO {h.table} (
+            {h.kind}, {h.wallet_id}, {h.amount}, {h.status}, {h.reference}, {h.created_at}, {h.expires_at}
+        )
+        SELECT %(kind)s, reserved.wallet_id, %(amount)s, %(status)s, %(reference)s, %(created_at)s,
+            %(expires_at)s
+        FROM reserved{" CROSS JOIN no_flush_wait" if own_transaction else ""}
+        RETURNING {h.id}, {h.wallet_id}
+    """  # noqa: S608 - identifiers from the models' _meta, values bound as parameters
+
+
+def usage_record_fields() -> list[models.Field]:
+    """The columns a capture writes of the call's usage record (all but the id)."""
+    return [field for field in UsageRecord._meta.concrete_fields if not field.primary_key]
+
+
+@functools.cache
+def hold_capture_sql(*, recorded: bool) -> str:
+    """Capture as ONE statement, and with `recorded` the call's usage record too: no transaction and
+    no lock held across a client round trip, and the charge and its record can only be written
+    together.
+
+    - `captured`: the status transition guarded by the old status: of a capture racing a release or
+      an expiry exactly one updates the hold; the loser gets no row and everything below moves nothing.
+    - `debited`: the wallet's balance and held go down by the amount (only for a wallet hold of a
+      non-zero amount). The UPDATE locks the wallet row and, under concurrency, computes from the
+      committed row, so the balance it returns is exactly this charge's balance_after.
+    - `charged`: the ledger charge (append-only), with that balance_after and the hold's request id.
+    - `recorded`: the usage record, with the amount captured, or 0 when the hold was no longer open.
+    """
+    h, w, e = sql_names(Hold), sql_names(Wallet), sql_names(LedgerEntry)
+    ledger_columns = ", ".join(
+        (e.wallet_id, e.kind, e.amount, e.balance_after, e.reference, e.note, e.created_at)
+    )
+    recorded_cte, result = "", "SELECT EXISTS (SELECT FROM captured)"
+    if recorded:
+        u = sql_names(UsageRecord)
+        fields = usage_record_fields()
+        columns = ", ".join(getattr(u, field.attname) for field in fields)
+        values = ", ".join(
+            "COALESCE((SELECT amount FROM captured), 0)"
+            if field.attname == "amount"
+            else f"%(usage_{field.attname})s"
+            for field in fields
+        )
+        recorded_cte = f""",
+        recorded AS (
+            INSERT INTO {u.table} ({columns})
+            VALUES ({values})
+            RETURNING {u.id} AS id, {u.amount} AS amount
+        )"""  # noqa: S608 - identifiers from the models' _meta, values bound as parameters
+        result = "SELECT EXISTS (SELECT FROM captured), recorded.id, recorded.amount FROM recorded"
+    return f"""
+        WITH captured AS (
+            UPDATE {h.table} SET {h.status} = %(captured)s, {h.resolved_at} = %(now)s
+            WHERE {h.id} = %(hold_id)s AND {h.status} = %(open)s
+            RETURNING {h.wallet_id} AS wallet_id, {h.amount} AS amount, {h.reference} AS reference
+        ),
+        debited AS (
+            UPDATE {w.table} SET
+                {w.balance} = {w.table}.{w.balance} - captured.amount,
+                {w.held} = {w.table}.{w.held} - captured.amount
+            FROM captured
+            WHERE {w.table}.{w.id} = captured.wallet_id AND captured.amount > 0
+            RETURNING {w.table}.{w.id} AS wallet_id, {w.table}.{w.balance} AS balance_after
+        ),
+        charged AS (
+            INSERT INTO {e.table} ({ledger_columns})
+            SELECT debited.wallet_id, %(charge)s, -captured.amount, debited.balance_after,
+                captured.reference, '', %(written_at)s
+            FROM debited CROSS JOIN captured
+        ){recorded_cte}
+        {result}
+    """  # noqa: S608 - identifiers from the models' _meta, values bound as parameters
+
+
+@functools.cache
+def hold_release_sql() -> str:
+    """Release a wallet hold as ONE statement: the status transition guarded by the old status
+    (exactly one resolution per hold; a loser gets no row and gives nothing back), then `held` goes
+    down by the amount with a relative update, the wallet's row lock held only inside the statement.
+    The held >= 0 constraint is the backstop."""
+    h, w = sql_names(Hold), sql_names(Wallet)
+    return f"""
+        WITH released AS (
+            UPDATE {h.table} SET {h.status} = %(status)s, {h.resolved_at} = %(now)s
+            WHERE {h.id} = %(hold_id)s AND {h.status} = %(open)s
+            RETURNING {h.wallet_id} AS wallet_id, {h.amount} AS amount
+        ),
+        unheld AS (
+            UPDATE {w.table} SET {w.held} = {w.table}.{w.held} - released.amount
+            FROM released
+            WHERE {w.table}.{w.id} = released.wallet_id AND released.amount > 0
+        )
+        SELECT EXISTS (SELECT FROM released)
+    """  # noqa: S608 - identifiers from the models' _meta, values bound as parameters
+
+
+@functools.cache
+def subscription_hold_reserve_sql(*, capped: frozenset[str]) -> str:
+    """Count the amount in every window and write the hold in ONE statement, run in a transaction so
+    that a window refused after others were counted rolls them back.
+
+    Per window an upsert: a missing counter is created (the first call of a day) at `amount`, an
+    existing one is raised with the conditional `used + amount <= cap`, which PostgreSQL evaluates on
+    the locked, committed row, so a cap is never overshot. Each window's upsert runs only once the
+    previous window's has returned its row (`EXISTS (SELECT FROM counted_<previous>)`): this data
+    dependency makes PostgreSQL lock the counters in the fixed order day, week, month, total (the
+    order release uses too, so they cannot deadlock), and the chain stops at the first refused
+    window. The hold is written only when all four counted. `capped` names the windows that have a
+    cap: one statement per combination. The result: per window in WINDOW_ORDER 1 if counted (0 if
+    not), then the hold's id (NULL when refused).
+    """
+    u, h = sql_names(SubscriptionUsage), sql_names(Hold)
+    counters = []
+    previous = None
+    for window in WINDOW_ORDER:
+        has_cap = window in capped
+        conditions = [f"EXISTS (SELECT FROM {previous})"] if previous else []
+        if has_cap:
+            conditions.append(f"%(amount)s <= %({window}_cap)s")  # a new counter must fit too
+        where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
+        guard = f"WHERE counter.{u.used} + EXCLUDED.{u.used} <= %({window}_cap)s" if has_cap else ""
+        key = f"{u.subscription_id}, {u.window}, {u.window_start}"
+        counters.append(
+            f"""
+        counted_{window} AS (
+            INSERT INTO {u.table} AS counter ({key}, {u.used}, {u.updated_at})
+            SELECT %(subscription_id)s, %({window}_window)s, %({window}_start)s, %(amount)s, %(updated_at)s
+            {where}
+            ON CONFLICT ({key}) DO UPDATE SET {u.used} = counter.{u.used} + EXCLUDED.{u.used}
+            {guard}
+            RETURNING 1
+        )"""
+        )
+        previous = f"counted_{window}"
+    counts = ", ".join(f"(SELECT count(*) FROM counted_{w})" for w in WINDOW_ORDER)  # noqa: S608
+    return f"""
+        WITH {",".join(counters)},
+        held AS (
+            INSERT INTO {h.table} (
+                {h.kind}, {h.subscription_id}, {h.amount}, {h.status}, {h.reference}, {h.day_start},
+                {h.week_start}, {h.month_start}, {h.created_at}, {h.expires_at}
+            )
+            SELECT %(kind)s, %(subscription_id)s, %(amount)s, %(status)s, %(reference)s, %(day_start)s,
+                %(week_start)s, %(month_start)s, %(created_at)s, %(expires_at)s
+            WHERE EXISTS (SELECT FROM {previous})
+            RETURNING {h.id}
+        )
+        SELECT {counts}, (SELECT {h.id} FROM held)
+    """  # noqa: S608 - identifiers from the models' _meta, values bound as parameters
