@@ -55,22 +55,33 @@ def statement_run(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
 
     Through Django's cursor wrapping (query logging, execute_wrappers, database error translation), on
     a server-side-binding cursor (`psycopg.Cursor`): psycopg prepares it per the connection's
-    `prepare_threshold` (settings.DATABASE_PREPARED_STATEMENTS)."""
+    `prepare_threshold` (settings.DATABASE_PREPARED_STATEMENTS). The pool's connections
+    (`core.db.StatementConnection`) keep that cursor for the next run of the same statement: a cursor
+    run again keeps the dumpers it chose for the parameters' types. A connection is lent to one caller
+    at a time, and its cursors with it."""
     # The connection of this thread (or greenlet), looked up once: every attribute read through the
     # `connection` proxy looks it up again.
     conn = connections[DEFAULT_DB_ALIAS]
     conn.validate_thread_sharing()
     logged = conn.queries_logged  # DEBUG, or a CaptureQueriesContext
     with _statement_connection(conn) as raw:
-        with conn.wrap_database_errors:
-            # Django's query log shows a statement as its client-side-binding cursor sent it (values
-            # in the text); psycopg keeps no such text for a prepared one. A logged statement
-            # therefore runs on the connection's own (Django's) cursor, unprepared: same result.
-            raw_cursor = raw.cursor() if logged else psycopg.Cursor(raw)
+        # Django's query log shows a statement as its client-side-binding cursor sent it (values in
+        # the text); psycopg keeps no such text for a prepared one. A logged statement therefore runs
+        # on the connection's own (Django's) cursor, unprepared: same result.
+        kept = None if logged else getattr(raw, "statement_cursors", None)
+        raw_cursor = kept.get(sql) if kept is not None else None
+        if raw_cursor is None or raw_cursor.closed:
+            with conn.wrap_database_errors:
+                raw_cursor = raw.cursor() if logged else psycopg.Cursor(raw)
+            if kept is not None:
+                kept[sql] = raw_cursor
         cursor = conn.make_debug_cursor(raw_cursor) if logged else conn.make_cursor(raw_cursor)
-        with cursor:
+        try:
             cursor.execute(sql, params)
             return cursor.fetchone()
+        finally:
+            if kept is None:
+                cursor.close()
 
 
 @contextmanager

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
+from core.db import StatementConnection
 from gateway_project.env import (
     POSTGRESQL_ENGINE,
     database_from_url,
@@ -133,6 +134,8 @@ if DATABASE_POOL_MAX_SIZE and DATABASES["default"]["ENGINE"] == POSTGRESQL_ENGIN
         "min_size": min(2, DATABASE_POOL_MAX_SIZE),
         "max_size": DATABASE_POOL_MAX_SIZE,
         "timeout": env_int("DATABASE_POOL_TIMEOUT", 10, minimum=1),  # seconds to wait for a free one
+        # Each connection keeps the cursors of the billing statements (billing/statements.py).
+        "connection_class": StatementConnection,
     }
 # PostgreSQL: the billing statements of every call (reserve, capture) are prepared the first time
 # they run on a connection, then each call sends only their parameters (billing/statements.py runs

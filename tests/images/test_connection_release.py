@@ -116,3 +116,27 @@ def test_a_statement_on_a_borrowed_connection_is_wrapped_and_logged_like_any_que
     assert len(wrapped) == 1 and "billing_hold" in wrapped[0]
     (logged,) = connection.queries_log  # as sent: with PostgreSQL's $n placeholders
     assert "billing_hold" in logged["sql"]
+
+
+def test_a_pooled_connection_keeps_a_statements_cursor_for_its_next_run(alice):
+    connection.ensure_connection()  # the statements run on the thread's own (pooled) connection
+    raw = connection.connection
+    hold_reserve(account_id=alice.pk, amount=Decimal("0.25"), reference="req_kept_1")
+    (sql,) = [sql for sql in raw.statement_cursors if "billing_hold" in sql]
+    cursor = raw.statement_cursors[sql]
+
+    hold_reserve(account_id=alice.pk, amount=Decimal("0.25"), reference="req_kept_2")
+
+    assert raw.statement_cursors[sql] is cursor and not cursor.closed
+    assert Hold.objects.filter(reference__in=["req_kept_1", "req_kept_2"]).count() == 2
+    assert Wallet.objects.get(account=alice).held == Decimal("0.50")
+
+
+def test_a_kept_cursor_runs_its_statement_again_after_the_statement_failed():
+    connection.ensure_connection()
+    raw = connection.connection
+    with pytest.raises(DataError):
+        statement_run("SELECT 1 / %(divisor)s", {"divisor": 0})
+    cursor = raw.statement_cursors["SELECT 1 / %(divisor)s"]
+    assert statement_run("SELECT 1 / %(divisor)s", {"divisor": 1}) == (1,)
+    assert raw.statement_cursors["SELECT 1 / %(divisor)s"] is cursor
