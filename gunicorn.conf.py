@@ -1,21 +1,18 @@
 """gunicorn settings. Every value can be set from the environment; see README, "Production".
 
-The values below were chosen from `make bench` and `bench/ab.py` runs on a 2-core machine
-(docs/benchmarks.md, "Serving settings"):
+The values were chosen from `make bench` and `bench/ab.py` runs on a 2-core machine; the figures
+behind each choice are in docs/benchmarks.md, "Serving settings".
 
 - worker class: gevent on PostgreSQL, gthread otherwise (GUNICORN_WORKER_CLASS). The application is
   the same synchronous WSGI code either way; the worker decides how calls that wait wait. An image call
   spends nearly all its time waiting on its upstream, so a process must hold hundreds of calls in
-  flight. gthread gives each one an OS thread, and at 64 fast calls at once those threads' contention
-  for the GIL cost ~0.6 ms of CPU per call (3.1 against 2.5 ms; 2 x 8 threads measured 2.5 ms too,
-  but cannot hold 500 slow calls). gevent runs each call in a greenlet of one thread: 500 slow calls
-  cost nothing while they wait, and fast calls measured +27-30 % requests/s in interleaved A/B runs.
+  flight: gthread gives each an OS thread, whose contention for the GIL costs CPU on fast calls;
+  gevent runs each call in a greenlet of one thread, so slow calls cost nothing while they wait.
   psycopg, redis-py and requests yield to other calls while they wait on their sockets (gunicorn
   patches the standard library before it loads the application). SQLite's driver cannot: a call
   waiting for SQLite's write lock would stop every other call in its process, so development and the
   demo (SQLite) keep gthread threads.
-- workers = cores (2): one process per core. 4 and 8 processes on 2 cores measured the same
-  throughput at more CPU per call (~90 MB more memory each).
+- workers = cores: one process per core; more processes bought no throughput, only memory.
 - worker_connections = 1000 (gevent): calls in flight per process, each a greenlet of a few KB; the
   database pool (DATABASE_POOL_MAX_SIZE = 16 per process) lends a connection only while a call talks
   to PostgreSQL, so 2 x 1000 calls share 32 connections.
@@ -23,9 +20,7 @@ The values below were chosen from `make bench` and `bench/ab.py` runs on a 2-cor
   every thread keeps its own connection: keep workers x threads under PostgreSQL's max_connections.
 - glibc malloc arenas: 2 (GUNICORN_MALLOC_ARENAS). By default glibc gives threads up to 8 x cores
   arenas, each keeping the peak of the image bodies it once held; with the GIL, more arenas buy no
-  speed. Measured with 4 MB answers under gthread: 743 -> 472 MB peak per worker
-  (docs/benchmarks.md). A fixed mmap threshold (MALLOC_MMAP_THRESHOLD_) was measured too: no less
-  memory, 8 ms more CPU a call.
+  speed, and the peak memory per worker drops.
 - keepalive 5 s: clients that reuse connections (the SDKs, wrk) skip the TCP handshake; an idle
   kept-alive connection waits in the poller (gthread) or in a parked greenlet (gevent).
 """

@@ -90,8 +90,8 @@ def _statement_connection(conn: BaseDatabaseWrapper) -> Iterator[psycopg.Connect
 
     With the connection pool, a call between statements holds no connection (api.metering gives it
     back): the statement then borrows one from Django's pool just for itself, without making it this
-    thread's Django connection (Django's connect and close cost ~70 µs of Python per loan: settings
-    copied, autocommit and time zone checked, a signal sent). Inside a transaction, or when the thread
+    thread's Django connection (Django's connect and close copy settings, check autocommit and the time
+    zone and send a signal on every loan). Inside a transaction, or when the thread
     already holds a connection, it runs on that one, so that it sees and joins what the thread did.
     """
     if conn.connection is not None or conn.in_atomic_block or not conn.settings_dict["OPTIONS"].get("pool"):
