@@ -10,7 +10,7 @@ user is refused at once everywhere, and a price or upstream change applies to th
 The counter is taken at most once per request (the memo is reset by Django's `request_started`);
 outside a request (commands, tests calling services) on every use. Taking it asks Redis only when
 Redis has said something since the last read: each process keeps one Redis connection on which Redis
-pushes a message the moment the counter's key changes (`GenerationWatch`), and the process checks,
+publishes a message the moment the counter's key changes (`GenerationWatch`), and the process checks,
 without waiting, that nothing arrived on it. Caching is on only when the cache
 is shared between processes (REDIS_URL); without it, or when Redis cannot be reached, callers query the
 database as if there were no cache. Entries also expire after GATEWAY_CONFIG_CACHE_SECONDS, a backstop
@@ -27,12 +27,14 @@ import time
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+import redis
 from django.conf import settings
 from django.core.cache import cache
 from django.core.signals import request_finished, request_started, setting_changed
 from django.db import transaction
-
-from core.sockets import readable_now
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from redis.utils import str_if_bytes
 
 logger = logging.getLogger("gateway.cache")
 
@@ -159,78 +161,79 @@ class GenerationCache(Generic[V]):
 class GenerationWatch:
     """The generation as this process last read it, for as long as Redis has said nothing about it.
 
-    One Redis connection per process, in RESP3 with `CLIENT TRACKING ON BCAST PREFIX <the counter's
-    key>`: from then on Redis pushes an invalidation message on it whenever that key changes (a bump,
-    an expiry, an eviction, a FLUSHDB), whoever changes it. Nothing is ever sent on it after that. A
-    request then takes the generation last read as long as:
+    One Redis connection per process (RESP2), made with redis-py's public API: it asks for its own
+    client id, turns on `CLIENT TRACKING ON REDIRECT <that id> BCAST PREFIX <the counter's key>` and
+    subscribes to `__redis__:invalidate`. From then on Redis publishes a message on it whenever that key
+    changes (a bump, an expiry, an eviction, a FLUSHDB), whoever changes it; nothing is sent on it after
+    that. A request then takes the generation last read as long as:
 
-    - nothing is waiting on the connection (asked of the OS without waiting: data, end of file and an
-      error all mean "read it again"). Redis writes the push in the same pass of its event loop as the
-      bump's own answer (in broadcast mode, ahead of it), so on one host a process asked after a bump
-      has returned finds the push waiting; across a network, a packet lost on the watch connection
-      can delay it by TCP's retransmission time, never beyond `trust_seconds`;
+    - nothing is waiting on the connection (`Connection.can_read(timeout=0)`, which does not wait:
+      data, end of file and an error all mean "read it again"). Redis writes the message in the same
+      pass of its event loop as the bump's own answer, so on one host a process asked after a bump has
+      returned finds it waiting; across a network, a lost packet can delay it, never beyond
+      `trust_seconds`;
     - it was read after the watch was armed, and nothing arrived from before the read until now;
     - it is younger than `trust_seconds`: a backstop should the connection die silently (a network
       partition without a reset), after which the counter is read from Redis again (and, Redis
       unreachable, the caches are off as before).
 
-    Otherwise the counter is read from Redis as before (`read`), after what arrived is drained. A
-    server that refuses RESP3 or CLIENT TRACKING (Redis before 6, an ACL without CLIENT, some proxies)
-    leaves the watch off: every request reads the counter, as before; it is tried again every
-    `retry_seconds`. `connect` makes the connection (default: from the Django cache's own pool
-    settings, so the same server, database, credentials and TLS).
+    Otherwise the counter is read from Redis (`read`), after what arrived is drained. A server that
+    refuses CLIENT TRACKING (Redis before 6, an ACL without CLIENT, some proxies) leaves the watch
+    off: every request reads the counter; it is tried again every `retry_seconds`. `connect` returns a
+    new, unconnected RESP2 `redis.Connection` and the counter's full key (default: from REDIS_URL).
     """
 
     def __init__(
         self,
         *,
-        connect: Callable[[], Any] | None = None,
+        connect: Callable[[], tuple[redis.Connection, str]] | None = None,
         trust_seconds: float = 1.0,
         retry_seconds: float = 30.0,
     ) -> None:
-        self.connect = connect or _cache_connection
+        self.connect = connect or _watch_connection
         self.trust_seconds = trust_seconds
         self.retry_seconds = retry_seconds
         self._lock = threading.Lock()
-        self._connection: Any = None
-        self._sock: Any = None
+        self._connection: redis.Connection | None = None
         self._epoch = 0  # +1 when something arrives or the connection changes: reads before it are void
         self._known: tuple[int, float] | None = None  # (generation, monotonic time of its read)
         self._retry_at = 0.0
 
     @property
     def armed(self) -> bool:
-        return self._sock is not None
+        return self._connection is not None
 
     def generation(self) -> int | None:
         """The generation last read, while nothing says it changed; None: `read` it."""
-        known, sock = self._known, self._sock
-        if known is None or sock is None or time.monotonic() - known[1] >= self.trust_seconds:
+        known, connection = self._known, self._connection
+        if known is None or connection is None or time.monotonic() - known[1] >= self.trust_seconds:
             return None
         try:
-            if readable_now(sock) is not False or _tls_pending(sock):
+            if connection.can_read(timeout=0):
                 return None
-        except (OSError, ValueError):  # closed meanwhile by another thread
+        except Exception:  # end of file, an error: read it again (and `read` makes a new connection)
+            return None
+        if self._connection is not connection:  # closed by another thread meanwhile
             return None
         return known[0]
 
     def read(self, get: Callable[[], int | None]) -> int | None:
         """`get()` the generation from Redis, with the watch armed first so that any change after the
-        read is pushed; keep it for `generation` unless something arrived meanwhile."""
+        read is published; keep it for `generation` unless something arrived meanwhile."""
         with self._lock:
             self._known = None
             self._drain()
-            connect = self._sock is None and time.monotonic() >= self._retry_at
+            connect = self._connection is None and time.monotonic() >= self._retry_at
             if connect:  # this caller makes the connection; the others meanwhile read without one
                 self._retry_at = time.monotonic() + self.retry_seconds
         if connect:
             self._arm()  # outside the lock: a slow connect holds up no other request
         with self._lock:
-            armed, epoch = self._sock is not None, self._epoch
+            armed, epoch = self._connection is not None, self._epoch
         generation = get()
         if armed and generation is not None:
             with self._lock:
-                if self._epoch == epoch and self._sock is not None:
+                if self._epoch == epoch and self._connection is not None:
                     self._known = (generation, time.monotonic())
         return generation
 
@@ -245,17 +248,15 @@ class GenerationWatch:
             self._close()
 
     def _drain(self) -> None:
-        """Read (and drop) what Redis pushed; close on end of file or an error."""
-        sock = self._sock
-        if sock is None:
+        """Read (and drop) what Redis published; close on end of file or an error."""
+        connection = self._connection
+        if connection is None:
             return
         try:
-            while readable_now(sock) or _tls_pending(sock):
+            while connection.can_read(timeout=0):
                 self._epoch += 1
-                if not sock.recv(65536):
-                    self._close()
-                    return
-        except (OSError, ValueError):
+                connection.read_response()
+        except Exception:
             self._close()
 
     def _arm(self) -> None:
@@ -264,14 +265,15 @@ class GenerationWatch:
         connection = None
         try:
             connection, key = self.connect()
-            connection.connect()  # HELLO 3 (with AUTH) and SELECT, every answer read
-            connection.send_command("CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", key)
-            sock = connection._sock
-            # Read the answer off the socket itself: nothing may be left in a reader's buffer, since
-            # from here on whatever arrives is read from the socket.
-            answer = _recv_exactly(sock, len(_OK))
-            if answer != _OK:
-                raise ConnectionError(f"CLIENT TRACKING was answered {answer!r}...")
+            connection.connect()  # AUTH, SELECT and the client name, every answer read
+            connection.send_command("CLIENT", "ID")
+            client_id = connection.read_response()
+            connection.send_command("CLIENT", "TRACKING", "ON", "REDIRECT", client_id, "BCAST", "PREFIX", key)
+            answer = connection.read_response()  # a refusal raises here
+            if str_if_bytes(answer) != "OK":
+                raise redis.ConnectionError(f"CLIENT TRACKING was answered {answer!r}")
+            connection.send_command("SUBSCRIBE", INVALIDATION_CHANNEL)
+            connection.read_response()  # the subscription's confirmation
         except Exception:
             logger.warning(
                 "Redis does not push configuration changes to this process (retrying in %s s); "
@@ -284,12 +286,12 @@ class GenerationWatch:
                     connection.disconnect()
             return
         with self._lock:
-            self._connection, self._sock = connection, sock
+            self._connection = connection
             self._epoch += 1
 
     def _close(self) -> None:
         connection = self._connection
-        self._connection = self._sock = self._known = None
+        self._connection = self._known = None
         self._epoch += 1
         self._retry_at = 0.0  # a connection that was working: make a new one at the next read
         if connection is not None:
@@ -297,33 +299,17 @@ class GenerationWatch:
                 connection.disconnect()
 
 
-_OK = b"+OK\r\n"
+INVALIDATION_CHANNEL = "__redis__:invalidate"
 WATCH_CLIENT_NAME = "igw-config-watch"  # as CLIENT LIST shows each process's watch connection
 
 
-def _cache_connection() -> tuple[Any, str]:
-    """A new RESP3 connection made as the Django cache makes its own, and the counter's full key."""
-    pool = cache._cache._get_connection_pool(False)  # type: ignore[attr-defined]
-    connection = pool.connection_class(
-        **{**pool.connection_kwargs, "protocol": 3, "client_name": WATCH_CLIENT_NAME}
+def _watch_connection() -> tuple[redis.Connection, str]:
+    """A new RESP2 connection to REDIS_URL's server and database (credentials and TLS included), and
+    the counter's full key as the Django cache writes it. No retries: an error closes the watch."""
+    pool = redis.ConnectionPool.from_url(
+        settings.REDIS_URL, protocol=2, client_name=WATCH_CLIENT_NAME, retry=Retry(NoBackoff(), 0)
     )
-    return connection, cache.make_and_validate_key(GENERATION_KEY)
-
-
-def _recv_exactly(sock: Any, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            break
-        data += chunk
-    return data
-
-
-def _tls_pending(sock: Any) -> bool:
-    """Bytes a TLS socket has decrypted but not handed out yet (the OS does not see those)."""
-    pending = getattr(sock, "pending", None)
-    return bool(pending and pending())
+    return pool.make_connection(), cache.make_and_validate_key(GENERATION_KEY)
 
 
 _watch = GenerationWatch()

@@ -1,7 +1,6 @@
 """Whether a socket has something to read, asked of the operating system without waiting.
 
-Used before a pooled connection is reused (`upstreams.providers.headers`) and for the Redis connection
-that tells a process the configuration changed (`core.config_cache`). In a gevent worker,
+Used before a pooled connection is reused (`upstreams.providers.headers`). In a gevent worker,
 `select.poll` is gevent's emulation (a watcher and result objects per call, and a trip through the
 hub); a check that must not wait gains nothing from it, so this asks the OS's own poll."""
 
