@@ -117,7 +117,7 @@ def _claim(
             # key waits for ours to commit and then fails here.
             with transaction.atomic():
                 return IdempotencyRecord.objects.create(
-                    account=account,
+                    account_id=account.pk,
                     key=key,
                     fingerprint=fingerprint,
                     owner=owner,
@@ -127,7 +127,7 @@ def _claim(
                 )
         except IntegrityError:
             pass
-        existing = IdempotencyRecord.objects.filter(account=account, key=key).first()
+        existing = IdempotencyRecord.objects.filter(account_id=account.pk, key=key).first()
         if existing is None:
             continue  # the first attempt failed and freed the key: claim it again
         if existing.expires_at <= now:

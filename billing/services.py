@@ -345,11 +345,13 @@ def hold_reserve(
             # can never both take the last money.
             updated = (
                 Wallet.objects.alias(held_after=money_sql(F("held") + value))
-                .filter(account=account, balance__gte=F("held_after"))
+                .filter(account_id=account.pk, balance__gte=F("held_after"))
                 .update(held=money_sql(F("held") + value))
             )
             if updated == 1:
-                hold.wallet_id = Wallet.objects.filter(account=account).values_list("pk", flat=True).get()
+                hold.wallet_id = (
+                    Wallet.objects.filter(account_id=account.pk).values_list("pk", flat=True).get()
+                )
                 hold.save(force_insert=True)
                 return hold
     raise BillingError(
@@ -876,9 +878,9 @@ def usage_record_build(
     `hold_capture(usage_record=...)` writes it together with the charge."""
     return UsageRecord(
         request_id=request_id[:200],
-        account=account,
+        account_id=account.pk,
         credential=credential[:64],
-        group=group,
+        group_id=group.pk if group is not None else None,
         model_id=model_id[:200],
         endpoint=endpoint[:100],
         billing=billing,

@@ -25,13 +25,18 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import redis
+from django.apps import apps
 from django.conf import settings
 from django.core.cache import cache
 from django.core.signals import request_finished, request_started, setting_changed
 from django.db import transaction
+from django.db.models.signals import m2m_changed, post_delete, post_save
+from django.utils import timezone
+from oauth2_provider.settings import oauth2_settings
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from redis.utils import str_if_bytes
@@ -113,6 +118,97 @@ def config_generation_bump_on_commit() -> None:
     let another process cache the old rows again in between. A transaction writing N rows bumps N
     times (one INCR each, at commit); writes of configuration are rare."""
     transaction.on_commit(config_generation_bump)
+
+
+# --- What invalidates ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Invalidating:
+    """Writes to the model `label` ("app_label.ModelName"; an auto-created many-to-many through model
+    for a relation's additions and removals) change what the caches hold, so each bumps the generation
+    once it commits.
+
+    - `fields_not_cached`: a save touching only these columns changes no cached answer;
+    - `new_rows`: whether a new row does (yes where a cache lists every row: groups, image models,
+      upstreams; no for credentials, users and accounts, which no cached answer can refer to before
+      they exist);
+    - `deletion_invalidates`: a test of the deleted row (None: every deletion invalidates).
+    """
+
+    label: str
+    fields_not_cached: frozenset[str] = frozenset()
+    new_rows: bool = False
+    deletion_invalidates: Callable[[Any], bool] | None = None
+
+
+def _access_token_live(access_token: Any) -> bool:
+    # An expired token is refused wherever it is cached (expiry is checked on every request), so
+    # cleartokens' bulk deletions of expired tokens invalidate nothing. django-oauth-toolkit revokes a
+    # token by deleting its row: that one does.
+    return access_token.expires > timezone.now()
+
+
+def invalidating_models() -> tuple[Invalidating, ...]:
+    """The one list of the models whose writes invalidate the configuration caches.
+
+    `QuerySet.update()` sends no signal: a service that updates one of these models that way bumps
+    itself (`api_key_revoke`); `QuerySet.delete()` sends post_delete for every row. Refresh tokens
+    authenticate nothing under /v1, and revoking one deletes its access token, which invalidates.
+    """
+    return (
+        # A user's is_active; sign-ins write only last_login.
+        Invalidating("accounts.User", fields_not_cached=frozenset({"last_login"})),
+        # An account's current group; the groups it may use (both sides of the relation).
+        Invalidating("accounts.Account"),
+        Invalidating("accounts.Account_allowed_groups"),
+        # Revocation, expiry, group or label; keys/services.py keeps its own mark of last_used_at.
+        Invalidating("keys.ApiKey", fields_not_cached=frozenset({"last_used_at"})),
+        # A token's scope or expiry, or its deletion; an application's name labels its tokens.
+        Invalidating(oauth2_settings.ACCESS_TOKEN_MODEL, deletion_invalidates=_access_token_live),
+        Invalidating(oauth2_settings.APPLICATION_MODEL),
+        # Access decisions, limits, prices, capabilities and routing.
+        Invalidating("groups.Group", new_rows=True),
+        Invalidating("images.ImageModel", new_rows=True),
+        Invalidating("images.ImageModel_upstreams"),
+        Invalidating("upstreams.Upstream", new_rows=True),
+    )
+
+
+_invalidating: dict[type[Any], Invalidating] = {}
+
+
+def invalidation_receivers_connect() -> None:
+    """Connect the receivers for `invalidating_models()` (CoreConfig.ready: core imports no app)."""
+    for entry in invalidating_models():
+        model = apps.get_model(entry.label)
+        _invalidating[model] = entry
+        uid = f"config_cache_{entry.label}"
+        if model._meta.auto_created:
+            m2m_changed.connect(_relation_changed, sender=model, dispatch_uid=f"{uid}_m2m")
+        else:
+            post_save.connect(_saved, sender=model, dispatch_uid=f"{uid}_saved")
+            post_delete.connect(_deleted, sender=model, dispatch_uid=f"{uid}_deleted")
+
+
+def _saved(*, sender: type[Any], created: bool, update_fields: frozenset[str] | None, **_: Any) -> None:
+    entry = _invalidating[sender]
+    if created and not entry.new_rows:
+        return
+    if update_fields is not None and update_fields <= entry.fields_not_cached:
+        return
+    config_generation_bump_on_commit()
+
+
+def _deleted(*, sender: type[Any], instance: Any, **_: Any) -> None:
+    test = _invalidating[sender].deletion_invalidates
+    if test is None or test(instance):
+        config_generation_bump_on_commit()
+
+
+def _relation_changed(*, action: str, **_: Any) -> None:
+    if action in ("post_add", "post_remove", "post_clear"):
+        config_generation_bump_on_commit()
 
 
 def config_caches_clear() -> None:
