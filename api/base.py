@@ -47,8 +47,8 @@ class GatewayAPIView(APIView):
         # DRF keeps the answer on the view (`self.response`), and the view, its request and the
         # request's parser context refer to each other: such a group is freed only by the cyclic
         # garbage collector, whose full passes are rare. With image bodies of megabytes in it, a
-        # worker's memory grew by a body per call until the next pass (1 GB at 16 calls in flight,
-        # docs/benchmarks.md); let go of it here and the body is freed once the server has sent it.
+        # worker's memory grew by a body per call until the next pass (docs/benchmarks.md); let go
+        # of it here and the body is freed once the server has sent it.
         self.response = None
         return response
 

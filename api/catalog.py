@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from groups.access import groups_listed_for_credential
-from groups.models import Group
+from groups.snapshots import GroupSnapshot
 from keys.credentials import Credential
 
 
@@ -30,7 +30,7 @@ class ListedModel:
 
     id: str
     model: CatalogModel
-    group: Group
+    group: GroupSnapshot
 
 
 ModelSource = Callable[..., Iterable[CatalogModel]]  # called as source(group_id=...)

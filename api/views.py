@@ -16,6 +16,7 @@ from billing.models import Wallet
 from billing.money import money_str
 from core.errors import INSUFFICIENT_SCOPE, PermissionDenied
 from groups.models import Group
+from groups.snapshots import GroupSnapshot
 from keys.credentials import Credential
 
 SCOPE_PROFILE = "profile:read"
@@ -25,7 +26,7 @@ ME_SCOPES = (SCOPE_PROFILE, SCOPE_ACCOUNT, SCOPE_BALANCE)
 CURRENCY = "CNY"
 
 
-def _group_summary(group: Group) -> dict[str, Any]:
+def _group_summary(group: Group | GroupSnapshot) -> dict[str, Any]:
     return {"id": group.pk, "name": group.name}
 
 

@@ -26,9 +26,11 @@ from django.views import View
 from django.views.decorators.cache import never_cache
 
 from accounts.models import Account
+from accounts.snapshots import AccountSnapshot
 from console import queries
 from console.forms import ApiKeyCreateForm, PlaygroundForm
 from core.errors import ApiError
+from groups.snapshots import GroupSnapshot
 from images.pipeline import image_call_run
 from keys.credentials import Credential
 from keys.services import api_key_create, api_key_revoke, oauth_application_revoke_for_user
@@ -200,8 +202,8 @@ class PlaygroundView(ConsoleView):
         credential = Credential(
             kind="console",
             id=self.account.pk,
-            account=self.account,
-            bound_group=image_model.group,
+            account=AccountSnapshot.from_model(self.account),
+            bound_group=GroupSnapshot.from_model(image_model.group),
             label="console",
         )
         request_id = request.request_id

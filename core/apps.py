@@ -6,5 +6,8 @@ class CoreConfig(AppConfig):
     verbose_name = "Gateway core"
 
     def ready(self) -> None:
-        # Connects the per-request memo of the configuration generation to request_started/finished.
-        from core import config_cache  # noqa: F401
+        # Every write that changes a cached answer invalidates the configuration caches (the one list
+        # is in core/config_cache.py); importing it also connects the per-request generation memo.
+        from core.config_cache import invalidation_receivers_connect
+
+        invalidation_receivers_connect()

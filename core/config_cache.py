@@ -10,7 +10,7 @@ user is refused at once everywhere, and a price or upstream change applies to th
 The counter is taken at most once per request (the memo is reset by Django's `request_started`);
 outside a request (commands, tests calling services) on every use. Taking it asks Redis only when
 Redis has said something since the last read: each process keeps one Redis connection on which Redis
-pushes a message the moment the counter's key changes (`GenerationWatch`), and the process checks,
+publishes a message the moment the counter's key changes (`GenerationWatch`), and the process checks,
 without waiting, that nothing arrived on it. Caching is on only when the cache
 is shared between processes (REDIS_URL); without it, or when Redis cannot be reached, callers query the
 database as if there were no cache. Entries also expire after GATEWAY_CONFIG_CACHE_SECONDS, a backstop
@@ -25,14 +25,21 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+import redis
+from django.apps import apps
 from django.conf import settings
 from django.core.cache import cache
 from django.core.signals import request_finished, request_started, setting_changed
 from django.db import transaction
-
-from core.sockets import readable_now
+from django.db.models.signals import m2m_changed, post_delete, post_save
+from django.utils import timezone
+from oauth2_provider.settings import oauth2_settings
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from redis.utils import str_if_bytes
 
 logger = logging.getLogger("gateway.cache")
 
@@ -113,6 +120,97 @@ def config_generation_bump_on_commit() -> None:
     transaction.on_commit(config_generation_bump)
 
 
+# --- What invalidates ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Invalidating:
+    """Writes to the model `label` ("app_label.ModelName"; an auto-created many-to-many through model
+    for a relation's additions and removals) change what the caches hold, so each bumps the generation
+    once it commits.
+
+    - `fields_not_cached`: a save touching only these columns changes no cached answer;
+    - `new_rows`: whether a new row does (yes where a cache lists every row: groups, image models,
+      upstreams; no for credentials, users and accounts, which no cached answer can refer to before
+      they exist);
+    - `deletion_invalidates`: a test of the deleted row (None: every deletion invalidates).
+    """
+
+    label: str
+    fields_not_cached: frozenset[str] = frozenset()
+    new_rows: bool = False
+    deletion_invalidates: Callable[[Any], bool] | None = None
+
+
+def _access_token_live(access_token: Any) -> bool:
+    # An expired token is refused wherever it is cached (expiry is checked on every request), so
+    # cleartokens' bulk deletions of expired tokens invalidate nothing. django-oauth-toolkit revokes a
+    # token by deleting its row: that one does.
+    return access_token.expires > timezone.now()
+
+
+def invalidating_models() -> tuple[Invalidating, ...]:
+    """The one list of the models whose writes invalidate the configuration caches.
+
+    `QuerySet.update()` sends no signal: a service that updates one of these models that way bumps
+    itself (`api_key_revoke`); `QuerySet.delete()` sends post_delete for every row. Refresh tokens
+    authenticate nothing under /v1, and revoking one deletes its access token, which invalidates.
+    """
+    return (
+        # A user's is_active; sign-ins write only last_login.
+        Invalidating("accounts.User", fields_not_cached=frozenset({"last_login"})),
+        # An account's current group; the groups it may use (both sides of the relation).
+        Invalidating("accounts.Account"),
+        Invalidating("accounts.Account_allowed_groups"),
+        # Revocation, expiry, group or label; keys/services.py keeps its own mark of last_used_at.
+        Invalidating("keys.ApiKey", fields_not_cached=frozenset({"last_used_at"})),
+        # A token's scope or expiry, or its deletion; an application's name labels its tokens.
+        Invalidating(oauth2_settings.ACCESS_TOKEN_MODEL, deletion_invalidates=_access_token_live),
+        Invalidating(oauth2_settings.APPLICATION_MODEL),
+        # Access decisions, limits, prices, capabilities and routing.
+        Invalidating("groups.Group", new_rows=True),
+        Invalidating("images.ImageModel", new_rows=True),
+        Invalidating("images.ImageModel_upstreams"),
+        Invalidating("upstreams.Upstream", new_rows=True),
+    )
+
+
+_invalidating: dict[type[Any], Invalidating] = {}
+
+
+def invalidation_receivers_connect() -> None:
+    """Connect the receivers for `invalidating_models()` (CoreConfig.ready: core imports no app)."""
+    for entry in invalidating_models():
+        model = apps.get_model(entry.label)
+        _invalidating[model] = entry
+        uid = f"config_cache_{entry.label}"
+        if model._meta.auto_created:
+            m2m_changed.connect(_relation_changed, sender=model, dispatch_uid=f"{uid}_m2m")
+        else:
+            post_save.connect(_saved, sender=model, dispatch_uid=f"{uid}_saved")
+            post_delete.connect(_deleted, sender=model, dispatch_uid=f"{uid}_deleted")
+
+
+def _saved(*, sender: type[Any], created: bool, update_fields: frozenset[str] | None, **_: Any) -> None:
+    entry = _invalidating[sender]
+    if created and not entry.new_rows:
+        return
+    if update_fields is not None and update_fields <= entry.fields_not_cached:
+        return
+    config_generation_bump_on_commit()
+
+
+def _deleted(*, sender: type[Any], instance: Any, **_: Any) -> None:
+    test = _invalidating[sender].deletion_invalidates
+    if test is None or test(instance):
+        config_generation_bump_on_commit()
+
+
+def _relation_changed(*, action: str, **_: Any) -> None:
+    if action in ("post_add", "post_remove", "post_clear"):
+        config_generation_bump_on_commit()
+
+
 def config_caches_clear() -> None:
     """Drop this process's entries (tests call it between tests)."""
     _local.__dict__.pop("generation", None)
@@ -159,78 +257,79 @@ class GenerationCache(Generic[V]):
 class GenerationWatch:
     """The generation as this process last read it, for as long as Redis has said nothing about it.
 
-    One Redis connection per process, in RESP3 with `CLIENT TRACKING ON BCAST PREFIX <the counter's
-    key>`: from then on Redis pushes an invalidation message on it whenever that key changes (a bump,
-    an expiry, an eviction, a FLUSHDB), whoever changes it. Nothing is ever sent on it after that. A
-    request then takes the generation last read as long as:
+    One Redis connection per process (RESP2), made with redis-py's public API: it asks for its own
+    client id, turns on `CLIENT TRACKING ON REDIRECT <that id> BCAST PREFIX <the counter's key>` and
+    subscribes to `__redis__:invalidate`. From then on Redis publishes a message on it whenever that key
+    changes (a bump, an expiry, an eviction, a FLUSHDB), whoever changes it; nothing is sent on it after
+    that. A request then takes the generation last read as long as:
 
-    - nothing is waiting on the connection (asked of the OS without waiting: data, end of file and an
-      error all mean "read it again"). Redis writes the push in the same pass of its event loop as the
-      bump's own answer (in broadcast mode, ahead of it), so on one host a process asked after a bump
-      has returned finds the push waiting; across a network, a packet lost on the watch connection
-      can delay it by TCP's retransmission time, never beyond `trust_seconds`;
+    - nothing is waiting on the connection (`Connection.can_read(timeout=0)`, which does not wait:
+      data, end of file and an error all mean "read it again"). Redis writes the message in the same
+      pass of its event loop as the bump's own answer, so on one host a process asked after a bump has
+      returned finds it waiting; across a network, a lost packet can delay it, never beyond
+      `trust_seconds`;
     - it was read after the watch was armed, and nothing arrived from before the read until now;
     - it is younger than `trust_seconds`: a backstop should the connection die silently (a network
       partition without a reset), after which the counter is read from Redis again (and, Redis
       unreachable, the caches are off as before).
 
-    Otherwise the counter is read from Redis as before (`read`), after what arrived is drained. A
-    server that refuses RESP3 or CLIENT TRACKING (Redis before 6, an ACL without CLIENT, some proxies)
-    leaves the watch off: every request reads the counter, as before; it is tried again every
-    `retry_seconds`. `connect` makes the connection (default: from the Django cache's own pool
-    settings, so the same server, database, credentials and TLS).
+    Otherwise the counter is read from Redis (`read`), after what arrived is drained. A server that
+    refuses CLIENT TRACKING (Redis before 6, an ACL without CLIENT, some proxies) leaves the watch
+    off: every request reads the counter; it is tried again every `retry_seconds`. `connect` returns a
+    new, unconnected RESP2 `redis.Connection` and the counter's full key (default: from REDIS_URL).
     """
 
     def __init__(
         self,
         *,
-        connect: Callable[[], Any] | None = None,
+        connect: Callable[[], tuple[redis.Connection, str]] | None = None,
         trust_seconds: float = 1.0,
         retry_seconds: float = 30.0,
     ) -> None:
-        self.connect = connect or _cache_connection
+        self.connect = connect or _watch_connection
         self.trust_seconds = trust_seconds
         self.retry_seconds = retry_seconds
         self._lock = threading.Lock()
-        self._connection: Any = None
-        self._sock: Any = None
+        self._connection: redis.Connection | None = None
         self._epoch = 0  # +1 when something arrives or the connection changes: reads before it are void
         self._known: tuple[int, float] | None = None  # (generation, monotonic time of its read)
         self._retry_at = 0.0
 
     @property
     def armed(self) -> bool:
-        return self._sock is not None
+        return self._connection is not None
 
     def generation(self) -> int | None:
         """The generation last read, while nothing says it changed; None: `read` it."""
-        known, sock = self._known, self._sock
-        if known is None or sock is None or time.monotonic() - known[1] >= self.trust_seconds:
+        known, connection = self._known, self._connection
+        if known is None or connection is None or time.monotonic() - known[1] >= self.trust_seconds:
             return None
         try:
-            if readable_now(sock) is not False or _tls_pending(sock):
+            if connection.can_read(timeout=0):
                 return None
-        except (OSError, ValueError):  # closed meanwhile by another thread
+        except Exception:  # end of file, an error: read it again (and `read` makes a new connection)
+            return None
+        if self._connection is not connection:  # closed by another thread meanwhile
             return None
         return known[0]
 
     def read(self, get: Callable[[], int | None]) -> int | None:
         """`get()` the generation from Redis, with the watch armed first so that any change after the
-        read is pushed; keep it for `generation` unless something arrived meanwhile."""
+        read is published; keep it for `generation` unless something arrived meanwhile."""
         with self._lock:
             self._known = None
             self._drain()
-            connect = self._sock is None and time.monotonic() >= self._retry_at
+            connect = self._connection is None and time.monotonic() >= self._retry_at
             if connect:  # this caller makes the connection; the others meanwhile read without one
                 self._retry_at = time.monotonic() + self.retry_seconds
         if connect:
             self._arm()  # outside the lock: a slow connect holds up no other request
         with self._lock:
-            armed, epoch = self._sock is not None, self._epoch
+            armed, epoch = self._connection is not None, self._epoch
         generation = get()
         if armed and generation is not None:
             with self._lock:
-                if self._epoch == epoch and self._sock is not None:
+                if self._epoch == epoch and self._connection is not None:
                     self._known = (generation, time.monotonic())
         return generation
 
@@ -245,17 +344,15 @@ class GenerationWatch:
             self._close()
 
     def _drain(self) -> None:
-        """Read (and drop) what Redis pushed; close on end of file or an error."""
-        sock = self._sock
-        if sock is None:
+        """Read (and drop) what Redis published; close on end of file or an error."""
+        connection = self._connection
+        if connection is None:
             return
         try:
-            while readable_now(sock) or _tls_pending(sock):
+            while connection.can_read(timeout=0):
                 self._epoch += 1
-                if not sock.recv(65536):
-                    self._close()
-                    return
-        except (OSError, ValueError):
+                connection.read_response()
+        except Exception:
             self._close()
 
     def _arm(self) -> None:
@@ -264,14 +361,15 @@ class GenerationWatch:
         connection = None
         try:
             connection, key = self.connect()
-            connection.connect()  # HELLO 3 (with AUTH) and SELECT, every answer read
-            connection.send_command("CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", key)
-            sock = connection._sock
-            # Read the answer off the socket itself: nothing may be left in a reader's buffer, since
-            # from here on whatever arrives is read from the socket.
-            answer = _recv_exactly(sock, len(_OK))
-            if answer != _OK:
-                raise ConnectionError(f"CLIENT TRACKING was answered {answer!r}...")
+            connection.connect()  # AUTH, SELECT and the client name, every answer read
+            connection.send_command("CLIENT", "ID")
+            client_id = connection.read_response()
+            connection.send_command("CLIENT", "TRACKING", "ON", "REDIRECT", client_id, "BCAST", "PREFIX", key)
+            answer = connection.read_response()  # a refusal raises here
+            if str_if_bytes(answer) != "OK":
+                raise redis.ConnectionError(f"CLIENT TRACKING was answered {answer!r}")
+            connection.send_command("SUBSCRIBE", INVALIDATION_CHANNEL)
+            connection.read_response()  # the subscription's confirmation
         except Exception:
             logger.warning(
                 "Redis does not push configuration changes to this process (retrying in %s s); "
@@ -284,12 +382,12 @@ class GenerationWatch:
                     connection.disconnect()
             return
         with self._lock:
-            self._connection, self._sock = connection, sock
+            self._connection = connection
             self._epoch += 1
 
     def _close(self) -> None:
         connection = self._connection
-        self._connection = self._sock = self._known = None
+        self._connection = self._known = None
         self._epoch += 1
         self._retry_at = 0.0  # a connection that was working: make a new one at the next read
         if connection is not None:
@@ -297,33 +395,17 @@ class GenerationWatch:
                 connection.disconnect()
 
 
-_OK = b"+OK\r\n"
+INVALIDATION_CHANNEL = "__redis__:invalidate"
 WATCH_CLIENT_NAME = "igw-config-watch"  # as CLIENT LIST shows each process's watch connection
 
 
-def _cache_connection() -> tuple[Any, str]:
-    """A new RESP3 connection made as the Django cache makes its own, and the counter's full key."""
-    pool = cache._cache._get_connection_pool(False)  # type: ignore[attr-defined]
-    connection = pool.connection_class(
-        **{**pool.connection_kwargs, "protocol": 3, "client_name": WATCH_CLIENT_NAME}
+def _watch_connection() -> tuple[redis.Connection, str]:
+    """A new RESP2 connection to REDIS_URL's server and database (credentials and TLS included), and
+    the counter's full key as the Django cache writes it. No retries: an error closes the watch."""
+    pool = redis.ConnectionPool.from_url(
+        settings.REDIS_URL, protocol=2, client_name=WATCH_CLIENT_NAME, retry=Retry(NoBackoff(), 0)
     )
-    return connection, cache.make_and_validate_key(GENERATION_KEY)
-
-
-def _recv_exactly(sock: Any, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            break
-        data += chunk
-    return data
-
-
-def _tls_pending(sock: Any) -> bool:
-    """Bytes a TLS socket has decrypted but not handed out yet (the OS does not see those)."""
-    pending = getattr(sock, "pending", None)
-    return bool(pending and pending())
+    return pool.make_connection(), cache.make_and_validate_key(GENERATION_KEY)
 
 
 _watch = GenerationWatch()

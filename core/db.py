@@ -1,23 +1,15 @@
-"""The database pool's connection class, and whether this process runs under gevent's patching.
+"""The database pool's connection class.
 
 psycopg needs nothing from the project for gevent: from 3.2 on, once gevent has patched `select`,
 psycopg waits for its socket through the patched `select` instead of in C, so a query in one greenlet
-lets the others run (tests/test_db_wait.py). Other blocking code checks the same condition here.
+lets the others run (tests/test_db_wait.py).
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import psycopg
-
-
-def gevent_patched() -> bool:
-    """True in a process whose `select` module gevent has patched (a gevent worker), as psycopg
-    checks it to choose its wait."""
-    monkey = sys.modules.get("gevent.monkey")
-    return monkey is not None and monkey.is_module_patched("select")
 
 
 class StatementConnection(psycopg.Connection):

@@ -156,9 +156,11 @@ REDIS_URL = env_url("REDIS_URL")
 if REDIS_URL:
     CACHES = {
         "default": {
-            "BACKEND": "core.redis_cache.RedisCache",  # Django's, minus a client object per call
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": "igw",
+            # One connection pool per process, not one per thread (per greenlet under gevent).
+            "OPTIONS": {"pool_class": "core.redis_pool.ProcessConnectionPool"},
         }
     }
 else:

@@ -13,10 +13,10 @@ Everything that needs such a decision calls these functions; nothing else decide
 
 Subscription checks (SUBSCRIPTION_NOT_FOUND / SUBSCRIPTION_INVALID) belong to billing's reserve step.
 
-Groups are read through groups/selectors.py, from per-process caches that every
-write to them invalidates (the next call on every process sees it). An OAuth token's credential
-carries its account's allowed groups, read and cached with the token (keys/selectors.py), so a call
-makes no query for them; a change to them is seen by the next call on every process.
+Groups are read through groups/selectors.py as snapshots, from per-process caches that every write to
+them invalidates (the next call on every process sees it). An OAuth token's credential carries its
+account's allowed groups, read and cached with the token (keys/selectors.py), so a call makes no query
+for them; a change to them is seen by the next call on every process.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from core.errors import (
 )
 from groups.models import Group
 from groups.selectors import group_get
+from groups.snapshots import GroupSnapshot
 from keys.credentials import Credential
 
 # `<group_id>:<model>`: a numeric id only (not a name), then a non-empty model name.
@@ -47,7 +48,7 @@ _MAX_GROUP_ID = 2_147_483_647  # the column is a 32-bit integer on PostgreSQL
 class GroupSelection:
     """The group serving a request and the model name to look up in it (prefix stripped)."""
 
-    group: Group
+    group: GroupSnapshot
     model_name: str | None
     overridden: bool
 
@@ -60,7 +61,7 @@ def group_override_parse(*, requested_model: str) -> tuple[int, str] | None:
     return int(match["group_id"]), match["model"]
 
 
-def group_state_check(*, group: Group) -> None:
+def group_state_check(*, group: GroupSnapshot) -> None:
     """Raise the business error for a group that cannot serve requests (spec's group states)."""
     if group.status == Group.Status.ACTIVE:
         return
@@ -71,18 +72,20 @@ def group_state_check(*, group: Group) -> None:
     raise InvalidRequest(f"The group {group.name!r} is unavailable.", code=GROUP_UNAVAILABLE)
 
 
-def group_override_supported(*, group: Group) -> bool:
+def group_override_supported(*, group: GroupSnapshot) -> bool:
     """Whether `<group_id>:<model>` may leave or enter this group (never for subscription billing)."""
     return group.allow_group_override and group.billing != Group.Billing.SUBSCRIPTION
 
 
-def _credential_allows(*, credential: Credential, group: Group) -> bool:
+def _credential_allows(*, credential: Credential, group: GroupSnapshot) -> bool:
     """May the credential's account use `group`? From the groups read with the (OAuth) credential; a
     credential that carries none may use none."""
     return credential.allowed_group_ids is not None and group.pk in credential.allowed_group_ids
 
 
-def _override_target(*, credential: Credential, current: Group | None, group_id: int) -> Group:
+def _override_target(
+    *, credential: Credential, current: GroupSnapshot | None, group_id: int
+) -> GroupSnapshot:
     if current is not None and not group_override_supported(group=current):
         raise Conflict(
             f"Your current group {current.name!r} does not support selecting a group with "
@@ -147,7 +150,7 @@ class ListedGroup:
     """A group whose models GET /v1/models lists; `prefixed`: its models are selected as
     `<group_id>:<model>` (the plain id would select them in the current group instead)."""
 
-    group: Group
+    group: GroupSnapshot
     prefixed: bool
 
 
@@ -163,8 +166,10 @@ def groups_listed_for_credential(*, credential: Credential, all_groups: bool = F
     current = credential.account.current_group
     can_leave_current = current is None or group_override_supported(group=current)
     listed: list[ListedGroup] = []
-    allowed = credential.account.allowed_groups.filter(status=Group.Status.ACTIVE).order_by("pk")
+    allowed = (group_get(group_id=group_id) for group_id in sorted(credential.allowed_group_ids or ()))
     for group in allowed:
+        if group is None or group.status != Group.Status.ACTIVE:
+            continue
         if can_leave_current and group_override_supported(group=group):
             listed.append(ListedGroup(group=group, prefixed=True))
         elif current is not None and group.pk == current.pk:

@@ -1,11 +1,8 @@
-"""Reads of groups, served from a per-process cache.
+"""Reads of groups, served from a per-process cache of snapshots.
 
 The entries live in a `GenerationCache` (core/config_cache.py): valid while the shared configuration
 generation is unchanged, and every write to a group bumps it after commit, so the next call on every
 process reads the new rows. Without Redis every read queries, as the cache is off.
-
-The cached instances are shared by every thread of the process: they are read-only. Request code only
-reads their fields (access checks, limits); nothing may assign to them or save them.
 """
 
 from __future__ import annotations
@@ -15,15 +12,16 @@ from types import MappingProxyType
 
 from core.config_cache import GenerationCache
 from groups.models import Group
+from groups.snapshots import GroupSnapshot
 
 # One entry: bounded by the configuration, not by what callers send.
-_groups: GenerationCache[Mapping[int, Group]] = GenerationCache(name="groups")
+_groups: GenerationCache[Mapping[int, GroupSnapshot]] = GenerationCache(name="groups")
 
 
-def group_get(*, group_id: int) -> Group | None:
-    """The group with this id, whatever its status, or None. Read-only: shared by every thread."""
+def group_get(*, group_id: int) -> GroupSnapshot | None:
+    """The group with this id, whatever its status, or None."""
     return _groups.get_or_load("all", _groups_load).get(group_id)
 
 
-def _groups_load() -> Mapping[int, Group]:
-    return MappingProxyType({group.pk: group for group in Group.objects.all()})
+def _groups_load() -> Mapping[int, GroupSnapshot]:
+    return MappingProxyType({group.pk: GroupSnapshot.from_model(group) for group in Group.objects.all()})

@@ -21,9 +21,9 @@ from core.errors import (
     PermissionDenied,
 )
 from groups.access import group_resolve_for_credential
-from groups.models import Group
-from images.models import ImageModel
+from groups.snapshots import GroupSnapshot
 from images.selectors import group_image_models_enabled, image_model_ids_enabled
+from images.snapshots import ImageModelSnapshot
 from keys.credentials import Credential
 
 Operation = Literal["generate", "edit"]
@@ -31,8 +31,8 @@ Operation = Literal["generate", "edit"]
 
 @dataclass(frozen=True)
 class ResolvedModel:
-    group: Group
-    image_model: ImageModel
+    group: GroupSnapshot
+    image_model: ImageModelSnapshot
     model_name: str
 
 
@@ -40,11 +40,10 @@ def _shown(name: str) -> str:
     return name if len(name) <= 200 else name[:200] + "…"
 
 
-def model_resolve_for_group(*, group: Group, model_name: str) -> ImageModel:
+def model_resolve_for_group(*, group: GroupSnapshot, model_name: str) -> ImageModelSnapshot:
     """The group's enabled image model called `model_name`; 404 if no group has it, 403 if others do.
 
-    Served from the per-process configuration cache (images/selectors.py): the returned instance is
-    shared and read-only."""
+    Served from the per-process configuration cache (images/selectors.py)."""
     image_model = group_image_models_enabled(group_id=group.pk).get(model_name)
     if image_model is not None:
         return image_model

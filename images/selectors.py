@@ -1,13 +1,8 @@
-"""Reads of the image models groups offer, served from per-process caches.
+"""Reads of the image models groups offer, served from per-process caches of snapshots.
 
 The entries live in `GenerationCache`s (core/config_cache.py): valid while the shared configuration
 generation is unchanged, and every write to an image model (and to a model's upstream list) bumps it
 after commit, so the next call on every process reads the new rows. Without Redis every read queries.
-
-The cached instances are shared by every thread of the process: they are read-only. Request code only
-reads their fields (validation, pricing); nothing may assign to them or save them. Their JSON lists
-(sizes, qualities, ...) are frozen into tuples so that an accidental mutation fails loudly instead of
-changing what other threads see.
 """
 
 from __future__ import annotations
@@ -18,18 +13,16 @@ from types import MappingProxyType
 from api.catalog import CatalogModel
 from core.config_cache import GenerationCache
 from images.models import ImageModel
-
-_CAPABILITY_LISTS = ("sizes", "qualities", "styles", "backgrounds", "output_formats")
+from images.snapshots import ImageModelSnapshot
 
 # Keyed by group id; bounded by the number of groups, so unknown model names cost no memory.
-_group_models: GenerationCache[Mapping[str, ImageModel]] = GenerationCache(name="group_image_models")
+_group_models: GenerationCache[Mapping[str, ImageModelSnapshot]] = GenerationCache(name="group_image_models")
 # One entry: bounded by the configuration, not by what callers send.
 _enabled_model_ids: GenerationCache[frozenset[str]] = GenerationCache(name="enabled_image_model_ids")
 
 
-def group_image_models_enabled(*, group_id: int) -> Mapping[str, ImageModel]:
-    """The group's enabled image models by model id, in the database's `model_id` order (with their
-    group loaded). Read-only: shared by every thread of the process."""
+def group_image_models_enabled(*, group_id: int) -> Mapping[str, ImageModelSnapshot]:
+    """The group's enabled image models by model id, in the database's `model_id` order."""
     return _group_models.get_or_load(group_id, lambda: _group_image_models_load(group_id=group_id))
 
 
@@ -46,20 +39,16 @@ def image_models_catalog(*, group_id: int) -> list[CatalogModel]:
     ]
 
 
-def _group_image_models_load(*, group_id: int) -> Mapping[str, ImageModel]:
+def _group_image_models_load(*, group_id: int) -> Mapping[str, ImageModelSnapshot]:
     models = (
         ImageModel.objects.select_related("group")
         .filter(group_id=group_id, enabled=True)
         .order_by("model_id")
     )
-    return MappingProxyType({image_model.model_id: _frozen(image_model) for image_model in models})
+    return MappingProxyType(
+        {image_model.model_id: ImageModelSnapshot.from_model(image_model) for image_model in models}
+    )
 
 
 def _image_model_ids_load() -> frozenset[str]:
     return frozenset(ImageModel.objects.filter(enabled=True).values_list("model_id", flat=True).distinct())
-
-
-def _frozen(image_model: ImageModel) -> ImageModel:
-    for name in _CAPABILITY_LISTS:
-        setattr(image_model, name, tuple(getattr(image_model, name) or ()))
-    return image_model

@@ -141,7 +141,9 @@ def _open_stream(
         return first, events
 
     (first, events), upstream = upstream_call_resilient(
-        upstreams=upstreams_for_model(model=resolved.image_model),
+        upstreams=upstreams_for_model(
+            model_label=resolved.image_model.model_label, model_pk=resolved.image_model.pk
+        ),
         attempt=attempt,
         request_id=upstream_request.request_id,
         classify=lambda error, failed: upstream_error_to_api_error(error=error, upstream=failed),

@@ -10,7 +10,7 @@ for everything else:
   expired: 401 `expired_api_key`.
 
 Known credentials are read from a per-process cache that every relevant write invalidates on every
-process (keys/selectors.py); the Credential holds private copies of the cached account and group.
+process (keys/selectors.py); the Credential holds the cached snapshots of the account and group.
 
 Nothing here logs or echoes a credential.
 """
@@ -20,6 +20,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.utils import timezone
+from django.utils.functional import SimpleLazyObject
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.request import Request
 
@@ -118,13 +119,13 @@ def _api_key_verify(*, secret: str, now: datetime) -> Credential:
         raise AuthenticationFailed("The API key has been revoked.", code=REVOKED_API_KEY)
     if api_key.expires_at is not None and api_key.expires_at <= now:
         raise AuthenticationFailed("The API key has expired.", code=EXPIRED_API_KEY)
-    _require_active_user(active=api_key.user_active)
+    _require_active_user(active=api_key.account.user_active)
     api_key_mark_used(api_key_id=api_key.id, last_used=api_key.last_used, now=now)
     return Credential(
         kind="api_key",
         id=api_key.id,
-        account=api_key.account_for_request(),
-        bound_group=api_key.group_for_request(),
+        account=api_key.account,
+        bound_group=api_key.group,
         scopes=frozenset(),
         label=api_key.label,
     )
@@ -142,7 +143,7 @@ def _oauth_token_verify(*, token: str, now: datetime) -> Credential:
     if not access_token.has_user:
         raise _invalid("The OAuth access token does not act for a user.")
     _require_active_user(active=access_token.user_active)
-    account = access_token.account_for_request()
+    account = access_token.account
     if account is None:
         raise _invalid("The OAuth access token's user has no account.")
     return Credential(
@@ -152,7 +153,7 @@ def _oauth_token_verify(*, token: str, now: datetime) -> Credential:
         bound_group=None,
         scopes=access_token.scopes,
         label=access_token.label,
-        allowed_group_ids=access_token.allowed_group_ids,
+        allowed_group_ids=account.allowed_group_ids,
     )
 
 
@@ -164,12 +165,14 @@ def _require_active_user(*, active: bool) -> None:
 class CredentialAuthentication(BaseAuthentication):
     """API key or OAuth access token from `Authorization: Bearer`, `x-api-key` or `x-goog-api-key`."""
 
-    def authenticate(self, request: Request) -> tuple[User, Credential] | None:
+    def authenticate(self, request: Request) -> tuple[User | SimpleLazyObject, Credential] | None:
         secret = credential_from_request(request=request)
         if secret is None:
             return None
         credential = credential_verify(secret=secret)
-        return credential.account.user, credential
+        # DRF's request.user: loaded only if something reads it (nothing under /v1 does today).
+        user_id = credential.account.user_id
+        return SimpleLazyObject(lambda: User.objects.get(pk=user_id)), credential
 
     def authenticate_header(self, request: Request) -> str:
         return WWW_AUTHENTICATE

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from accounts.models import Account
-    from groups.models import Group
+    from accounts.snapshots import AccountSnapshot
+    from groups.snapshots import GroupSnapshot
 
 # Every scope an OAuth token can hold; a manual API key acts for its own account in full.
 SCOPES = {
@@ -30,15 +30,14 @@ class Credential:
     with it: any change to them is seen at the next request); None for API keys, which are bound to
     one group.
 
-    For API keys and OAuth tokens, `account` (with its user and current group) and `bound_group` are
-    this request's own instances, copied from the per-process credential cache (keys/selectors.py):
-    loading a relation on them (e.g. `account.wallet`) queries and stays with this request.
+    `account` and `bound_group` are immutable snapshots, shared with the per-process credential cache
+    (keys/selectors.py); what they do not hold (the wallet, the profile) is read by id.
     """
 
     kind: Literal["api_key", "oauth", "console"]
     id: int
-    account: Account
-    bound_group: Group | None
+    account: AccountSnapshot
+    bound_group: GroupSnapshot | None
     scopes: frozenset[str] = frozenset()
     label: str = ""
     allowed_group_ids: frozenset[int] | None = None

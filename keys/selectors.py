@@ -1,20 +1,16 @@
 """Reads of credentials. Every lookup is by a digest of the secret, never by the secret itself.
 
 Authentication reads a credential through `api_key_snapshot_get` / `oauth_access_token_snapshot_get`:
-what it needs of a key or token, kept per process in a `GenerationCache` keyed by that digest (the
-HMAC of an API key, the SHA-256 checksum of an OAuth token) while the shared configuration generation
-is unchanged (core/config_cache.py). Every write that can change an authentication answer
-bumps the generation after its commit (keys/signals.py, accounts/signals.py, `api_key_revoke`), so a
-revoked key, a deactivated user or a changed group is seen by every process at its next request.
-Without Redis the cache is off and every request queries, as before.
+what it needs of a key or token, as immutable snapshots (the account's and group's included), kept per
+process in a `GenerationCache` keyed by that digest (the HMAC of an API key, the SHA-256 checksum of an
+OAuth token) while the shared configuration generation is unchanged (core/config_cache.py, which also
+lists every write that bumps it), so a revoked key, a deactivated user or a changed group is seen by
+every process at its next request. Without Redis the cache is off and every request queries.
 
 - Only credentials that exist are cached: an unknown secret costs its query every time, so random
   keys cannot fill the memory (and a key created later is found at once).
 - Expiry is a time, not a decision: `expires_at` / `expires` are cached and compared with the clock
   on every request.
-- The cached model instances (account, user, groups) are templates shared by every thread and are
-  never handed out: each request gets private copies (`account_for_request()`), so nothing a request
-  does to its instances (assigning a field, loading a relation) reaches another request.
 """
 
 from __future__ import annotations
@@ -23,19 +19,16 @@ import hmac
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TypeVar, cast
+from typing import cast
 
-from django.db.models import Model
-from django.db.models.base import ModelState
 from oauth2_provider.models import AccessToken
 
 from accounts.models import Account, User
+from accounts.snapshots import AccountSnapshot
 from core.config_cache import GenerationCache
-from groups.models import Group
+from groups.snapshots import GroupSnapshot
 from keys.models import ApiKey
 from keys.secrets import api_key_hash, oauth_token_checksum
-
-M = TypeVar("M", bound=Model)
 
 
 class LastUsedMark:
@@ -63,33 +56,23 @@ class LastUsedMark:
 class ApiKeySnapshot:
     """What authentication needs of one API key, as read at one configuration generation.
 
-    `account_template` (with its user and current group) and `group_template` are shared: read them
-    only through `account_for_request()` / `group_for_request()`, which return private copies.
-    """
+    `last_used` is the one mutable part, on purpose: this process's mark of the key's last use."""
 
     id: int
     label: str
     expires_at: datetime | None
     revoked_at: datetime | None
-    user_active: bool
-    account_template: Account
-    group_template: Group
+    account: AccountSnapshot
+    group: GroupSnapshot
     last_used: LastUsedMark = field(repr=False)
-
-    def account_for_request(self) -> Account:
-        return _account_copy(self.account_template)
-
-    def group_for_request(self) -> Group:
-        return _model_copy(self.group_template)
 
 
 @dataclass(frozen=True, eq=False)
 class AccessTokenSnapshot:
     """What authentication needs of one OAuth access token, as read at one configuration generation.
 
-    `account_template` is None when the token acts for no user or for a user without an account
-    (such tokens are refused and never cached). Read it through `account_for_request()`.
-    """
+    `account` is None when the token acts for no user or for a user without an account (such tokens
+    are refused and never cached)."""
 
     id: int
     expires: datetime
@@ -97,11 +80,7 @@ class AccessTokenSnapshot:
     label: str
     has_user: bool
     user_active: bool
-    account_template: Account | None
-    allowed_group_ids: frozenset[int]  # the account's allowed groups (its OAuth calls' group checks)
-
-    def account_for_request(self) -> Account | None:
-        return _account_copy(self.account_template) if self.account_template is not None else None
+    account: AccountSnapshot | None
 
 
 class _Uncached(Exception):
@@ -168,9 +147,8 @@ def _api_key_snapshot_load(*, digest: str) -> ApiKeySnapshot:
         label=api_key.label,
         expires_at=api_key.expires_at,
         revoked_at=api_key.revoked_at,
-        user_active=api_key.account.user.is_active,
-        account_template=api_key.account,
-        group_template=api_key.group,
+        account=AccountSnapshot.from_model(api_key.account),
+        group=GroupSnapshot.from_model(api_key.group),
         last_used=LastUsedMark(api_key.last_used_at),
     )
 
@@ -191,44 +169,10 @@ def _access_token_snapshot_load(*, checksum: str) -> AccessTokenSnapshot:
         label=access_token.application.name if access_token.application_id else "",
         has_user=user is not None,
         user_active=user is not None and user.is_active,
-        account_template=account,
-        allowed_group_ids=(
-            frozenset(account.allowed_groups.values_list("pk", flat=True))
-            if account is not None
-            else frozenset()
-        ),
+        account=AccountSnapshot.from_model(account) if account is not None else None,
     )
     if account is None:
         # Refused today, but creating the account bumps nothing (no cached answer can depend on a new
         # row), so this answer must not be kept.
         raise _Uncached(snapshot)
     return snapshot
-
-
-def _model_copy(instance: M, **related: Model | None) -> M:
-    """A private copy of a cached instance: its own field values and its own relation cache, holding
-    only `related` (themselves private copies), so nothing leads back to the shared template."""
-    clone = instance.__class__.__new__(instance.__class__)
-    clone.__dict__.update(instance.__dict__)
-    state = ModelState()
-    state.db = instance._state.db
-    state.adding = False
-    state.fields_cache = dict(related)
-    clone._state = state
-    return clone
-
-
-def _account_copy(template: Account) -> Account:
-    """The account with its user and current group (as loaded with it), all private copies."""
-    cached = template._state.fields_cache
-    user = _model_copy(cached["user"]) if "user" in cached else None
-    related: dict[str, Model | None] = {}
-    if user is not None:
-        related["user"] = user
-    if "current_group" in cached:
-        current_group = cached["current_group"]
-        related["current_group"] = _model_copy(current_group) if current_group is not None else None
-    account = _model_copy(template, **related)
-    if user is not None:
-        user._state.fields_cache["account"] = account  # user.account without a query, as select_related
-    return account

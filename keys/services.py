@@ -3,7 +3,7 @@
 Authentication serves credentials from per-process caches (keys/selectors.py) that are valid while the
 shared configuration generation is unchanged. A write that changes an authentication answer must bump
 the generation once committed, so every process refuses a revoked credential at its very next request:
-saves and deletes do so through the receivers in keys/signals.py and accounts/signals.py; a
+saves and deletes do so through the receivers of core/config_cache.py (`invalidating_models`); a
 `QuerySet.update()` sends no signal, so the service that uses one bumps explicitly (`api_key_revoke`).
 """
 
@@ -139,7 +139,7 @@ def oauth_token_revoke(*, access_token: AccessToken) -> bool:
     """Revoke an access token and the refresh token issued with it; True if anything was revoked.
 
     django-oauth-toolkit revokes an access token by deleting its row; the deletion bumps the
-    configuration generation after commit (keys/signals.py), so the next request carrying it is
+    configuration generation after commit (core/config_cache.py), so the next request carrying it is
     refused by every process.
     """
     with transaction.atomic():
@@ -157,8 +157,8 @@ def oauth_application_revoke_for_user(*, user_id: int, application_id: int | Non
     nothing a refresh could revive remains) and its live refresh tokens. `application_id=None` covers
     tokens an operator issued with createtoken. Returns how many tokens were revoked.
 
-    Every access token is deleted, row by row, so keys/signals.py invalidates the cached credentials on
-    every process once this commits."""
+    Every access token is deleted, row by row, so the receivers of core/config_cache.py invalidate the
+    cached credentials on every process once this commits."""
     revoked = 0
     with transaction.atomic():
         for access_token in AccessToken.objects.filter(user_id=user_id, application_id=application_id):

@@ -33,8 +33,7 @@ import json, sys, time
 import gevent
 import psycopg
 import psycopg.waiting
-
-from core.db import gevent_patched
+from gevent import monkey
 
 url, sleep, greenlets = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
 
@@ -60,7 +59,7 @@ with psycopg.connect(url, autocommit=True) as doomed, psycopg.connect(url, autoc
         terminated = type(error).__name__
 
 print(json.dumps({
-    "patched": gevent_patched(),
+    "patched": monkey.is_module_patched("select"),
     "wait": psycopg.waiting.wait.__name__,
     "slept": [job.value for job in jobs],
     "elapsed": elapsed,

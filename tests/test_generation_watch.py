@@ -149,10 +149,10 @@ def test_a_server_that_refuses_tracking_leaves_every_use_reading_redis(server, c
     server.acl_setuser(
         user, enabled=True, passwords=[f"+{password}"], keys=["*"], commands=["+@all", "-client"]
     )
-    kwargs = {**server.connection_pool.connection_kwargs, "username": user, "password": password}
+    kwargs = {**redis.connection.parse_url(settings.REDIS_URL), "username": user, "password": password}
 
     def connect():
-        return redis.Connection(**{**kwargs, "protocol": 3}), full_key()
+        return redis.Connection(**kwargs, protocol=2), full_key()
 
     watch = GenerationWatch(connect=connect, retry_seconds=60)
     server.set(full_key(), 5)
@@ -185,12 +185,12 @@ def test_a_forked_process_makes_its_own_connection():
 
 def test_a_slow_connect_holds_up_no_other_read(server):
     connecting, release = threading.Event(), threading.Event()
-    kwargs = server.connection_pool.connection_kwargs
+    kwargs = redis.connection.parse_url(settings.REDIS_URL)
 
     def slow_connect():
         connecting.set()
         release.wait(10)  # a server that takes its time to accept
-        return redis.Connection(**{**kwargs, "protocol": 3}), full_key()
+        return redis.Connection(**kwargs, protocol=2), full_key()
 
     watch = GenerationWatch(connect=slow_connect)
     server.set(full_key(), 3)

@@ -260,7 +260,12 @@ def test_a_new_worker_loads_the_urlconf_and_gives_its_database_connection_back()
 
 
 def test_a_new_worker_starts_even_when_its_cache_is_unreachable():
-    unreachable = {"default": {"BACKEND": "core.redis_cache.RedisCache", "LOCATION": "redis://127.0.0.1:9/0"}}
+    unreachable = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": "redis://127.0.0.1:9/0",
+        }
+    }
     worker = _Worker()
     with override_settings(CACHES=unreachable):
         _post_worker_init()(worker)

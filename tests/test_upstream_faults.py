@@ -161,6 +161,8 @@ def test_weight_spreads_load_within_a_priority(alpha_group, fake_upstream, secon
         upstream("light", second_fake_upstream, weight=1),
     )
     model = model_upsert(model_id="faulty", group=alpha_group, upstreams=[heavy, light])
-    firsts = Counter(upstreams_for_model(model=model)[0].name for _ in range(4000))
+    firsts = Counter(
+        upstreams_for_model(model_label="images.ImageModel", model_pk=model.pk)[0].name for _ in range(4000)
+    )
     assert 0.70 < firsts["heavy"] / 4000 < 0.80  # 3:1 -> 75 %
     assert set(firsts) == {"heavy", "light"}

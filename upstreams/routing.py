@@ -1,10 +1,11 @@
 """Which upstreams serve a model, in the order they are tried.
 
 A model of any endpoint family (an image model today) names its upstreams through a many-to-many
-field called `upstreams`. Its enabled upstreams are read once per configuration generation and kept
-per process (`GenerationCache`, core/config_cache.py): every write to an upstream, a model or a
-model's upstream list bumps the generation after commit, so the next call on every process routes by
-the new rows. The order is drawn anew for every call from the cached candidates.
+field called `upstreams`; a call names the model by its label and primary key. Its enabled upstreams
+are read once per configuration generation and kept per process as snapshots (`GenerationCache`,
+core/config_cache.py): every write to an upstream, a model or a model's upstream list bumps the
+generation after commit, so the next call on every process routes by the new rows. The order is drawn
+anew for every call from the cached candidates.
 """
 
 from __future__ import annotations
@@ -12,17 +13,18 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from django.db.models import Model
+from django.apps import apps
 
 from core.config_cache import GenerationCache
 from upstreams.models import Upstream
+from upstreams.snapshots import UpstreamSnapshot
 
 
 @dataclass(frozen=True)
 class _Tier:
-    """Upstreams of one priority and their weights. Shared by every thread: never mutated."""
+    """Upstreams of one priority and their weights."""
 
-    upstreams: tuple[Upstream, ...]
+    upstreams: tuple[UpstreamSnapshot, ...]
     weights: tuple[int, ...]
 
 
@@ -30,12 +32,13 @@ class _Tier:
 _candidates: GenerationCache[tuple[_Tier, ...]] = GenerationCache(name="model_upstreams")
 
 
-def upstreams_for_model(*, model: Model) -> list[Upstream]:
-    """Enabled upstreams by priority (lower first); within a priority, a weighted random order drawn
-    for this call. The Upstream instances are shared and read-only."""
-    key = (model._meta.label_lower, model.pk)
-    tiers = _candidates.get_or_load(key, lambda: _tiers_load(model=model))
-    ordered: list[Upstream] = []
+def upstreams_for_model(*, model_label: str, model_pk: int) -> list[UpstreamSnapshot]:
+    """Enabled upstreams of the model `model_label` ("app_label.ModelName") with primary key
+    `model_pk`, by priority (lower first); within a priority, a weighted random order drawn for this
+    call."""
+    key = (model_label.lower(), model_pk)
+    tiers = _candidates.get_or_load(key, lambda: _tiers_load(model_label=model_label, model_pk=model_pk))
+    ordered: list[UpstreamSnapshot] = []
     for tier in tiers:
         if len(tier.upstreams) == 1:
             ordered.append(tier.upstreams[0])
@@ -50,10 +53,12 @@ def upstreams_for_model(*, model: Model) -> list[Upstream]:
     return ordered
 
 
-def _tiers_load(*, model: Model) -> tuple[_Tier, ...]:
-    by_priority: dict[int, list[Upstream]] = {}
-    for upstream in model.upstreams.filter(enabled=True):  # type: ignore[attr-defined]
-        by_priority.setdefault(upstream.priority, []).append(upstream)
+def _tiers_load(*, model_label: str, model_pk: int) -> tuple[_Tier, ...]:
+    # The reverse name of the model's `upstreams` field, e.g. `image_models` for images.ImageModel.
+    relation = apps.get_model(model_label)._meta.get_field("upstreams").related_query_name()
+    by_priority: dict[int, list[UpstreamSnapshot]] = {}
+    for upstream in Upstream.objects.filter(enabled=True, **{relation: model_pk}):
+        by_priority.setdefault(upstream.priority, []).append(UpstreamSnapshot.from_model(upstream))
     return tuple(
         _Tier(
             upstreams=tuple(by_priority[priority]),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import FrozenInstanceError
 from datetime import timedelta
 from decimal import Decimal
 
@@ -425,25 +426,26 @@ def test_it_bounds_a_lost_invalidation_by_the_cache_age(client, alice_key):
 # --- shared entries, private instances ---------------------------------------------------------------
 
 
-def test_it_gives_every_request_its_own_account_and_group_instances(alice, alice_key, alpha_group):
+def test_it_hands_every_request_the_same_immutable_snapshots(alice, alice_key, alpha_group):
     first = credential_verify(secret=alice_key)
     second = credential_verify(secret=alice_key)
 
-    assert first.account is not second.account
-    assert first.account.user is not second.account.user
-    assert first.bound_group is not second.bound_group
-    assert second.account.user.account is second.account
-    # What one request does to its instances never reaches another request.
-    first.account.current_group = None
-    first.bound_group.name = "Renamed"
-    assert first.account.wallet.balance == Decimal("10.0000")  # cached on the first request's copy
+    assert second.account == first.account
+    # Nothing a request does can change what another request reads.
+    with pytest.raises(FrozenInstanceError):
+        first.account.current_group = None  # type: ignore[misc]
+    with pytest.raises(FrozenInstanceError):
+        first.bound_group.name = "Renamed"  # type: ignore[misc,union-attr]
+    assert second.account.current_group.pk == alpha_group.pk
+    assert second.bound_group.name == "Alpha-Image"
+    # What the snapshot does not hold is read by id, as it is now.
+    assert wallet_balance(account_id=second.account.pk) == Decimal("10.0000")
     wallet_top_up(account=alice, amount="5.00", reference="later")
+    assert wallet_balance(account_id=credential_verify(secret=alice_key).account.pk) == Decimal("15.0000")
 
-    third = credential_verify(secret=alice_key)
 
-    assert third.account.current_group == alpha_group
-    assert third.bound_group.name == "Alpha-Image"
-    assert third.account.wallet.balance == Decimal("15.0000")
+def wallet_balance(*, account_id: int) -> Decimal:
+    return Wallet.objects.get(account_id=account_id).balance
 
 
 # --- last_used_at: once a minute per key, never backwards -------------------------------------------

@@ -7,9 +7,11 @@ from __future__ import annotations
 import pytest
 
 from accounts.services import account_create, account_set_groups
+from accounts.snapshots import AccountSnapshot
 from core.errors import ApiError
 from groups.access import group_resolve_for_credential
 from groups.models import Group
+from groups.snapshots import GroupSnapshot
 from images.access import image_model_resolve
 from keys.authentication import credential_verify
 from keys.credentials import Credential
@@ -58,8 +60,8 @@ GROUP_STATES = [
 def test_it_serves_an_api_key_in_its_active_bound_group(key_credential, alpha_group, alpha_model):
     resolved = resolve(key_credential(), "alpha-image-2")
 
-    assert resolved.group == alpha_group
-    assert resolved.image_model == alpha_model
+    assert resolved.group.pk == alpha_group.pk
+    assert resolved.image_model.pk == alpha_model.pk
     assert resolved.model_name == "alpha-image-2"
 
 
@@ -86,7 +88,7 @@ def test_it_refuses_an_oauth_token_whose_current_group_is_not_active(
 def test_it_serves_an_oauth_token_in_its_current_group(carol_credential, alpha_group, alpha_model):
     resolved = resolve(carol_credential(), "alpha-image-2")
 
-    assert (resolved.group, resolved.image_model) == (alpha_group, alpha_model)
+    assert (resolved.group.pk, resolved.image_model.pk) == (alpha_group.pk, alpha_model.pk)
 
 
 def test_it_refuses_an_oauth_token_whose_account_has_no_current_group(
@@ -105,7 +107,7 @@ def test_it_refuses_an_oauth_token_whose_account_has_no_current_group(
 def test_it_refuses_an_oauth_token_whose_current_group_is_no_longer_allowed(
     carol, alpha_group, gamma_group, carol_credential
 ):
-    assert resolve(carol_credential(), "alpha-image-2").group == alpha_group
+    assert resolve(carol_credential(), "alpha-image-2").group.pk == alpha_group.pk
     carol.allowed_groups.set([gamma_group])  # an operator removed Alpha but left it current
 
     # The token's next request (its credential carries the allowed groups read with it).
@@ -125,15 +127,15 @@ def test_it_serves_an_oauth_override_in_the_selected_group_with_the_prefix_strip
 ):
     resolved = resolve(carol_credential(), "3:gamma-image-1")
 
-    assert resolved.group == gamma_group
-    assert resolved.image_model == gamma_model
+    assert resolved.group.pk == gamma_group.pk
+    assert resolved.image_model.pk == gamma_model.pk
     assert resolved.model_name == "gamma-image-1"
 
 
 def test_it_reports_an_override_in_the_group_selection(carol_credential, gamma_group):
     selection = group_resolve_for_credential(credential=carol_credential(), requested_model="3:x")
 
-    assert (selection.group, selection.model_name, selection.overridden) == (gamma_group, "x", True)
+    assert (selection.group.pk, selection.model_name, selection.overridden) == (gamma_group.pk, "x", True)
 
 
 def test_it_refuses_an_override_to_a_missing_group(carol_credential):
@@ -232,7 +234,7 @@ def test_it_lets_an_account_without_a_current_group_select_an_allowed_group(
 ):
     account_set_groups(account=carol, allowed_groups=[alpha_group, gamma_group], current_group=None)
 
-    assert resolve(carol_credential(), "3:gamma-image-1").group == gamma_group
+    assert resolve(carol_credential(), "3:gamma-image-1").group.pk == gamma_group.pk
 
 
 def test_it_treats_a_non_numeric_prefix_as_part_of_the_model_name(carol_credential):
@@ -322,7 +324,7 @@ def test_it_resolves_edits_like_generations(key_credential, alpha_model):
         credential=key_credential(), requested_model="alpha-image-2", operation="edit"
     )
 
-    assert resolved.image_model == alpha_model
+    assert resolved.image_model.pk == alpha_model.pk
 
 
 # --- the same decisions over HTTP ----------------------------------------------------------------------
@@ -364,11 +366,16 @@ def test_a_key_bound_to_a_group_is_unaffected_by_the_accounts_current_group(
 
 
 def test_a_console_credential_is_served_by_the_group_it_is_bound_to(carol, gamma_group, gamma_model):
-    credential = Credential(kind="console", id=carol.pk, account=carol, bound_group=gamma_group)
+    credential = Credential(
+        kind="console",
+        id=carol.pk,
+        account=AccountSnapshot.from_model(carol),
+        bound_group=GroupSnapshot.from_model(gamma_group),
+    )
 
     resolved = resolve(credential, "gamma-image-1")
 
-    assert (resolved.group, resolved.image_model) == (gamma_group, gamma_model)
+    assert (resolved.group.pk, resolved.image_model.pk) == (gamma_group.pk, gamma_model.pk)
 
 
 # --- decisions after a change: the per-process cache (with Redis) must not answer from before it ------

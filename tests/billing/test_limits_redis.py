@@ -72,7 +72,7 @@ def test_two_gateway_processes_share_one_rate_limit():
         out, err = process.communicate(timeout=60)
         assert process.returncode == 0, err
         results.append(json.loads(out.strip().splitlines()[-1]))
-    assert {r["cache"] for r in results} == {"core.redis_cache.RedisCache"}
+    assert {r["cache"] for r in results} == {"django.core.cache.backends.redis.RedisCache"}
     assert sum(r["allowed"] for r in results) == rpm
     assert sum(r["refused"] for r in results) == 2 * attempts - rpm
     # This (third) process sees the same count: the next call is over the limit, with Retry-After.
