@@ -13,7 +13,7 @@ from django.db import DataError, connection
 
 from billing.holds import hold_capture, hold_reserve
 from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
-from billing.statements import statement_run
+from billing.statements import hold_reserve_sql, statement_run
 from keys.services import api_key_create
 from tests.factories import image_model_make
 from tests.images.conftest import OPENAI_BASE, image_bytes
@@ -122,7 +122,7 @@ def test_a_pooled_connection_keeps_a_statements_cursor_for_its_next_run(alice):
     connection.ensure_connection()  # the statements run on the thread's own (pooled) connection
     raw = connection.connection
     hold_reserve(account_id=alice.pk, amount=Decimal("0.25"), reference="req_kept_1")
-    (sql,) = [sql for sql in raw.statement_cursors if "billing_hold" in sql]
+    sql = hold_reserve_sql(own_transaction=True)  # outside a transaction, the reserve's own
     cursor = raw.statement_cursors[sql]
 
     hold_reserve(account_id=alice.pk, amount=Decimal("0.25"), reference="req_kept_2")
