@@ -1,12 +1,14 @@
 """Validation of the image endpoints' parameters against the spec and the selected model's capabilities.
 
-The spec's fields are declared once, in `ImageRequestSerializer` (a DRF serializer): each field class
-says its JSON type, its allowed values (fixed, or read from the image model in the serializer's
-context), and when the model does not support it. Everything here runs before anything is reserved or
-sent upstream. Each refusal is a 400 `invalid_request_error` naming the offending field in `param` and
-in the message, with the allowed values where there is a list; the DRF error code is the API's code.
-Fields outside the declaration are dropped: only `ImageParams` is forwarded. The `model` field is
-resolved (and checked) by `groups.access`; it is ignored here.
+The spec's fields are declared once, in `ImageRequest` (a pydantic model): each field's annotation
+carries a `SpecField` that says its JSON type, its allowed values (fixed, or read from the image model
+in the validation context), and when the model does not support it. The model is built once, at
+import; a validation is one call into pydantic's compiled core, which calls back only for the fields
+present. Everything here runs before anything is reserved or sent upstream. Each refusal is a 400
+`invalid_request_error` naming the offending field in `param` and in the message, with the allowed
+values where there is a list; the pydantic error type is the API's code. Fields outside the
+declaration are dropped: only `ImageParams` is forwarded. The `model` field is resolved (and checked)
+by `groups.access`; it is ignored here.
 """
 
 from __future__ import annotations
@@ -14,14 +16,22 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NoReturn, Protocol
+from typing import Annotated, Any, Literal, NoReturn, Protocol, Self
 
 from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 from django.http import QueryDict
 from django.utils.datastructures import MultiValueDict
-from rest_framework import serializers
-from rest_framework.fields import empty
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
+from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
 from core.errors import InvalidRequest
 from images.capabilities import COMPRESSIBLE_FORMATS, SIZE_PATTERN
@@ -64,8 +74,6 @@ TRANSPARENT_FORMATS = ("png", "webp")
 # How the text of a multipart form field is read: n arrives as "2" and must be parsed strictly.
 _FORM_INTEGER = re.compile(r"[0-9]{1,9}")
 _ECHO_LIMIT = 60
-# DRF's own code for a missing required field, in the API's words.
-_CODES = {"required": "missing_required_parameter"}
 
 
 @dataclass(frozen=True)
@@ -85,61 +93,67 @@ class ImageParams:
 # --- the fields -------------------------------------------------------------------------------------
 
 
-class SpecField(serializers.Field):
-    """A spec field, optional unless said otherwise; JSON null counts as absent, as upstream APIs read it.
+def _refusal(message: str, *, code: str = "invalid_value") -> PydanticCustomError:
+    # No context: the message is used as written, so braces echoed from the caller's value stay as sent.
+    return PydanticCustomError(code, message)
+
+
+class SpecField:
+    """A spec field's rules, as the metadata of its annotation in `ImageRequest`: optional unless said
+    otherwise; JSON null counts as absent, as upstream APIs read it.
 
     `requires` names the image model's flag without which the field is refused as unsupported;
-    `operations` the endpoints that take it.
+    `operations` the endpoints that take it. The checks run in this order: the endpoint, the model's
+    support, the JSON type (`typed`), the value (`check`).
     """
 
     expected = "a string"
 
     def __init__(
-        self, *, requires: str | None = None, operations: tuple[Operation, ...] | None = None, **kwargs: Any
+        self, *, requires: str | None = None, operations: tuple[Operation, ...] | None = None
     ) -> None:
-        kwargs.setdefault("required", False)
-        super().__init__(**kwargs)
         self.requires = requires
         self.operations = operations
 
-    def get_value(self, dictionary: Mapping[str, Any]) -> Any:
-        value = dictionary.get(self.field_name, empty)
-        return empty if value is None else value
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        # The annotated type is for readers: pydantic's own check of it would refuse a wrong JSON type
+        # before the model's support for the field is checked, and in pydantic's words, not the API's.
+        return core_schema.with_info_plain_validator_function(self.validate)
 
-    @property
-    def image_model(self) -> ImageCapabilities:
-        return self.context["image_model"]
-
-    def to_internal_value(self, data: Any) -> Any:
-        if self.operations is not None and self.context["operation"] not in self.operations:
-            self.refuse(
-                f"`{self.field_name}` applies only to image edits (/v1/images/edits); leave it out here.",
+    def validate(self, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return None
+        assert info.context is not None and info.field_name is not None
+        name, image_model = info.field_name, info.context["image_model"]
+        if self.operations is not None and info.context["operation"] not in self.operations:
+            raise _refusal(
+                f"`{name}` applies only to image edits (/v1/images/edits); leave it out here.",
                 code="unsupported_parameter",
             )
-        if self.requires is not None and not getattr(self.image_model, self.requires):
-            self.refuse_unsupported()
-        return self.check(self.typed(data))
+        if self.requires is not None and not getattr(image_model, self.requires):
+            self.refuse_unsupported(name, image_model)
+        return self.check(self.typed(value, name, image_model), name, image_model)
 
-    def typed(self, data: Any) -> Any:
-        if not isinstance(data, str):
-            self.refuse_type(data)
-        return data
-
-    def check(self, value: Any) -> Any:
+    def typed(self, value: Any, name: str, image_model: ImageCapabilities) -> Any:
+        if not isinstance(value, str):
+            self.refuse_type(value, name, image_model)
         return value
 
-    def refuse(self, message: str, *, code: str = "invalid_value") -> NoReturn:
-        raise serializers.ValidationError(message, code=code)
+    def check(self, value: Any, name: str, image_model: ImageCapabilities) -> Any:
+        return value
 
-    def refuse_type(self, value: object) -> NoReturn:
-        self.refuse(
-            f"`{self.field_name}` must be {self.expected}; got {_json_type(value)} {_echo(value)}.",
+    def expected_for(self, image_model: ImageCapabilities) -> str:
+        return self.expected
+
+    def refuse_type(self, value: object, name: str, image_model: ImageCapabilities) -> NoReturn:
+        raise _refusal(
+            f"`{name}` must be {self.expected_for(image_model)}; got {_json_type(value)} {_echo(value)}.",
             code="invalid_type",
         )
 
-    def refuse_unsupported(self) -> NoReturn:
-        self.refuse(
-            f"Model {self.image_model.model_id} does not support `{self.field_name}`; leave it out.",
+    def refuse_unsupported(self, name: str, image_model: ImageCapabilities) -> NoReturn:
+        raise _refusal(
+            f"Model {image_model.model_id} does not support `{name}`; leave it out.",
             code="unsupported_parameter",
         )
 
@@ -149,28 +163,29 @@ class TextField(SpecField):
         super().__init__(**kwargs)
         self.max_length = max_length
 
-    def check(self, value: str) -> str:
+    def check(self, value: str, name: str, image_model: ImageCapabilities) -> str:
         if len(value) > self.max_length:
-            self.refuse(
-                f"`{self.field_name}` must be at most {self.max_length} characters; got {len(value)}."
-            )
+            raise _refusal(f"`{name}` must be at most {self.max_length} characters; got {len(value)}.")
         return value
 
 
 class PromptField(SpecField):
     """Required, not blank, at most GATEWAY_MAX_PROMPT_CHARS characters."""
 
-    default_error_messages = {"required": "`prompt` is required: a non-empty string describing the image."}
+    def validate(self, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            raise _refusal(
+                "`prompt` is required: a non-empty string describing the image.",
+                code="missing_required_parameter",
+            )
+        return super().validate(value, info)
 
-    def __init__(self) -> None:
-        super().__init__(required=True)
-
-    def check(self, prompt: str) -> str:
+    def check(self, prompt: str, name: str, image_model: ImageCapabilities) -> str:
         if not prompt.strip():
-            self.refuse("`prompt` must not be empty.")
+            raise _refusal("`prompt` must not be empty.")
         limit = settings.GATEWAY_MAX_PROMPT_CHARS
         if len(prompt) > limit:
-            self.refuse(
+            raise _refusal(
                 f"`prompt` is {len(prompt):,} characters long; at most {limit:,} are accepted.",
                 code="string_above_max_length",
             )
@@ -182,38 +197,41 @@ class IntegerField(SpecField):
 
     expected = "an integer"
 
-    def typed(self, data: Any) -> Any:
-        if not isinstance(data, int) or isinstance(data, bool):
-            self.refuse_type(data)
-        return data
+    def typed(self, value: Any, name: str, image_model: ImageCapabilities) -> Any:
+        if not isinstance(value, int) or isinstance(value, bool):
+            self.refuse_type(value, name, image_model)
+        return value
 
 
 class CountField(IntegerField):
     """`n`: at least 1, at most the model's max_n."""
 
-    def check(self, n: int) -> int:
+    def check(self, n: int, name: str, image_model: ImageCapabilities) -> int:
         if n < 1:
-            self.refuse(f"`n` must be a positive integer (at least 1); got {n}.")
-        if n > self.image_model.max_n:
-            model = self.image_model
-            self.refuse(f"`n` must be at most {model.max_n} for model {model.model_id}; got {n}.")
+            raise _refusal(f"`n` must be a positive integer (at least 1); got {n}.")
+        if n > image_model.max_n:
+            raise _refusal(
+                f"`n` must be at most {image_model.max_n} for model {image_model.model_id}; got {n}."
+            )
         return n
 
 
 class CompressionField(IntegerField):
     """Within the model's output_compression_range; a model without one does not take the field."""
 
-    def to_internal_value(self, data: Any) -> Any:
-        if self.image_model.output_compression_range is None:
-            self.refuse_unsupported()
-        return super().to_internal_value(data)
+    def validate(self, value: Any, info: ValidationInfo) -> Any:
+        assert info.context is not None and info.field_name is not None
+        if value is not None and info.context["image_model"].output_compression_range is None:
+            self.refuse_unsupported(info.field_name, info.context["image_model"])
+        return super().validate(value, info)
 
-    def check(self, compression: int) -> int:
-        low, high = self.image_model.output_compression_range
+    def check(self, compression: int, name: str, image_model: ImageCapabilities) -> int:
+        assert image_model.output_compression_range is not None
+        low, high = image_model.output_compression_range
         if not low <= compression <= high:
-            self.refuse(
-                f"`{self.field_name}` must be between {low} and {high} for model "
-                f"{self.image_model.model_id}; got {compression}."
+            raise _refusal(
+                f"`{name}` must be between {low} and {high} for model {image_model.model_id}; "
+                f"got {compression}."
             )
         return compression
 
@@ -221,16 +239,16 @@ class CompressionField(IntegerField):
 class PartialImagesField(IntegerField):
     """Streamed partial images: only for a streaming model, 0 to PARTIAL_IMAGES_MAX."""
 
-    def refuse_unsupported(self) -> NoReturn:
-        self.refuse(
-            f"Model {self.image_model.model_id} does not stream, so it does not support `partial_images`; "
+    def refuse_unsupported(self, name: str, image_model: ImageCapabilities) -> NoReturn:
+        raise _refusal(
+            f"Model {image_model.model_id} does not stream, so it does not support `partial_images`; "
             "leave it out.",
             code="unsupported_parameter",
         )
 
-    def check(self, count: int) -> int:
+    def check(self, count: int, name: str, image_model: ImageCapabilities) -> int:
         if not 0 <= count <= PARTIAL_IMAGES_MAX:
-            self.refuse(f"`partial_images` must be between 0 and {PARTIAL_IMAGES_MAX}; got {count}.")
+            raise _refusal(f"`partial_images` must be between 0 and {PARTIAL_IMAGES_MAX}; got {count}.")
         return count
 
 
@@ -239,15 +257,15 @@ class StreamField(SpecField):
 
     expected = "a boolean (true or false)"
 
-    def typed(self, data: Any) -> Any:
-        if not isinstance(data, bool):
-            self.refuse_type(data)
-        return data
+    def typed(self, value: Any, name: str, image_model: ImageCapabilities) -> Any:
+        if not isinstance(value, bool):
+            self.refuse_type(value, name, image_model)
+        return value
 
-    def check(self, stream: bool) -> bool:
-        if stream and not self.image_model.stream_supported:
-            self.refuse(
-                f"Model {self.image_model.model_id} does not support streaming; "
+    def check(self, stream: bool, name: str, image_model: ImageCapabilities) -> bool:
+        if stream and not image_model.stream_supported:
+            raise _refusal(
+                f"Model {image_model.model_id} does not support streaming; "
                 "leave out `stream` or set it to false.",
                 code="unsupported_parameter",
             )
@@ -265,24 +283,24 @@ class ChoiceField(SpecField):
         self.choices_fixed = choices
         self.capability = capability
 
-    @property
-    def allowed(self) -> tuple[str, ...]:
-        return tuple(getattr(self.image_model, self.capability)) if self.capability else self.choices_fixed
+    def allowed(self, image_model: ImageCapabilities) -> tuple[str, ...]:
+        return tuple(getattr(image_model, self.capability)) if self.capability else self.choices_fixed
 
-    @property
-    def expected(self) -> str:  # type: ignore[override]
-        return f"a string, one of: {', '.join(self.allowed)}"
+    def expected_for(self, image_model: ImageCapabilities) -> str:
+        return f"a string, one of: {', '.join(self.allowed(image_model))}"
 
-    def to_internal_value(self, data: Any) -> Any:
-        if self.capability and not self.allowed:
-            self.refuse_unsupported()
-        return super().to_internal_value(data)
+    def validate(self, value: Any, info: ValidationInfo) -> Any:
+        assert info.context is not None and info.field_name is not None
+        image_model = info.context["image_model"]
+        if value is not None and self.capability and not self.allowed(image_model):
+            self.refuse_unsupported(info.field_name, image_model)
+        return super().validate(value, info)
 
-    def check(self, value: str) -> str:
-        if value not in self.allowed:
-            for_model = f" for model {self.image_model.model_id}" if self.capability else ""
-            allowed = ", ".join(self.allowed)
-            self.refuse(f"`{self.field_name}` must be one of {allowed}{for_model}; got {_echo(value)}.")
+    def check(self, value: str, name: str, image_model: ImageCapabilities) -> str:
+        allowed = self.allowed(image_model)
+        if value not in allowed:
+            for_model = f" for model {image_model.model_id}" if self.capability else ""
+            raise _refusal(f"`{name}` must be one of {', '.join(allowed)}{for_model}; got {_echo(value)}.")
         return value
 
 
@@ -291,72 +309,89 @@ class SizeField(SpecField):
 
     expected = "a string such as 1024x1024"
 
-    def to_internal_value(self, data: Any) -> Any:
-        size = self.typed(data)
-        allowed = tuple(self.image_model.sizes)
-        model_id = self.image_model.model_id
+    def validate(self, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return None
+        assert info.context is not None
+        image_model = info.context["image_model"]
+        size = self.typed(value, "size", image_model)
+        allowed = tuple(image_model.sizes)
+        model_id = image_model.model_id
         if not allowed:
-            self.refuse_unsupported()
+            self.refuse_unsupported("size", image_model)
         if size != "auto" and not SIZE_PATTERN.fullmatch(size):
-            self.refuse(
+            raise _refusal(
                 f"`size` must be <width>x<height> such as 1024x1024"
                 f"{' or auto' if 'auto' in allowed else ''}; got {_echo(size)}. "
                 f"Allowed for model {model_id}: {', '.join(allowed)}."
             )
         if size not in allowed:
-            self.refuse(
+            raise _refusal(
                 f"`size` {_echo(size)} is not offered by model {model_id}; allowed: {', '.join(allowed)}."
             )
         return size
 
 
-class ImageRequestSerializer(serializers.Serializer):
+class ImageRequest(BaseModel):
     """The spec's fields of both image endpoints, checked in this order; the first refusal is answered.
 
     Context: `image_model` (the selected model's capabilities) and `operation` ("generate" or "edit").
     """
 
-    prompt = PromptField()
-    n = CountField()
-    size = SizeField()
-    output_format = ChoiceField(capability="output_formats")
-    response_format = ChoiceField(choices=RESPONSE_FORMATS)
-    quality = ChoiceField(capability="qualities")
-    style = ChoiceField(capability="styles")
-    background = ChoiceField(capability="backgrounds")
-    output_compression = CompressionField()
-    moderation = ChoiceField(choices=MODERATION_VALUES)
-    input_fidelity = ChoiceField(choices=INPUT_FIDELITY_VALUES, operations=("edit",))
-    partial_images = PartialImagesField(requires="stream_supported")
-    user = TextField(max_length=USER_MAX_CHARS)
-    stream = StreamField()
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        output_format = attrs.get("output_format")
-        if attrs.get("background") == "transparent" and output_format not in (None, *TRANSPARENT_FORMATS):
-            raise serializers.ValidationError(
-                {
-                    "background": f"`background` transparent needs output_format png or webp; "
-                    f"{output_format} has no transparency."
-                },
-                code="invalid_value",
+    # Absent and null alike reach the prompt's check, which refuses them as missing.
+    prompt: Annotated[str, PromptField()] = Field(default=None, validate_default=True)
+    n: Annotated[int | None, CountField()] = None
+    size: Annotated[str | None, SizeField()] = None
+    output_format: Annotated[str | None, ChoiceField(capability="output_formats")] = None
+    response_format: Annotated[str | None, ChoiceField(choices=RESPONSE_FORMATS)] = None
+    quality: Annotated[str | None, ChoiceField(capability="qualities")] = None
+    style: Annotated[str | None, ChoiceField(capability="styles")] = None
+    background: Annotated[str | None, ChoiceField(capability="backgrounds")] = None
+    output_compression: Annotated[int | None, CompressionField()] = None
+    moderation: Annotated[str | None, ChoiceField(choices=MODERATION_VALUES)] = None
+    input_fidelity: Annotated[
+        str | None, ChoiceField(choices=INPUT_FIDELITY_VALUES, operations=("edit",))
+    ] = None
+    partial_images: Annotated[int | None, PartialImagesField(requires="stream_supported")] = None
+    user: Annotated[str | None, TextField(max_length=USER_MAX_CHARS)] = None
+    stream: Annotated[bool | None, StreamField()] = None
+
+    @model_validator(mode="after")
+    def _combinations(self) -> Self:
+        """The rules across fields; pydantic runs them only once every field has passed its own."""
+        output_format = self.output_format
+        if self.background == "transparent" and output_format not in (None, *TRANSPARENT_FORMATS):
+            raise _combination_refusal(
+                "background",
+                f"`background` transparent needs output_format png or webp; "
+                f"{output_format} has no transparency.",
             )
-        if "output_compression" in attrs and output_format not in COMPRESSIBLE_FORMATS:
+        if self.output_compression is not None and output_format not in COMPRESSIBLE_FORMATS:
             given = f"output_format is {output_format}" if output_format else "no output_format was given"
-            raise serializers.ValidationError(
-                {
-                    "output_compression": "`output_compression` applies only with output_format "
-                    f"{' or '.join(COMPRESSIBLE_FORMATS)}; {given}."
-                },
-                code="invalid_value",
+            raise _combination_refusal(
+                "output_compression",
+                "`output_compression` applies only with output_format "
+                f"{' or '.join(COMPRESSIBLE_FORMATS)}; {given}.",
             )
-        return attrs
+        return self
+
+
+def _combination_refusal(param: str, message: str) -> PydanticCustomError:
+    # A model-level error has no location: the field it names travels in its context.
+    return PydanticCustomError("invalid_value", message, {"param": param})
 
 
 # The fields the pipeline forwards in `ImageParams` itself; the others go to its options.
 _PARAMS_FIELDS = ("prompt", "n", "size", "response_format", "output_format")
+# Each declared field's rules, in declaration order (also how a multipart form's text is read).
+_SPEC: dict[str, SpecField] = {
+    name: next(rule for rule in info.metadata if isinstance(rule, SpecField))
+    for name, info in ImageRequest.model_fields.items()
+}
 # The spec's fields (plus `stream`, for streamed partial images). Anything else is dropped.
-SPEC_FIELDS = ("model", *ImageRequestSerializer._declared_fields)
+SPEC_FIELDS = ("model", *_SPEC)
 
 
 def generation_params_validate(*, body: object, image_model: ImageCapabilities) -> ImageParams:
@@ -390,15 +425,17 @@ def edit_params_validate(
 def _params_validate(
     *, values: Mapping[str, Any], image_model: ImageCapabilities, operation: Operation
 ) -> ImageParams:
-    serializer = ImageRequestSerializer(
-        data=values, context={"image_model": image_model, "operation": operation}
-    )
-    if not serializer.is_valid():
-        # The first field in declaration order with a refusal; each field reports one.
-        param, details = next(iter(serializer.errors.items()))
-        detail = details[0]
-        raise InvalidRequest(str(detail), param=param, code=_CODES.get(detail.code, detail.code))
-    valid = serializer.validated_data
+    try:
+        request = ImageRequest.model_validate(
+            values, context={"image_model": image_model, "operation": operation}
+        )
+    except ValidationError as exc:
+        # The first field in declaration order with a refusal (each field reports one), or else the
+        # first rule across fields.
+        error = exc.errors(include_url=False, include_input=False)[0]
+        param = error["loc"][0] if error["loc"] else error["ctx"]["param"]
+        raise InvalidRequest(error["msg"], param=str(param), code=error["type"]) from None
+    valid = request.model_dump(exclude_none=True)
     options = {name: value for name, value in valid.items() if name not in _PARAMS_FIELDS}
     if not options.get("stream", True):
         del options["stream"]
@@ -418,7 +455,7 @@ def _params_validate(
 def _form_values(*, data: QueryDict) -> dict[str, Any]:
     """The form's spec fields as JSON-like values: integers and booleans parsed strictly from text."""
     values: dict[str, Any] = {}
-    for name, spec in ImageRequestSerializer._declared_fields.items():
+    for name, spec in _SPEC.items():
         texts = [value for value in data.getlist(name) if not isinstance(value, UploadedFile)]
         if not texts:
             continue
