@@ -110,7 +110,7 @@ def _datetime(value: Any) -> datetime:
 def _bounds(field: models.Field) -> dict[str, Any]:
     """The ge/le limits of a numeric column: its type's range narrowed by its validators."""
     low, high = _INTEGER_RANGES.get(field.get_internal_type(), (None, None))
-    for validator in field._validators:  # the declared ones, not the connection's range
+    for validator in field.validators:  # the declared ones and the database's own range
         if isinstance(validator, MinValueValidator):
             low = validator.limit_value if low is None else max(low, validator.limit_value)
         elif isinstance(validator, MaxValueValidator):

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.http import HttpRequest, JsonResponse
 from rest_framework import exceptions as drf_exceptions
+from rest_framework.request import Request
 
 logger = logging.getLogger("gateway.errors")
 
@@ -239,7 +240,7 @@ BODY_BUILDERS = {"compatible": compatible_body, "native": native_body, "google":
 
 
 def error_response(
-    error: ApiError, *, request: HttpRequest | None, shape: Shape | None = None
+    error: ApiError, *, request: HttpRequest | Request | None, shape: Shape | None = None
 ) -> JsonResponse:
     """The one place an ApiError becomes an HTTP response."""
     request_id = getattr(request, "request_id", None)
@@ -296,11 +297,11 @@ def api_error_from_exception(exc: BaseException) -> ApiError | None:
 
 def drf_exception_handler(exc: Exception, context: dict[str, Any]) -> JsonResponse | None:
     """DRF's EXCEPTION_HANDLER: every error raised in a DRF view leaves through here."""
+    # DRF's Request hands `path` and `request_id` through to Django's request.
     request = context.get("request")
-    django_request = getattr(request, "_request", request)
     error = api_error_from_exception(exc)
     if error is None:
         return None  # unexpected: let ApiErrorMiddleware log it and answer 500
     # A view picks its body shape with `error_shape` (api.base.GatewayAPIView); else the path.
     shape = getattr(context.get("view"), "error_shape", None)
-    return error_response(error, request=django_request, shape=shape)
+    return error_response(error, request=request, shape=shape)

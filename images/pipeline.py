@@ -43,8 +43,8 @@ def image_call_handle(*, request: Request, operation: Operation) -> HttpResponse
         operation=operation,
         data=request.data,
         files=request.FILES if operation == "edit" else None,
-        request_id=request._request.request_id,
-        idempotency_key=request._request.META.get("HTTP_IDEMPOTENCY_KEY"),
+        request_id=request.request_id,
+        idempotency_key=request.META.get("HTTP_IDEMPOTENCY_KEY"),
         path=request.path,
     )
     if isinstance(stored, StreamedCall):
