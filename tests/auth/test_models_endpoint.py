@@ -104,3 +104,19 @@ def test_it_leaves_inactive_groups_out_of_groups_all(client, carol, gamma_group,
     gamma_group.save(update_fields=["status"])
 
     assert ids(client.get("/v1/models?groups=all", headers=bearer(token_for(carol, [])))) == []
+
+
+@pytest.mark.parametrize("accept", ["text/html", "application/xml", "*/*", "application/json"])
+def test_it_answers_json_whatever_the_accept_header_asks_for(client, alice_key, alpha_model, accept):
+    response = client.get("/v1/models", headers={**bearer(alice_key), "Accept": accept})
+
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json"
+    assert ids(response) == ["alpha-image-2"]
+
+
+def test_its_errors_are_json_whatever_the_accept_header_asks_for(client, alpha_model):
+    response = client.get("/v1/models", headers={"Authorization": "Bearer sk-unknown", "Accept": "text/html"})
+
+    assert response.status_code == 401
+    assert response.json()["error"]["type"] == "authentication_error"
