@@ -76,6 +76,7 @@ INSTALLED_APPS = [
     "upstreams",
     "api",
     "images",
+    "chat",
     "console",
     "configuration",
 ]
@@ -289,7 +290,7 @@ OAUTH2_PROVIDER = {
 LOGIN_URL = "login"
 
 # Money: every amount is a Decimal with this many places (¥0.0001).
-MONEY_DECIMAL_PLACES = 4
+MONEY_DECIMAL_PLACES = 8
 MONEY_QUANTUM = Decimal(1).scaleb(-MONEY_DECIMAL_PLACES)
 
 # Billing (docs/billing.md). A hold, and a concurrency slot, lives this long before release_stale_holds
