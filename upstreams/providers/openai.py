@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 from collections.abc import Iterator
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -31,6 +30,7 @@ from upstreams.providers.base import (
     UpstreamError,
     stream_event_names,
 )
+from upstreams.sse import sse_events
 from upstreams.transport import UpstreamReply
 
 logger = logging.getLogger("gateway.upstream")
@@ -41,11 +41,6 @@ NO_RESPONSE_FORMAT_PREFIXES = ("gpt-image",)
 STREAM_OPTIONS = ("stream", "partial_images")
 ERROR_BODY_LIMIT = 4000
 USER_AGENT = "image-gateway/0.1"
-# Event streams are read in pieces of whatever has arrived, up to this size (never waiting for more).
-SSE_READ_BYTES = 64 * 1024
-_SSE_LINE_END = re.compile(rb"\r\n|\r|\n")
-_COLON, _SPACE = ord(":"), ord(" ")
-_BOM = b"\xef\xbb\xbf"
 
 
 class OpenAIAdapter(Adapter):
@@ -107,7 +102,7 @@ class OpenAIAdapter(Adapter):
                 raise UpstreamError(
                     "upstream did not answer with an event stream", status=502, retryable=True, sent=True
                 )
-            yield from _sse_events(response, completed_type=completed_type)
+            yield from _image_events(response, completed_type=completed_type)
         finally:
             response.close()
 
@@ -254,26 +249,14 @@ def _file_part(stem: str, data: bytes) -> tuple[str, bytes, str]:
     return (f"{stem}.{fmt}", data, CONTENT_TYPES[fmt])
 
 
-def _sse_events(response: UpstreamReply, *, completed_type: str) -> Iterator[StreamEvent]:
-    """Parse a server-sent event stream into StreamEvents; a stream cut before its end is an error
-    whose outcome is unknown (the upstream may still finish, and bill, the image)."""
-    event_type, data_lines = "", []
-    for line in _sse_fields(response):
-        if line is not None:
-            field, value = line
-            if field == "event":
-                event_type = value
-            elif field == "data":
-                data_lines.append(value)
-            continue
-        if not data_lines:
-            continue
-        payload = "\n".join(data_lines)
-        event_type, data_lines, current = "", [], event_type
-        if payload == "[DONE]":
+def _image_events(response: UpstreamReply, *, completed_type: str) -> Iterator[StreamEvent]:
+    """The image events of an event stream; a stream cut before its end is an error whose outcome is
+    unknown (the upstream may still finish, and bill, the image)."""
+    for sse in sse_events(response):
+        if sse.data == "[DONE]":
             return
         try:
-            data = json.loads(payload)
+            data = json.loads(sse.data)
         except ValueError:
             raise UpstreamError(
                 "upstream sent an event that is not JSON",
@@ -281,8 +264,8 @@ def _sse_events(response: UpstreamReply, *, completed_type: str) -> Iterator[Str
                 retryable=False,
                 outcome_unknown=True,
             ) from None
-        del payload  # the event's text; only the parsed event is kept
-        kind = current or (data.get("type") if isinstance(data, dict) else "") or ""
+        kind = sse.event or (data.get("type") if isinstance(data, dict) else "") or ""
+        del sse  # the event's text; only the parsed event is kept
         if kind == "error" or (isinstance(data, dict) and "error" in data and not kind.startswith("image_")):
             raise UpstreamError(
                 "upstream reported an error mid-stream",
@@ -293,57 +276,3 @@ def _sse_events(response: UpstreamReply, *, completed_type: str) -> Iterator[Str
             )
         if isinstance(data, dict):
             yield StreamEvent(type=kind, data=data, final=kind == completed_type)
-
-
-def _sse_fields(response: UpstreamReply) -> Iterator[tuple[str, str] | None]:
-    """The lines of an event stream as they arrive: (field, value) for a field line, None for the
-    blank line that ends an event; comment lines are skipped. Lines end with CRLF, LF or CR, and the
-    stream is UTF-8 (the encoding of every event stream).
-
-    Linear in the stream's size, with each value decoded straight from the read buffer (requests'
-    `iter_lines` splits everything it holds again on every read, and decodes the stream as ISO-8859-1).
-    """
-    buffer = bytearray()
-    searched = 0  # no line end in buffer[:searched]
-    bom_pending = True  # a BOM may open the stream
-    for chunk in response.chunks(SSE_READ_BYTES):
-        buffer += chunk
-        if bom_pending:
-            if len(buffer) < len(_BOM) and _BOM.startswith(buffer):
-                continue
-            if buffer.startswith(_BOM):
-                del buffer[: len(_BOM)]
-            bom_pending = False
-        start = 0
-        while (match := _SSE_LINE_END.search(buffer, searched)) is not None:
-            if match.group() == b"\r" and match.end() == len(buffer):
-                searched = match.start()  # perhaps the first half of a CRLF: decide with more data
-                break
-            line_start, start = start, match.end()
-            searched = start
-            if match.start() == line_start:
-                yield None
-            elif buffer[line_start] != _COLON:
-                yield _sse_field(buffer, line_start, match.start())
-        else:
-            searched = len(buffer)
-        if start:
-            del buffer[:start]  # bytearray drops a prefix without moving the rest
-            searched -= start
-    if buffer:  # the stream ended inside a line, or after a lone CR
-        end = len(buffer) - 1 if buffer.endswith(b"\r") else len(buffer)
-        if end == 0:
-            yield None
-        elif buffer[0] != _COLON:
-            yield _sse_field(buffer, 0, end)
-
-
-def _sse_field(buffer: bytearray, start: int, end: int) -> tuple[str, str]:
-    """(field, value) of the line buffer[start:end]; a line without a colon is a field without value."""
-    colon = buffer.find(b":", start, end)
-    value_start = end if colon < 0 else colon + 1
-    colon = end if colon < 0 else colon
-    if value_start < end and buffer[value_start] == _SPACE:
-        value_start += 1
-    with memoryview(buffer) as view:  # decoded in place: a large value is not copied twice
-        return str(view[start:colon], "utf-8", "replace"), str(view[value_start:end], "utf-8", "replace")
