@@ -1,51 +1,64 @@
-"""The `openai` upstream kind: OpenAI's Images API and compatible providers (xAI, relays, ...).
+"""The `openai` upstream kind: OpenAI's API and compatible providers (xAI, relays, ...).
 
-Generation is POST {base_url}/images/generations (JSON), edits POST {base_url}/images/edits
+Images: generation is POST {base_url}/images/generations (JSON), edits POST {base_url}/images/edits
 (multipart). Only the validated spec fields are sent, with `model` renamed to the upstream's model name
 and the provider key from the environment variable the upstream names.
+
+Text: chat completions are POST {base_url}/chat/completions and responses POST {base_url}/responses,
+the endpoint app's body sent as it is (`Adapter._text_exchange` reads the answer).
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import os
 from collections.abc import Iterator
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 from django.utils import timezone
 
-from upstreams.errors import UpstreamMisconfigured
 from upstreams.imageformats import CONTENT_TYPES, image_format_sniff
 from upstreams.providers.base import (
+    CHAT_COMPLETIONS,
+    EVENT_STREAM,
     IMAGES_EDIT,
     IMAGES_GENERATE,
     IMAGES_STREAM,
+    RESPONSES,
     Adapter,
     ImageItem,
     ImageRequest,
     ImageResult,
     StreamEvent,
+    TextReply,
+    TextRequest,
     UpstreamError,
+    reply_error,
     stream_event_names,
 )
 from upstreams.sse import sse_events
 from upstreams.transport import UpstreamReply
 
-logger = logging.getLogger("gateway.upstream")
-
 # GPT image models always answer base64 and refuse `response_format` ("Unknown parameter").
 NO_RESPONSE_FORMAT_PREFIXES = ("gpt-image",)
 # Sent only on the streaming path (`stream()`), never with a plain JSON call.
 STREAM_OPTIONS = ("stream", "partial_images")
-ERROR_BODY_LIMIT = 4000
 USER_AGENT = "image-gateway/0.1"
 
 
 class OpenAIAdapter(Adapter):
     kind = "openai"
-    operations = frozenset({IMAGES_GENERATE, IMAGES_EDIT, IMAGES_STREAM})
+    operations = frozenset({IMAGES_GENERATE, IMAGES_EDIT, IMAGES_STREAM, CHAT_COMPLETIONS, RESPONSES})
+    TEXT_PATHS = {CHAT_COMPLETIONS: "chat/completions", RESPONSES: "responses"}
+
+    def serve(self, operation: str, request: TextRequest) -> TextReply:
+        """A chat completion or a response, streamed or not, with the body the endpoint app made."""
+        self.operation_check(operation)
+        headers = {
+            **self._headers(),
+            "Content-Type": "application/json",
+            "Accept": EVENT_STREAM if request.stream else "application/json",
+        }
+        return self._text_exchange(self._url(self.TEXT_PATHS[operation]), request, headers=headers)
 
     def generate(self, request: ImageRequest) -> ImageResult:
         response = self._request(
@@ -98,7 +111,7 @@ class OpenAIAdapter(Adapter):
             if not 200 <= response.status < 300:
                 response.read()
                 self._result(response)  # raises the typed error for the status
-            if "text/event-stream" not in response.headers.get("Content-Type", ""):
+            if EVENT_STREAM not in response.headers.get("Content-Type", "").lower():
                 raise UpstreamError(
                     "upstream did not answer with an event stream", status=502, retryable=True, sent=True
                 )
@@ -108,24 +121,12 @@ class OpenAIAdapter(Adapter):
 
     # --- building the request ---------------------------------------------------------------------
 
-    def _url(self, path: str) -> str:
-        return f"{self.upstream.base_url.rstrip('/')}/{path}"
-
     def _headers(self) -> dict[str, str]:
-        env_name = self.upstream.api_key_env
-        key = os.environ.get(env_name, "").strip() if env_name else ""
-        if not key:
-            # The value is never logged; only the variable's name.
-            logger.error(
-                "upstream %s: the environment variable %s holding its API key is %s",
-                self.upstream.name,
-                env_name or "(none configured)",
-                "empty or unset" if env_name else "not configured",
-            )
-            raise UpstreamMisconfigured(
-                f"upstream {self.upstream.name}: API key variable {env_name or '(none)'} is not set"
-            )
-        return {"Authorization": f"Bearer {key}", "Accept": "application/json", "User-Agent": USER_AGENT}
+        return {
+            "Authorization": f"Bearer {self._api_key()}",
+            "Accept": "application/json",
+            "User-Agent": USER_AGENT,
+        }
 
     def _fields(self, request: ImageRequest) -> dict[str, Any]:
         """Only the spec's fields, each only when set; `model` is the upstream's name for the model."""
@@ -147,27 +148,7 @@ class OpenAIAdapter(Adapter):
         status = response.status
         if 200 <= status < 300:
             return self._success(response)
-        body = _error_body(response)
-        if status == 429:
-            raise UpstreamError(
-                "upstream rate limited the request",
-                status=429,
-                retryable=True,
-                body=body,
-                sent=True,
-                retry_after=_retry_after(response),
-            )
-        if status >= 500:
-            raise UpstreamError(
-                f"upstream failed with HTTP {status}", status=status, retryable=True, body=body, sent=True
-            )
-        raise UpstreamError(
-            f"upstream refused the request with HTTP {status}",
-            status=status,
-            retryable=False,
-            body=body,
-            sent=True,
-        )
+        raise reply_error(response)
 
     def _success(self, response: UpstreamReply) -> ImageResult:
         content_type = response.headers.get("Content-Type", "")
@@ -210,31 +191,6 @@ def _valid_item(item: Any) -> bool:
     if not any(isinstance(value, str) and value for value in fields):
         return False
     return all(value is None or isinstance(value, str) for value in [*fields, item.get("revised_prompt")])
-
-
-def _error_body(response: UpstreamReply) -> Any:
-    """The upstream's error body: parsed JSON when it is JSON, else a bounded piece of its text."""
-    try:
-        return response.json()
-    except ValueError:
-        return response.text()[:ERROR_BODY_LIMIT]
-
-
-def _retry_after(response: UpstreamReply) -> float | None:
-    value = response.headers.get("Retry-After", "").strip()
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        return None
-    return max(0.0, (when - timezone.now()).total_seconds())
 
 
 def _form_text(value: Any) -> str:
