@@ -14,6 +14,7 @@ from upstreams.providers.base import (
     IMAGES_GENERATE,
     IMAGES_STREAM,
     MESSAGES,
+    MESSAGES_COUNT_TOKENS,
     RESPONSES,
     TEXT_OPERATIONS,
     Adapter,
@@ -47,6 +48,7 @@ def test_it_says_which_operations_each_kind_serves():
         CHAT_COMPLETIONS,
         RESPONSES,
     }
+    assert operations_for_kind(kind="anthropic") == {MESSAGES, MESSAGES_COUNT_TOKENS}
     assert operations_for_kind(kind="demo") == {IMAGES_GENERATE, IMAGES_EDIT, IMAGES_STREAM}
     assert operations_for_kind(kind="gemini") == {IMAGES_GENERATE, IMAGES_EDIT}
     assert operations_for_kind(kind="no-such-kind") == frozenset()
