@@ -49,7 +49,12 @@ def test_it_says_which_operations_each_kind_serves():
         RESPONSES,
     }
     assert operations_for_kind(kind="anthropic") == {MESSAGES, MESSAGES_COUNT_TOKENS}
-    assert operations_for_kind(kind="demo") == {IMAGES_GENERATE, IMAGES_EDIT, IMAGES_STREAM}
+    assert operations_for_kind(kind="demo") == {
+        IMAGES_GENERATE,
+        IMAGES_EDIT,
+        IMAGES_STREAM,
+        *TEXT_OPERATIONS,
+    }
     assert operations_for_kind(kind="gemini") == {IMAGES_GENERATE, IMAGES_EDIT}
     assert operations_for_kind(kind="no-such-kind") == frozenset()
     assert adapter_serves(kind="gemini", operation=IMAGES_EDIT)
