@@ -184,6 +184,7 @@ def metered_call(
     model_id: str,
     price: Decimal,
     call: Callable[[], T],
+    charge: Callable[[T], Decimal | None] | None = None,
     now: datetime | None = None,
 ) -> T:
     """Run `call` (the upstream call) as one billed call of `price`.
@@ -193,6 +194,9 @@ def metered_call(
     request id), the usage record written with it and `usage.charged` set; on any exception the hold
     is released (nothing charged) and the exception re-raised unchanged. The concurrency slot is given
     back on every exit path.
+
+    `price` is what is reserved. `charge(result)`, when given, says what the call did cost (at most
+    the reservation; None: all of it), for calls priced by what they produced (text tokens).
 
     `now` moves the clock of the reservation (calendar windows, hold expiry); tests use it.
     """
@@ -206,7 +210,7 @@ def metered_call(
         except BaseException:
             meter.release()
             raise
-        meter.capture()
+        meter.capture(amount=charge(result) if charge is not None else None)
         return result
     finally:
         meter.close()
