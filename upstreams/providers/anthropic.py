@@ -17,6 +17,7 @@ from upstreams.providers.base import (
     EVENT_STREAM,
     MESSAGES,
     MESSAGES_COUNT_TOKENS,
+    USER_AGENT,
     Adapter,
     TextReply,
     TextRequest,
@@ -24,7 +25,6 @@ from upstreams.providers.base import (
 )
 
 ANTHROPIC_VERSION = "2023-06-01"
-USER_AGENT = "image-gateway/0.1"
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
 # A forwarded header value: visible ASCII and inner spaces (what a version date or a beta list holds).
 _HEADER_VALUE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?")

@@ -60,6 +60,7 @@ TEXT_OPERATIONS = (CHAT_COMPLETIONS, RESPONSES, MESSAGES, MESSAGES_COUNT_TOKENS)
 # An error body is kept whole when it is JSON, else this much of its text.
 ERROR_BODY_LIMIT = 4000
 EVENT_STREAM = "text/event-stream"
+USER_AGENT = "image-gateway/0.1"
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from upstreams.providers.base import (
     IMAGES_GENERATE,
     IMAGES_STREAM,
     RESPONSES,
+    USER_AGENT,
     Adapter,
     ImageItem,
     ImageRequest,
@@ -42,7 +43,6 @@ from upstreams.transport import UpstreamReply
 NO_RESPONSE_FORMAT_PREFIXES = ("gpt-image",)
 # Sent only on the streaming path (`stream()`), never with a plain JSON call.
 STREAM_OPTIONS = ("stream", "partial_images")
-USER_AGENT = "image-gateway/0.1"
 
 
 class OpenAIAdapter(Adapter):
