@@ -8,8 +8,10 @@ from decimal import Decimal
 
 import pytest
 
+from accounts.services import account_set_groups
 from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
 from billing.selectors import ledger_check
+from keys.services import oauth_token_create
 from tests.text.conftest import ANTHROPIC_BASE, OPENAI_BASE, PROVIDER_KEY, sent_json
 
 pytestmark = pytest.mark.django_db
@@ -285,3 +287,36 @@ def test_server_errors_are_retried_and_failures_cost_nothing(
     assert balance(tara) == Decimal("1.00")
     assert Hold.objects.get(reference="req-fail-1").status == "released"
     assert UsageRecord.objects.get(request_id="req-fail-1").amount == 0
+
+
+def test_an_idempotency_key_replays_the_answer_and_charges_once(client, upstream, chat_model, tara, tara_key):
+    upstream.post(CHAT_URL, json=chat_completion())
+    body = {"model": "alpha-chat", "messages": [{"role": "user", "content": "Hi"}]}
+    first = post(client, "/v1/chat/completions", body, tara_key, **{"Idempotency-Key": "k-1"})
+    again = post(client, "/v1/chat/completions", body, tara_key, **{"Idempotency-Key": "k-1"})
+
+    assert first.status_code == again.status_code == 200
+    assert again.json() == first.json()
+    assert len(upstream.calls) == 1
+    assert LedgerEntry.objects.filter(kind="charge").count() == 1
+    assert balance(tara) == Decimal("1.00") - Decimal("0.00486")
+
+
+def test_an_oauth_token_selects_the_group_with_a_prefixed_model(
+    client, upstream, chat_model, tara, chat_group, alpha_group
+):
+    account_set_groups(account=tara, allowed_groups=[alpha_group, chat_group], current_group=alpha_group)
+    alpha_group.allow_group_override = True
+    alpha_group.save()
+    _, token = oauth_token_create(account=tara, scopes=[], expires_in_seconds=600)
+    upstream.post(CHAT_URL, json=chat_completion())
+
+    unprefixed = post(client, "/v1/chat/completions", {"model": "alpha-chat", "messages": []}, token)
+    prefixed = post(
+        client, "/v1/chat/completions", {"model": f"{chat_group.pk}:alpha-chat", "messages": []}, token
+    )
+
+    assert unprefixed.status_code == 403  # its current group (Alpha-Image) has no such model
+    assert prefixed.status_code == 200
+    assert sent_json(upstream.calls[0])["model"] == "vendor-chat-1"
+    assert UsageRecord.objects.get(status=200).group_id == chat_group.pk
