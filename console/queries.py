@@ -21,6 +21,7 @@ from oauth2_provider.settings import oauth2_settings
 
 from accounts.models import Account, User
 from billing.models import Hold, LedgerEntry, Subscription, SubscriptionUsage, UsageRecord, Wallet
+from billing.money import money_display
 from billing.windows import TOTAL_WINDOW_START, window_end, window_starts_at
 from groups.models import Group
 from images.models import ImageModel
@@ -35,15 +36,6 @@ CAP_WINDOWS = (
     (SubscriptionUsage.Window.MONTH, "monthly_limit", "This month"),
     (SubscriptionUsage.Window.TOTAL, "total_limit", "In total"),
 )
-
-
-def yen(amount: Decimal) -> str:
-    """An amount for people: ¥ with at least two and at most the ledger's eight decimal places."""
-    exact = amount.quantize(settings.MONEY_QUANTUM)
-    text = f"{exact:f}"
-    whole, _, fraction = text.partition(".")
-    fraction = fraction.rstrip("0").ljust(2, "0")
-    return f"¥{whole}.{fraction}"
 
 
 def account_for_user(*, user: User) -> Account | None:
@@ -88,7 +80,11 @@ class WalletState:
 
     @property
     def shown(self) -> dict[str, str]:
-        return {"balance": yen(self.balance), "held": yen(self.held), "available": yen(self.available)}
+        return {
+            "balance": money_display(self.balance),
+            "held": money_display(self.held),
+            "available": money_display(self.available),
+        }
 
 
 @dataclass(frozen=True)
@@ -106,11 +102,11 @@ class CapUsage:
 
     @property
     def used_shown(self) -> str:
-        return yen(self.used)
+        return money_display(self.used)
 
     @property
     def cap_shown(self) -> str:
-        return yen(self.cap)
+        return money_display(self.cap)
 
 
 @dataclass(frozen=True)
@@ -232,7 +228,7 @@ def latest_calls_for_account(*, account: Account, limit: int = LATEST_CALLS) -> 
             record=record,
             via=names.get(record.credential)
             or ("OAuth token" if record.credential.startswith("oauth:") else record.credential),
-            amount=yen(record.amount),
+            amount=money_display(record.amount),
         )
         for record in records
     ]
