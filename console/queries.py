@@ -210,6 +210,32 @@ class CallRow:
     record: UsageRecord
     via: str
     amount: str
+    tokens: str = ""  # a text call's tokens in short ("1,234 in · 56 out"); empty for an image call
+    tokens_title: str = ""  # every count, named in full
+
+
+def _tokens_shown(record: UsageRecord) -> tuple[str, str]:
+    """A text call's tokens for the latest calls: the short form (cached and cache-write counts only
+    when there are any) and the full breakdown. ("", "") for an image call, which has no tokens."""
+    if record.input_tokens is None and record.output_tokens is None:
+        return "", ""
+    counts = {
+        "input": record.input_tokens or 0,
+        "cached": record.cached_tokens or 0,
+        "cache_write": record.cache_write_tokens or 0,
+        "output": record.output_tokens or 0,
+    }
+    short = [f"{counts['input']:,} in"]
+    if counts["cached"]:
+        short.append(f"{counts['cached']:,} cached")
+    if counts["cache_write"]:
+        short.append(f"{counts['cache_write']:,} cache write")
+    short.append(f"{counts['output']:,} out")
+    full = (
+        f"{counts['input']:,} input tokens (uncached), {counts['cached']:,} cached input tokens, "
+        f"{counts['cache_write']:,} cache-write tokens, {counts['output']:,} output tokens"
+    )
+    return " · ".join(short), full
 
 
 def _credential_names(*, account: Account) -> dict[str, str]:
@@ -223,15 +249,20 @@ def _credential_names(*, account: Account) -> dict[str, str]:
 def latest_calls_for_account(*, account: Account, limit: int = LATEST_CALLS) -> list[CallRow]:
     records = UsageRecord.objects.filter(account=account).order_by("-created_at", "-id")[:limit]
     names = _credential_names(account=account)
-    return [
-        CallRow(
-            record=record,
-            via=names.get(record.credential)
-            or ("OAuth token" if record.credential.startswith("oauth:") else record.credential),
-            amount=money_display(record.amount),
+    rows = []
+    for record in records:
+        tokens, tokens_title = _tokens_shown(record)
+        rows.append(
+            CallRow(
+                record=record,
+                via=names.get(record.credential)
+                or ("OAuth token" if record.credential.startswith("oauth:") else record.credential),
+                amount=money_display(record.amount),
+                tokens=tokens,
+                tokens_title=tokens_title,
+            )
         )
-        for record in records
-    ]
+    return rows
 
 
 def usage_record_for_request(*, account: Account, request_id: str) -> UsageRecord | None:

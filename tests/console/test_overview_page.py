@@ -177,6 +177,38 @@ def test_it_shows_amounts_with_at_most_eight_places_and_no_trailing_zeros(alice_
     assert "00000" not in html and "0E-" not in html
 
 
+def test_it_shows_a_text_calls_tokens_and_cost_beside_image_calls(alice_client, alice):
+    _call(alice, "req_image")
+    _call(
+        alice,
+        "req_chat",
+        amount="0.000024",
+        endpoint="chat.completions",
+        tokens=TokenCounts(input=1234, output=56),
+    )
+    _call(
+        alice,
+        "req_messages",
+        amount="0.0031",
+        endpoint="messages",
+        tokens=TokenCounts(input=12, cached=2048, cache_write=300, output=7),
+    )
+
+    response = alice_client.get("/console/")
+
+    rows = {row.record.request_id: row for row in response.context["calls"]}
+    assert (rows["req_image"].tokens, rows["req_image"].amount) == ("", "¥0.15")
+    assert (rows["req_chat"].tokens, rows["req_chat"].amount) == ("1,234 in · 56 out", "¥0.000024")
+    assert rows["req_messages"].tokens == "12 in · 2,048 cached · 300 cache write · 7 out"
+    html = response.content.decode()
+    assert (
+        '<span title="1,234 input tokens (uncached), 0 cached input tokens, 0 cache-write tokens, '
+        '56 output tokens">1,234 in · 56 out</span>'
+    ) in html
+    assert "¥0.000024" in html and "¥0.0031" in html
+    assert "<td>chat.completions</td>" in html and "<td>messages</td>" in html
+
+
 def test_it_charts_per_token_charges_exactly(alice_client, alice):
     for number in range(3):
         _charge(alice, "0.000024", f"req_{number}", reserved="0.01")
