@@ -375,3 +375,9 @@ def test_an_open_hold_shows_no_captured_amount_yet(staff_client, alice):
 
     assert Hold.objects.get(pk=hold.pk).captured_amount is None
     assert '<td class="field-captured_amount_shown">-</td>' in html
+
+
+def test_the_account_list_shows_each_balance_as_people_read_it(staff_client, alice, text_call):
+    html = _page(staff_client, reverse("admin:accounts_account_changelist"))
+
+    assert '<td class="field-balance">¥33.079976</td>' in html
