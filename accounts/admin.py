@@ -3,6 +3,7 @@ from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
 
 from accounts.models import Account, User
 from accounts.services import account_create_for_user
+from billing.money import money_display
 
 
 @admin.register(User)
@@ -22,7 +23,7 @@ class AccountAdmin(admin.ModelAdmin):
     @admin.display(description="Balance")
     def balance(self, obj: Account):
         wallet = getattr(obj, "wallet", None)
-        return wallet.balance if wallet is not None else "—"
+        return money_display(wallet.balance) if wallet is not None else "—"
 
     def get_readonly_fields(self, request, obj=None):
         return ("user",) if obj is not None else ()

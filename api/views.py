@@ -14,6 +14,7 @@ from api.base import GatewayAPIView
 from api.catalog import ListedModel, model_list_for_credential
 from billing.models import Wallet
 from billing.money import money_str
+from billing.selectors import UsageTotals, usage_totals_get
 from core.errors import INSUFFICIENT_SCOPE, PermissionDenied
 from groups.models import Group
 from groups.snapshots import GroupSnapshot
@@ -88,6 +89,22 @@ def _balance_part(account: Account) -> dict[str, Any]:
     }
 
 
+def _usage_totals(totals: UsageTotals) -> dict[str, Any]:
+    return {
+        "calls": totals.calls,
+        "amount": money_str(totals.amount),
+        "input_tokens": totals.input_tokens,
+        "cached_tokens": totals.cached_tokens,
+        "cache_write_tokens": totals.cache_write_tokens,
+        "output_tokens": totals.output_tokens,
+    }
+
+
+def _usage_part(account: Account) -> dict[str, Any]:
+    periods = usage_totals_get(account_id=account.pk)
+    return {"today": _usage_totals(periods.today), "this_month": _usage_totals(periods.this_month)}
+
+
 class MeView(GatewayAPIView):
     """Who the credential acts for. Each part needs its scope; a manual API key sees everything."""
 
@@ -116,4 +133,5 @@ class MeView(GatewayAPIView):
             ]
         if credential.has_scope(SCOPE_BALANCE):
             body.update(_balance_part(account))
+            body["usage"] = _usage_part(account)
         return Response(body)

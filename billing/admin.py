@@ -1,6 +1,9 @@
+from decimal import Decimal
+
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.db import models
 from django.template.response import TemplateResponse
 
 from billing.holds import holds_release_stale
@@ -14,7 +17,7 @@ from billing.models import (
     UsageRecord,
     Wallet,
 )
-from billing.money import MoneyError, money_parse
+from billing.money import MoneyError, money_display, money_parse, money_trimmed
 from core.admin_confirm import admin_action_confirmed
 
 
@@ -36,8 +39,63 @@ class MoneyMovementForm(forms.Form):
             raise forms.ValidationError(str(exc)) from None
 
 
+class MoneyFormField(forms.DecimalField):
+    """An editable amount offered trimmed ("1.50", not the column's "1.50000000")."""
+
+    def prepare_value(self, value):
+        return money_trimmed(value) if isinstance(value, Decimal) else value
+
+
+class MoneyShownAdmin(admin.ModelAdmin):
+    """Shows the money columns named in `money_fields` as people read them (¥33.08, ¥0.000024,
+    billing.money.money_display), in the list and wherever they are read-only, instead of the column's
+    eight fixed places; editable ones are offered trimmed. Each column `x` is shown by a generated
+    `x_shown`, which takes the place of `x` in the list and among the read-only fields."""
+
+    money_fields: tuple[str, ...] = ()
+
+    def __init__(self, model, admin_site):
+        super().__init__(model, admin_site)
+        for name in self.money_fields:
+            setattr(self, f"{name}_shown", self._money_column(model._meta.get_field(name)))
+
+    def _money_column(self, field: models.DecimalField):
+        @admin.display(description=field.verbose_name, ordering=field.name)
+        def shown(obj):
+            value = getattr(obj, field.name)
+            return self.get_empty_value_display() if value is None else money_display(value)
+
+        return shown
+
+    def _shown(self, names):
+        return [f"{name}_shown" if name in self.money_fields else name for name in names]
+
+    def get_list_display(self, request):
+        return self._shown(super().get_list_display(request))
+
+    def get_readonly_fields(self, request, obj=None):
+        return self._shown(super().get_readonly_fields(request, obj))
+
+    def get_exclude(self, request, obj=None):
+        # A read-only money column is shown by its `_shown` twin; keep the column out of the form.
+        raw = [name for name in super().get_readonly_fields(request, obj) if name in self.money_fields]
+        return [*(super().get_exclude(request, obj) or ()), *raw]
+
+    def get_fields(self, request, obj=None):
+        fields = super().get_fields(request, obj)
+        if obj is not None and not self.has_change_permission(request, obj):
+            return self._shown(fields)  # a view-only page: every field is read-only
+        return fields
+
+    def formfield_for_dbfield(self, db_field, request, **kwargs):
+        if db_field.name in self.money_fields:
+            kwargs.setdefault("form_class", MoneyFormField)
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
+
+
 @admin.register(Wallet)
-class WalletAdmin(admin.ModelAdmin):
+class WalletAdmin(MoneyShownAdmin):
+    money_fields = ("balance", "held")
     list_display = ("account", "balance", "held", "available_amount", "updated_at")
     search_fields = ("account__user__username", "account__user__email")
     list_select_related = ("account__user",)
@@ -46,7 +104,7 @@ class WalletAdmin(admin.ModelAdmin):
 
     @admin.display(description="Available")
     def available_amount(self, obj: Wallet):
-        return obj.available
+        return money_display(obj.available)
 
     def has_add_permission(self, request):
         return False  # wallets are created with their account
@@ -106,7 +164,9 @@ class WalletAdmin(admin.ModelAdmin):
                         self.message_user(request, f"{wallet.account}: {exc}", messages.ERROR)
                 if done:
                     self.message_user(
-                        request, f"{title}: {amount} written to {done} wallet(s).", messages.SUCCESS
+                        request,
+                        f"{title}: {money_display(amount)} written to {done} wallet(s).",
+                        messages.SUCCESS,
                     )
                 return None
         else:
@@ -115,7 +175,10 @@ class WalletAdmin(admin.ModelAdmin):
             **self.admin_site.each_context(request),
             "title": title,
             "form": form,
-            "wallets": queryset.select_related("account__user"),
+            "wallets": [
+                (wallet, money_display(wallet.balance), money_display(wallet.held))
+                for wallet in queryset.select_related("account__user")
+            ],
             "action": action,
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             "opts": self.model._meta,
@@ -123,7 +186,7 @@ class WalletAdmin(admin.ModelAdmin):
         return TemplateResponse(request, "admin/billing/wallet/money_action.html", context)
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(MoneyShownAdmin):
     """Rows written only by billing services: staff read them, never edit them."""
 
     def has_add_permission(self, request):
@@ -139,6 +202,8 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 @admin.register(LedgerEntry)
 class LedgerEntryAdmin(ReadOnlyAdmin):
     """Append-only: staff read the ledger; entries are written only by billing services."""
+
+    money_fields = ("amount", "balance_after")
 
     list_display = (
         "id",
@@ -157,7 +222,8 @@ class LedgerEntryAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Subscription)
-class SubscriptionAdmin(admin.ModelAdmin):
+class SubscriptionAdmin(MoneyShownAdmin):
+    money_fields = ("daily_limit", "weekly_limit", "monthly_limit", "total_limit")
     list_display = (
         "account",
         "group",
@@ -176,7 +242,18 @@ class SubscriptionAdmin(admin.ModelAdmin):
 
 @admin.register(Hold)
 class HoldAdmin(ReadOnlyAdmin):
-    list_display = ("id", "kind", "wallet", "subscription", "amount", "status", "reference", "expires_at")
+    money_fields = ("amount", "captured_amount")
+    list_display = (
+        "id",
+        "kind",
+        "wallet",
+        "subscription",
+        "amount",
+        "captured_amount",
+        "status",
+        "reference",
+        "expires_at",
+    )
     list_filter = ("status", "kind", "created_at")
     search_fields = ("reference",)
     list_select_related = ("wallet__account__user", "subscription__account__user", "subscription__group")
@@ -208,6 +285,7 @@ class HoldAdmin(ReadOnlyAdmin):
 
 @admin.register(SubscriptionUsage)
 class SubscriptionUsageAdmin(ReadOnlyAdmin):
+    money_fields = ("used",)
     list_display = ("subscription", "window", "window_start", "used", "updated_at")
     list_filter = ("window", "subscription__group")
     search_fields = ("subscription__account__user__username",)
@@ -216,6 +294,7 @@ class SubscriptionUsageAdmin(ReadOnlyAdmin):
 
 @admin.register(UsageRecord)
 class UsageRecordAdmin(ReadOnlyAdmin):
+    money_fields = ("amount",)
     list_display = (
         "created_at",
         "request_id",
@@ -227,6 +306,10 @@ class UsageRecordAdmin(ReadOnlyAdmin):
         "status",
         "error_code",
         "amount",
+        "input_tokens",
+        "cached_tokens",
+        "cache_write_tokens",
+        "output_tokens",
         "upstream",
         "latency_ms",
     )

@@ -20,7 +20,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from billing.models import Hold, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
-from billing.money import money_parse, money_sql, money_str
+from billing.money import money_display, money_parse, money_sql
 from billing.statements import (
     hold_capture_sql,
     hold_release_sql,
@@ -74,7 +74,7 @@ def hold_reserve(
     hold = reserve(account_id=account_id, values=values)
     if hold is None:
         raise BillingError(
-            f"Insufficient balance: this call costs ¥{money_str(value)} and the account's "
+            f"Insufficient balance: this call costs {money_display(value)} and the account's "
             "available balance does not cover it. Top up and try again.",
             code=INSUFFICIENT_BALANCE,
         )

@@ -1,6 +1,7 @@
 from django.conf import settings
 from django.db import models
 
+from billing.money import money_display
 from core.modelutils import MONEY
 
 
@@ -73,7 +74,7 @@ class LedgerEntry(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.kind} {self.amount} → {self.balance_after}"
+        return f"{self.kind} {money_display(self.amount)} → {money_display(self.balance_after)}"
 
     def save(self, *args, **kwargs):
         if self.pk is not None and not self._state.adding:
@@ -199,7 +200,7 @@ class Hold(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"hold #{self.pk} {self.kind} {self.amount} {self.status}"
+        return f"hold #{self.pk} {self.kind} {money_display(self.amount)} {self.status}"
 
 
 class SubscriptionUsage(models.Model):
@@ -236,7 +237,7 @@ class SubscriptionUsage(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.subscription} {self.window} from {self.window_start}: {self.used}"
+        return f"{self.subscription} {self.window} from {self.window_start}: {money_display(self.used)}"
 
 
 class UsageRecord(models.Model):

@@ -1,4 +1,8 @@
-"""Exact money: Decimal with a fixed number of places, parsed strictly, formatted as strings."""
+"""Exact money: Decimal with a fixed number of places, parsed strictly, formatted as strings.
+
+Two formats: `money_str` for the API (the fixed places, "0.00002400": a contract clients parse) and
+`money_display` for people (¥0.000024), which every page, the console's and the admin's, uses.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from django.db.models import DecimalField
 from django.db.models.expressions import Combinable
 from django.db.models.functions import Round
 
-from billing.models import MONEY
+from core.modelutils import MONEY
 
 MAX_AMOUNT = Decimal("100000000000000")  # fits max_digits=22, decimal_places=8 (core.modelutils.MONEY)
 
@@ -51,6 +55,22 @@ def money_round_up(amount: Decimal) -> Decimal:
 def money_str(amount: Decimal) -> str:
     """Format for the API: a plain decimal string with the fixed places, e.g. "10.15000000"."""
     return f"{amount.quantize(settings.MONEY_QUANTUM):f}"  # never exponent notation ("0E-8")
+
+
+def money_trimmed(amount: Decimal) -> str:
+    """An amount with at least two and at most the money places, trailing zeros trimmed: "33.08",
+    "0.000024", "-5.00". What an input offers for editing; `money_display` adds the currency."""
+    exact = amount.quantize(settings.MONEY_QUANTUM)
+    whole, _, fraction = f"{abs(exact):f}".partition(".")
+    sign = "-" if exact < 0 else ""  # never "-0.00" for a negative zero
+    return f"{sign}{whole}.{fraction.rstrip('0').ljust(2, '0')}"
+
+
+def money_display(amount: Decimal) -> str:
+    """An amount for people: ¥33.08, ¥0.000024 (a per-token charge is never rounded to ¥0.00),
+    ¥0.00, -¥5.00. The API keeps `money_str`'s fixed places."""
+    trimmed = money_trimmed(amount)
+    return f"-¥{trimmed[1:]}" if trimmed.startswith("-") else f"¥{trimmed}"
 
 
 def money_sql(expression: Combinable) -> Round:

@@ -15,7 +15,7 @@ from django.utils import timezone
 from accounts.models import Account
 from billing.holds import hold_expiry
 from billing.models import Hold, Subscription, SubscriptionUsage
-from billing.money import money_parse, money_sql, money_str
+from billing.money import money_display, money_parse, money_sql
 from billing.statements import on_postgresql, statement_instance, statement_run, subscription_hold_reserve_sql
 from billing.windows import TOTAL_WINDOW_START, WINDOW_ORDER, window_end, window_starts_at
 from core.errors import USAGE_LIMIT_EXCEEDED, RateLimited
@@ -194,9 +194,9 @@ def _usage_limit_error(
         end = window_end(window=window, start=start)
         waits.append(TOTAL_CAP_RETRY_AFTER_SECONDS if end is None else (end - now).total_seconds())
         resets = "never resets" if end is None else f"resets at {end.isoformat()}"
-        parts.append(f"the {WINDOW_NAMES[window]} cap of ¥{money_str(cap)} ({resets})")
+        parts.append(f"the {WINDOW_NAMES[window]} cap of {money_display(cap)} ({resets})")
     return RateLimited(
-        f"Usage limit exceeded: this call (¥{money_str(amount)}) would go over " + " and ".join(parts) + ".",
+        f"Usage limit exceeded: this call ({money_display(amount)}) would go over {' and '.join(parts)}.",
         code=USAGE_LIMIT_EXCEEDED,
         retry_after=max(waits),
     )

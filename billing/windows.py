@@ -35,6 +35,12 @@ def window_starts_at(*, moment: datetime) -> WindowStarts:
     return WindowStarts(day=local, week=local - timedelta(days=local.weekday()), month=local.replace(day=1))
 
 
+def local_midnight(day: date) -> datetime:
+    """When the local day `day` starts (aware); zoneinfo resolves the UTC offset on that date (DST
+    included)."""
+    return datetime.combine(day, time.min, tzinfo=window_zone())
+
+
 def window_end(*, window: str, start: date) -> datetime | None:
     """When the window that started on `start` ends (aware); None for the total window."""
     if window == "day":
@@ -47,5 +53,4 @@ def window_end(*, window: str, start: date) -> datetime | None:
         return None
     else:
         raise ValueError(f"unknown window {window!r}")
-    # Local midnight; zoneinfo resolves the UTC offset on that date (DST included).
-    return datetime.combine(end, time.min, tzinfo=window_zone())
+    return local_midnight(end)

@@ -10,7 +10,7 @@ from django import forms
 from django.conf import settings
 from django.utils import timezone
 
-from console.queries import yen
+from billing.money import money_display
 from groups.models import Group
 from images.models import ImageModel
 
@@ -102,4 +102,4 @@ class PlaygroundForm(forms.Form):
 
 
 def _model_label(image_model: ImageModel) -> str:
-    return f"{image_model.model_id} — {image_model.group.name}, {yen(image_model.price)} per call"
+    return f"{image_model.model_id} — {image_model.group.name}, {money_display(image_model.price)} per call"

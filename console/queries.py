@@ -21,6 +21,7 @@ from oauth2_provider.settings import oauth2_settings
 
 from accounts.models import Account, User
 from billing.models import Hold, LedgerEntry, Subscription, SubscriptionUsage, UsageRecord, Wallet
+from billing.money import money_display
 from billing.windows import TOTAL_WINDOW_START, window_end, window_starts_at
 from groups.models import Group
 from images.models import ImageModel
@@ -35,15 +36,6 @@ CAP_WINDOWS = (
     (SubscriptionUsage.Window.MONTH, "monthly_limit", "This month"),
     (SubscriptionUsage.Window.TOTAL, "total_limit", "In total"),
 )
-
-
-def yen(amount: Decimal) -> str:
-    """An amount for people: ¥ with at least two and at most the ledger's eight decimal places."""
-    exact = amount.quantize(settings.MONEY_QUANTUM)
-    text = f"{exact:f}"
-    whole, _, fraction = text.partition(".")
-    fraction = fraction.rstrip("0").ljust(2, "0")
-    return f"¥{whole}.{fraction}"
 
 
 def account_for_user(*, user: User) -> Account | None:
@@ -88,7 +80,11 @@ class WalletState:
 
     @property
     def shown(self) -> dict[str, str]:
-        return {"balance": yen(self.balance), "held": yen(self.held), "available": yen(self.available)}
+        return {
+            "balance": money_display(self.balance),
+            "held": money_display(self.held),
+            "available": money_display(self.available),
+        }
 
 
 @dataclass(frozen=True)
@@ -106,11 +102,11 @@ class CapUsage:
 
     @property
     def used_shown(self) -> str:
-        return yen(self.used)
+        return money_display(self.used)
 
     @property
     def cap_shown(self) -> str:
-        return yen(self.cap)
+        return money_display(self.cap)
 
 
 @dataclass(frozen=True)
@@ -214,6 +210,32 @@ class CallRow:
     record: UsageRecord
     via: str
     amount: str
+    tokens: str = ""  # a text call's tokens in short ("1,234 in · 56 out"); empty for an image call
+    tokens_title: str = ""  # every count, named in full
+
+
+def _tokens_shown(record: UsageRecord) -> tuple[str, str]:
+    """A text call's tokens for the latest calls: the short form (cached and cache-write counts only
+    when there are any) and the full breakdown. ("", "") for an image call, which has no tokens."""
+    if record.input_tokens is None and record.output_tokens is None:
+        return "", ""
+    counts = {
+        "input": record.input_tokens or 0,
+        "cached": record.cached_tokens or 0,
+        "cache_write": record.cache_write_tokens or 0,
+        "output": record.output_tokens or 0,
+    }
+    short = [f"{counts['input']:,} in"]
+    if counts["cached"]:
+        short.append(f"{counts['cached']:,} cached")
+    if counts["cache_write"]:
+        short.append(f"{counts['cache_write']:,} cache write")
+    short.append(f"{counts['output']:,} out")
+    full = (
+        f"{counts['input']:,} input tokens (uncached), {counts['cached']:,} cached input tokens, "
+        f"{counts['cache_write']:,} cache-write tokens, {counts['output']:,} output tokens"
+    )
+    return " · ".join(short), full
 
 
 def _credential_names(*, account: Account) -> dict[str, str]:
@@ -227,15 +249,20 @@ def _credential_names(*, account: Account) -> dict[str, str]:
 def latest_calls_for_account(*, account: Account, limit: int = LATEST_CALLS) -> list[CallRow]:
     records = UsageRecord.objects.filter(account=account).order_by("-created_at", "-id")[:limit]
     names = _credential_names(account=account)
-    return [
-        CallRow(
-            record=record,
-            via=names.get(record.credential)
-            or ("OAuth token" if record.credential.startswith("oauth:") else record.credential),
-            amount=yen(record.amount),
+    rows = []
+    for record in records:
+        tokens, tokens_title = _tokens_shown(record)
+        rows.append(
+            CallRow(
+                record=record,
+                via=names.get(record.credential)
+                or ("OAuth token" if record.credential.startswith("oauth:") else record.credential),
+                amount=money_display(record.amount),
+                tokens=tokens,
+                tokens_title=tokens_title,
+            )
         )
-        for record in records
-    ]
+    return rows
 
 
 def usage_record_for_request(*, account: Account, request_id: str) -> UsageRecord | None:

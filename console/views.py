@@ -12,6 +12,7 @@ import base64
 import binascii
 import json
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -27,6 +28,7 @@ from django.views.decorators.cache import never_cache
 
 from accounts.models import Account
 from accounts.snapshots import AccountSnapshot
+from billing.money import money_display
 from console import queries
 from console.forms import ApiKeyCreateForm, PlaygroundForm
 from core.errors import ApiError
@@ -227,7 +229,7 @@ class PlaygroundView(ConsoleView):
             form=form,
             images=images,
             usage=usage,
-            usage_amount=queries.yen(usage.amount) if usage is not None else "",
+            usage_amount=money_display(usage.amount) if usage is not None else "",
             request_id=request_id,
         )
 
@@ -355,7 +357,7 @@ CHART_WIDTH, CHART_HEIGHT, CHART_TOP, CHART_BOTTOM = 600, 160, 16, 20
 
 def spend_chart(days: list[queries.SpendDay]) -> SpendChart:
     """Bar geometry for the server-rendered SVG (floats here are pixels, never money)."""
-    peak = max((day.amount for day in days), default=0) or 0
+    peak = max((day.amount for day in days), default=Decimal(0))
     slot = CHART_WIDTH / max(len(days), 1)
     baseline = CHART_HEIGHT - CHART_BOTTOM
     drawable = baseline - CHART_TOP
@@ -371,17 +373,17 @@ def spend_chart(days: list[queries.SpendDay]) -> SpendChart:
                 width=round(slot * 0.7, 2),
                 height=round(height, 2),
                 day=day.day,
-                label=queries.yen(day.amount),
+                label=money_display(day.amount),
             )
         )
-    total = sum((day.amount for day in days), start=0)
+    total = sum((day.amount for day in days), start=Decimal(0))
     return SpendChart(
         width=CHART_WIDTH,
         height=CHART_HEIGHT,
         baseline=baseline,
         bars=bars,
-        peak_label=queries.yen(peak) if peak else "¥0.00",
-        total_label=queries.yen(total) if total else "¥0.00",
+        peak_label=money_display(peak),
+        total_label=money_display(total),
         first_day=days[0].day if days else None,
         last_day=days[-1].day if days else None,
     )

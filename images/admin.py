@@ -1,6 +1,7 @@
 from django import forms
 from django.contrib import admin
 
+from billing.admin import MoneyShownAdmin
 from images.models import HostedImage, ImageModel
 
 
@@ -51,8 +52,9 @@ class ImageModelForm(forms.ModelForm):
 
 
 @admin.register(ImageModel)
-class ImageModelAdmin(admin.ModelAdmin):
+class ImageModelAdmin(MoneyShownAdmin):
     form = ImageModelForm
+    money_fields = ("price",)
     list_display = (
         "model_id",
         "group",

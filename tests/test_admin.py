@@ -3,9 +3,14 @@ from decimal import Decimal
 import pytest
 from django.contrib import admin
 from django.urls import reverse
+from django.utils import timezone
 
 from accounts.models import Account, User
-from billing.models import LedgerEntry, Wallet
+from billing.holds import hold_capture, hold_reserve
+from billing.ledger import wallet_adjust, wallet_top_up
+from billing.models import Hold, LedgerEntry, Subscription, UsageRecord, Wallet
+from billing.subscriptions import subscription_upsert
+from billing.usage import TokenCounts, usage_record_build, usage_record_insert
 from keys.models import ApiKey
 from keys.secrets import api_key_hash
 
@@ -216,3 +221,163 @@ def test_adding_an_account_in_the_admin_makes_its_wallet_and_keeps_its_groups(
     assert account.current_group == alpha_group
     assert set(account.allowed_groups.values_list("pk", flat=True)) == {alpha_group.pk, beta_group.pk}
     assert Wallet.objects.get(account=account).balance == Decimal("0")
+
+
+def _usage(account, request_id: str, *, endpoint: str, amount: str, tokens: TokenCounts | None):
+    return usage_record_build(
+        request_id=request_id,
+        account_id=account.pk,
+        credential=f"console:{account.pk}",
+        group_id=None,
+        model_id="alpha-chat" if tokens else "alpha-image-2",
+        endpoint=endpoint,
+        billing="balance",
+        status=200,
+        error_code="",
+        amount=Decimal(amount),
+        upstream="demo",
+        latency_ms=9,
+        tokens=tokens,
+    )
+
+
+@pytest.fixture
+def text_call(alice):
+    """Alice's balance brought to ¥33.08, then a text call charged ¥0.000024 of the ¥0.01 it held,
+    an image call's record and a hold still open."""
+    wallet_top_up(account=alice, amount="23.58")
+    wallet_adjust(account=alice, amount="-0.5", note="refund reversed")
+    hold = hold_reserve(account_id=alice.pk, amount=Decimal("0.01"), reference="req_chat")
+    record = _usage(
+        alice, "req_chat", endpoint="chat.completions", amount="0", tokens=TokenCounts(input=1234, output=56)
+    )
+    assert hold_capture(hold=hold, amount=Decimal("0.000024"), usage_record=record)
+    usage_record_insert(
+        record=_usage(alice, "req_image", endpoint="images.generations", amount="0.15", tokens=None)
+    )
+    hold_reserve(account_id=alice.pk, amount=Decimal("0.15"), reference="req_in_flight")
+    return hold
+
+
+def _page(staff_client, url: str) -> str:
+    response = staff_client.get(url)
+    assert response.status_code == 200, url
+    html = response.content.decode()
+    for unread in ("0000000", "0E-"):  # no fixed eight places, no exponent notation
+        assert unread not in html, (url, unread)
+    return html
+
+
+def test_the_billing_lists_show_amounts_as_people_read_them(staff_client, alice, text_call):
+    wallets = _page(staff_client, reverse("admin:billing_wallet_changelist"))
+    ledger = _page(staff_client, reverse("admin:billing_ledgerentry_changelist"))
+    holds = _page(staff_client, reverse("admin:billing_hold_changelist"))
+    usage = _page(staff_client, reverse("admin:billing_usagerecord_changelist"))
+
+    assert "¥33.079976" in wallets and "¥0.15" in wallets and "¥32.929976" in wallets
+    assert "¥23.58" in ledger and "-¥0.50" in ledger and "¥33.08" in ledger and "-¥0.000024" in ledger
+    assert "¥0.01" in holds and "¥0.000024" in holds and "column-captured_amount_shown" in holds
+    assert "¥0.000024" in usage and "¥0.15" in usage
+
+
+def test_the_billing_change_pages_show_amounts_as_people_read_them(staff_client, alice, text_call):
+    wallet = Wallet.objects.get(account=alice)
+    entry = LedgerEntry.objects.get(kind=LedgerEntry.Kind.CHARGE)
+    record = UsageRecord.objects.get(request_id="req_chat")
+
+    wallet_page = _page(staff_client, reverse("admin:billing_wallet_change", args=[wallet.pk]))
+    entry_page = _page(staff_client, reverse("admin:billing_ledgerentry_change", args=[entry.pk]))
+    hold_page = _page(staff_client, reverse("admin:billing_hold_change", args=[text_call.pk]))
+    record_page = _page(staff_client, reverse("admin:billing_usagerecord_change", args=[record.pk]))
+
+    assert "¥33.079976" in wallet_page and 'name="balance"' not in wallet_page
+    assert "-¥0.000024" in entry_page and "¥33.079976" in entry_page
+    assert "¥0.01" in hold_page and "¥0.000024" in hold_page
+    assert "¥0.000024" in record_page and "1234" in record_page
+
+
+def test_the_usage_list_shows_tokens_and_filters_by_endpoint(staff_client, alice, text_call):
+    url = reverse("admin:billing_usagerecord_changelist")
+
+    text_only = staff_client.get(url, {"endpoint": "chat.completions"})
+
+    assert text_only.status_code == 200
+    assert [row.request_id for row in text_only.context["cl"].result_list] == ["req_chat"]
+    html = text_only.content.decode()
+    for column in ("input_tokens", "cached_tokens", "cache_write_tokens", "output_tokens"):
+        assert f"column-{column}" in html
+    assert '<td class="field-input_tokens">1234</td>' in html
+    assert '<td class="field-output_tokens">56</td>' in html
+    images = staff_client.get(url, {"endpoint": "images.generations"}).content.decode()
+    assert '<td class="field-input_tokens">-</td>' in images
+
+
+def test_the_top_up_page_shows_balances_and_confirms_a_fraction_of_a_fen(staff_client, alice, text_call):
+    url = reverse("admin:billing_wallet_changelist")
+    wallet = Wallet.objects.get(account=alice)
+
+    confirm = staff_client.post(url, {"action": "top_up", "_selected_action": [wallet.pk]})
+    done = staff_client.post(
+        url,
+        {"action": "top_up", "_selected_action": [wallet.pk], "apply": "1", "amount": "0.000024", "note": ""},
+        follow=True,
+    )
+
+    assert "balance ¥33.079976, held ¥0.15" in confirm.content.decode()
+    assert "Top up wallets: ¥0.000024 written to 1 wallet(s)." in done.content.decode()
+    assert Wallet.objects.get(pk=wallet.pk).balance == Decimal("33.08")
+
+
+def test_editable_amounts_are_offered_trimmed_and_saved_exactly(staff_client, alice, beta_group):
+    subscription, _ = subscription_upsert(
+        account=alice,
+        group=beta_group,
+        daily_limit=Decimal("0.5"),
+        weekly_limit=None,
+        monthly_limit=Decimal("0.000024"),
+        total_limit=None,
+        starts_at=timezone.now(),
+        expires_at=None,
+    )
+    url = reverse("admin:billing_subscription_change", args=[subscription.pk])
+
+    page = staff_client.get(url).content.decode()
+    listed = _page(staff_client, reverse("admin:billing_subscription_changelist"))
+
+    assert 'name="daily_limit" value="0.50"' in page
+    assert 'name="monthly_limit" value="0.000024"' in page
+    assert "¥0.50" in listed and "¥0.000024" in listed
+    saved = staff_client.post(
+        url,
+        {
+            "account": alice.pk,
+            "group": beta_group.pk,
+            "daily_limit": "0.50",
+            "weekly_limit": "",
+            "monthly_limit": "0.000025",
+            "total_limit": "",
+            "model_ids": "[]",
+            "starts_at_0": "2025-01-01",
+            "starts_at_1": "00:00:00",
+            "expires_at_0": "",
+            "expires_at_1": "",
+        },
+    )
+    assert saved.status_code == 302, saved.content.decode()[:2000]
+    subscription = Subscription.objects.get(pk=subscription.pk)
+    assert (subscription.daily_limit, subscription.monthly_limit) == (Decimal("0.5"), Decimal("0.000025"))
+
+
+def test_an_open_hold_shows_no_captured_amount_yet(staff_client, alice):
+    hold = hold_reserve(account_id=alice.pk, amount=Decimal("0.15"), reference="req_open")
+
+    html = _page(staff_client, reverse("admin:billing_hold_changelist"))
+
+    assert Hold.objects.get(pk=hold.pk).captured_amount is None
+    assert '<td class="field-captured_amount_shown">-</td>' in html
+
+
+def test_the_account_list_shows_each_balance_as_people_read_it(staff_client, alice, text_call):
+    html = _page(staff_client, reverse("admin:accounts_account_changelist"))
+
+    assert '<td class="field-balance">¥33.079976</td>' in html

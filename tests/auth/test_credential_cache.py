@@ -393,6 +393,7 @@ def test_it_sees_a_narrowed_token_scope_at_the_next_request(client, alice, sketc
         "balance",
         "balance_held",
         "balance_available",
+        "usage",
     }
 
 

@@ -193,7 +193,7 @@ def test_a_subscription_call_refused_by_any_one_window_counts_in_none(carol, bet
             subscription=subscription, amount=Decimal("0.02"), reference="req_2", now=WEDNESDAY_NOON
         )
     assert (refused.value.status, refused.value.code) == (429, "USAGE_LIMIT_EXCEEDED")
-    assert f"the {CAP_NAMES[refused_window]} cap of ¥0.0300" in refused.value.message
+    assert f"the {CAP_NAMES[refused_window]} cap of ¥0.03 (" in refused.value.message
     # All or none: the windows counted before the refused one were rolled back.
     used = dict(SubscriptionUsage.objects.values_list("window", "used"))
     assert used == {window: Decimal("0.02") for window in CAP_NAMES}
@@ -209,6 +209,6 @@ def test_a_first_call_above_a_cap_creates_no_counter(carol, beta_group):
         subscription_hold_reserve(
             subscription=subscription, amount=Decimal("0.02"), reference="req_1", now=WEDNESDAY_NOON
         )
-    assert "the weekly cap of ¥0.0100" in refused.value.message
+    assert "the weekly cap of ¥0.01 (" in refused.value.message
     assert not SubscriptionUsage.objects.exists()
     assert not Hold.objects.exists()

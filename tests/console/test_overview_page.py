@@ -8,34 +8,47 @@ from decimal import Decimal
 from django.utils import timezone
 
 from billing.holds import hold_capture, hold_reserve
+from billing.ledger import wallet_top_up
 from billing.models import LedgerEntry
 from billing.subscriptions import subscription_hold_reserve, subscription_upsert
-from billing.usage import usage_record_build, usage_record_insert
+from billing.usage import TokenCounts, usage_record_build, usage_record_insert
 from console.queries import spend_per_day_for_account
 
 
-def _call(account, request_id: str, *, amount: str = "0.15", status: int = 200, credential: str = "") -> None:
+def _call(
+    account,
+    request_id: str,
+    *,
+    amount: str = "0.15",
+    status: int = 200,
+    credential: str = "",
+    endpoint: str = "images.generations",
+    tokens: TokenCounts | None = None,
+) -> None:
     usage_record_insert(
         record=usage_record_build(
             request_id=request_id,
             account_id=account.pk,
             credential=credential or f"console:{account.pk}",
             group_id=None,
-            model_id="alpha-image-2",
-            endpoint="images.generations",
+            model_id="alpha-image-2" if tokens is None else "alpha-chat",
+            endpoint=endpoint,
             billing="balance",
             status=status,
             error_code="" if status == 200 else "INSUFFICIENT_BALANCE",
             amount=Decimal(amount),
             upstream="demo",
             latency_ms=12,
+            tokens=tokens,
         )
     )
 
 
-def _charge(account, amount: str, reference: str) -> LedgerEntry:
-    hold = hold_reserve(account_id=account.pk, amount=Decimal(amount), reference=reference)
-    assert hold_capture(hold=hold)
+def _charge(account, amount: str, reference: str, *, reserved: str | None = None) -> LedgerEntry:
+    """A charge of `amount`; with `reserved`, a per-token call: the hold reserves more, the capture
+    charges the exact cost."""
+    hold = hold_reserve(account_id=account.pk, amount=Decimal(reserved or amount), reference=reference)
+    assert hold_capture(hold=hold, amount=Decimal(amount) if reserved else None)
     return LedgerEntry.objects.get(reference=reference, kind=LedgerEntry.Kind.CHARGE)
 
 
@@ -149,3 +162,94 @@ def test_it_names_the_key_a_call_came_through(alice_client, alice, alice_key):
     response = alice_client.get("/console/")
 
     assert response.context["calls"][0].via == f"{api_key.prefix}… alice laptop"
+
+
+def test_it_shows_amounts_with_at_most_eight_places_and_no_trailing_zeros(alice_client, alice):
+    wallet_top_up(account=alice, amount=Decimal("23.08"))
+    _charge(alice, "0.000024", "req_tokens", reserved="0.01")
+
+    response = alice_client.get("/console/")
+
+    html = response.content.decode()
+    assert '<dd data-testid="balance">¥33.079976</dd>' in html
+    assert '<dd data-testid="available">¥33.079976</dd>' in html
+    assert '<dd data-testid="held">¥0.00' in html
+    assert "00000" not in html and "0E-" not in html
+
+
+def test_it_shows_a_text_calls_tokens_and_cost_beside_image_calls(alice_client, alice):
+    _call(alice, "req_image")
+    _call(
+        alice,
+        "req_chat",
+        amount="0.000024",
+        endpoint="chat.completions",
+        tokens=TokenCounts(input=1234, output=56),
+    )
+    _call(
+        alice,
+        "req_messages",
+        amount="0.0031",
+        endpoint="messages",
+        tokens=TokenCounts(input=12, cached=2048, cache_write=300, output=7),
+    )
+
+    response = alice_client.get("/console/")
+
+    rows = {row.record.request_id: row for row in response.context["calls"]}
+    assert (rows["req_image"].tokens, rows["req_image"].amount) == ("", "¥0.15")
+    assert (rows["req_chat"].tokens, rows["req_chat"].amount) == ("1,234 in · 56 out", "¥0.000024")
+    assert rows["req_messages"].tokens == "12 in · 2,048 cached · 300 cache write · 7 out"
+    html = response.content.decode()
+    assert (
+        '<span title="1,234 input tokens (uncached), 0 cached input tokens, 0 cache-write tokens, '
+        '56 output tokens">1,234 in · 56 out</span>'
+    ) in html
+    assert "¥0.000024" in html and "¥0.0031" in html
+    assert "<td>chat.completions</td>" in html and "<td>messages</td>" in html
+
+
+def test_it_charts_per_token_charges_exactly(alice_client, alice):
+    for number in range(3):
+        _charge(alice, "0.000024", f"req_{number}", reserved="0.01")
+    _charge(alice, "0.15", "req_image")
+
+    response = alice_client.get("/console/")
+
+    days = spend_per_day_for_account(account=alice)
+    assert days[-1].amount == Decimal("0.150072")
+    chart = response.context["chart"]
+    assert chart.bars[-1].label == "¥0.150072"
+    html = response.content.decode()
+    assert '<strong data-testid="spend-total">¥0.150072</strong>' in html
+
+
+def test_it_charts_a_day_of_tiny_charges_as_a_visible_bar(alice_client, alice):
+    _charge(alice, "0.00000001", "req_tiny", reserved="0.01")
+
+    response = alice_client.get("/console/")
+
+    chart = response.context["chart"]
+    assert chart.bars[-1].label == "¥0.00000001" and chart.bars[-1].height > 0
+    assert chart.peak_label == chart.total_label == "¥0.00000001"
+    assert chart.bars[0].label == "¥0.00"
+
+
+def test_it_shows_caps_and_their_use_to_the_fraction_of_a_fen(alice_client, alice, beta_group):
+    subscription, _ = subscription_upsert(
+        account=alice,
+        group=beta_group,
+        daily_limit=Decimal("0.5"),
+        weekly_limit=None,
+        monthly_limit=None,
+        total_limit=None,
+        starts_at=timezone.now() - timedelta(days=1),
+        expires_at=None,
+    )
+    hold = subscription_hold_reserve(subscription=subscription, amount=Decimal("0.01"), reference="req_1")
+    assert hold_capture(hold=hold, amount=Decimal("0.000024"))
+
+    response = alice_client.get("/console/")
+
+    [cap] = response.context["subscriptions"][0].caps
+    assert (cap.used_shown, cap.cap_shown) == ("¥0.000024", "¥0.50")

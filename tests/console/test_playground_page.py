@@ -117,3 +117,18 @@ def test_it_runs_a_model_of_another_allowed_group_in_that_group(
     record = UsageRecord.objects.get(request_id=response["X-Request-Id"])
     assert record.group == beta_group and record.billing == "subscription"
     assert DATA_URL.search(response.content.decode())
+
+
+def test_it_shows_a_price_and_charge_below_a_fen_in_full(alice_client, alice, alpha_model):
+    alpha_model.price = Decimal("0.0025")
+    alpha_model.save(update_fields=["price"])
+
+    page = alice_client.get("/console/playground/").content.decode()
+    response = alice_client.post(
+        "/console/playground/", {"model": alpha_model.pk, "prompt": "a lighthouse", "n": "1"}
+    )
+
+    assert "alpha-image-2 — Alpha-Image, ¥0.0025 per call" in page
+    assert response.status_code == 200
+    assert "charged ¥0.0025" in response.content.decode()
+    assert Wallet.objects.get(account=alice).balance == Decimal("9.9975")
