@@ -21,6 +21,7 @@ PACKAGES = (
     "upstreams",
     "api",
     "images",
+    "chat",
     "console",
     "configuration",
 )
