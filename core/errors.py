@@ -219,9 +219,15 @@ def compatible_body(error: ApiError, *, request_id: str | None) -> dict[str, Any
     }
 
 
+# Where the native shape names an error type of its own for a status (Anthropic's `not_found_error`);
+# the compatible shape keeps OpenAI's `invalid_request_error` for it.
+NATIVE_TYPE_FOR_STATUS = {404: "not_found_error"}
+
+
 def native_body(error: ApiError, *, request_id: str | None) -> dict[str, Any]:
     message = error.message if not error.code else f"{error.code}: {error.message}"
-    return {"type": "error", "error": {"type": error.type, "message": _with_request_id(message, request_id)}}
+    error_type = NATIVE_TYPE_FOR_STATUS.get(error.status, error.type)
+    return {"type": "error", "error": {"type": error_type, "message": _with_request_id(message, request_id)}}
 
 
 def google_body(error: ApiError, *, request_id: str | None) -> dict[str, Any]:
@@ -302,6 +308,8 @@ def drf_exception_handler(exc: Exception, context: dict[str, Any]) -> JsonRespon
     error = api_error_from_exception(exc)
     if error is None:
         return None  # unexpected: let ApiErrorMiddleware log it and answer 500
-    # A view picks its body shape with `error_shape` (api.base.GatewayAPIView); else the path.
-    shape = getattr(context.get("view"), "error_shape", None)
+    # A view picks its body shape per request with `get_error_shape()` (api.base.GatewayAPIView:
+    # its `error_shape` by default); else the path decides.
+    view = context.get("view")
+    shape = view.get_error_shape() if hasattr(view, "get_error_shape") else None
     return error_response(error, request=request, shape=shape)
