@@ -31,7 +31,8 @@ class GatewayAPIView(APIView):
     """Subclass for every /v1 endpoint. `self.credential` is the caller.
 
     `error_shape` picks the body shape of this view's errors ("compatible", "native", "google");
-    None means by path (core.errors.shape_for_path).
+    None means by path (core.errors.shape_for_path). A view whose shape depends on the request
+    overrides `get_error_shape()`.
     """
 
     authentication_classes: ClassVar[list[type]] = [CredentialAuthentication]
@@ -41,6 +42,10 @@ class GatewayAPIView(APIView):
     @property
     def credential(self) -> Credential:
         return self.request.auth
+
+    def get_error_shape(self) -> Shape | None:
+        """The body shape of this request's errors (core.errors.drf_exception_handler asks)."""
+        return self.error_shape
 
     def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
         response = super().dispatch(request, *args, **kwargs)

@@ -57,3 +57,14 @@ def model_list_for_credential(*, credential: Credential, all_groups: bool = Fals
             model_id = f"{group.pk}:{model.model_id}" if entry.prefixed else model.model_id
             listed.append(ListedModel(id=model_id, model=model, group=group))
     return listed
+
+
+def model_get_for_credential(*, credential: Credential, model_id: str) -> ListedModel | None:
+    """The model GET /v1/models lists for this credential under `model_id`, or None: the serving
+    group's by plain id, then (OAuth tokens) another allowed group's by `<group_id>:<model>`."""
+    scopes = (False, True) if credential.kind == "oauth" else (False,)
+    for all_groups in scopes:
+        for listed in model_list_for_credential(credential=credential, all_groups=all_groups):
+            if listed.id == model_id:
+                return listed
+    return None

@@ -2,9 +2,11 @@
 
 from django.urls import path
 
-from api.views import MeView, ModelListView
+from api.views import MeView, ModelDetailView, ModelListView
 
 urlpatterns = [
     path("models", ModelListView.as_view(), name="v1-models"),
+    # Any id GET /v1/models lists: `<group_id>:<model>`, dots, even a slash.
+    path("models/<path:model_id>", ModelDetailView.as_view(), name="v1-model"),
     path("me", MeView.as_view(), name="v1-me"),
 ]

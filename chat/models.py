@@ -1,3 +1,4 @@
+from collections.abc import Mapping
 from decimal import Decimal
 
 from django.apps import apps
@@ -8,6 +9,24 @@ from django.db import models
 from core.modelutils import MONEY
 
 PRICE_HELP = "¥ per million tokens."
+
+
+def upstream_kinds_problem(kinds: Mapping[str, str]) -> str | None:
+    """Why these upstreams (name -> kind) cannot serve one text model, or None when they can.
+
+    They must be of one kind: a call is written for that kind's API and may fail over to any of
+    them, so an upstream of another kind would be sent a request it does not speak."""
+    if len(set(kinds.values())) <= 1:
+        return None
+    return "must all be of one kind, got " + ", ".join(f"{name!r} ({kind})" for name, kind in kinds.items())
+
+
+def image_model_exists(*, group_id: int, model_id: str) -> bool:
+    """Whether the group has an image model called `model_id` (a text model may not take its id).
+
+    The image models are another family's table, read by label: the families import neither."""
+    image_model = apps.get_model("images", "ImageModel")
+    return image_model.objects.filter(group_id=group_id, model_id=model_id).exists()
 
 
 class TextModel(models.Model):
@@ -75,12 +94,7 @@ class TextModel(models.Model):
         return self.upstream_model or self.model_id
 
     def clean(self) -> None:
-        # The image models are another family's table, read by label (the families import neither).
-        image_model = apps.get_model("images", "ImageModel")
-        if (
-            self.group_id is not None
-            and image_model.objects.filter(group_id=self.group_id, model_id=self.model_id).exists()
-        ):
+        if self.group_id is not None and image_model_exists(group_id=self.group_id, model_id=self.model_id):
             raise ValidationError(
                 {"model_id": f"The group already has an image model called {self.model_id!r}."}
             )

@@ -1,4 +1,5 @@
-"""Declarative configuration: upstreams, groups, models, accounts and subscriptions from a TOML file.
+"""Declarative configuration: upstreams, groups, image and text models, accounts and subscriptions
+from a TOML file.
 
 `config_load(path=...)` validates the whole file first against the sections' declared entry models
 (configuration/sections.py: unknown keys, types, values, the columns' limits, duplicates, references)

@@ -26,6 +26,8 @@ from accounts.services import account_create, account_set_groups
 from billing.ledger import wallet_top_up
 from billing.models import Subscription, Wallet
 from billing.subscriptions import subscription_upsert
+from chat.models import TextModel, upstream_kinds_problem
+from chat.services import text_model_upsert
 from configuration.columns import NonEmptyStrings, column
 from groups.models import Group
 from groups.services import group_upsert
@@ -66,10 +68,15 @@ class ConfigFile:
     entries: dict[str, list[Entry]]
 
     @cached_property
+    def upstream_kinds(self) -> dict[str, str]:
+        """Each upstream's kind once the file is applied: the file's, else the database's."""
+        return dict(Upstream.objects.values_list("name", "kind")) | {
+            e.name: e.kind for e in self.entries["upstreams"]
+        }
+
+    @cached_property
     def upstream_names(self) -> set[str]:
-        return {e.name for e in self.entries["upstreams"]} | set(
-            Upstream.objects.values_list("name", flat=True)
-        )
+        return set(self.upstream_kinds)
 
     @cached_property
     def group_billing(self) -> dict[str, str]:
@@ -83,10 +90,22 @@ class ConfigFile:
             Account.objects.values_list("user__username", flat=True)
         )
 
-    def group_models(self, group: str) -> set[str]:
+    def group_image_models(self, group: str) -> set[str]:
+        """The group's image model ids once the file is applied (nothing is deleted)."""
         return {e.id for e in self.entries["models"] if e.group == group} | set(
             ImageModel.objects.filter(group__name=group).values_list("model_id", flat=True)
         )
+
+    def group_text_models(self, group: str, *, in_file: bool = True) -> set[str]:
+        """The group's text model ids once the file is applied; `in_file=False`: those the
+        database holds and the file does not name."""
+        in_database = set(TextModel.objects.filter(group__name=group).values_list("model_id", flat=True))
+        named = {e.id for e in self.entries["text_models"] if e.group == group}
+        return (in_database | named) if in_file else (in_database - named)
+
+    def group_models(self, group: str) -> set[str]:
+        """Every model id of the group, image and text, once the file is applied."""
+        return self.group_image_models(group) | self.group_text_models(group)
 
 
 def _undefined(what: str, name: str) -> str:
@@ -182,17 +201,41 @@ def groups_apply(entries: list[GroupEntry], path: Path) -> Iterator[str]:
         yield outcome
 
 
-# --- [[models]] -------------------------------------------------------------------------------------
+# --- a model of a group: [[models]] and [[text_models]] --------------------------------------------
 
 
-class ModelEntry(Entry):
+class GroupModelEntry(Entry):
+    """What image and text models share: a model id unique within its group, upstreams to serve it."""
+
     label_key = "id"
     unique = (("group", "id"),)
 
-    id: column(ImageModel, "model_id")
     group: column(Group, "name")
-    price: column(ImageModel, "price")
     upstreams: list[column(Upstream, "name")] = Field(min_length=1)
+
+    def problems(self, config: ConfigFile) -> list[str]:
+        found = []
+        if self.group not in config.group_billing:
+            found.append(_undefined("group", self.group))
+        found += [
+            _undefined("upstream", name) for name in self.upstreams if name not in config.upstream_names
+        ]
+        return found
+
+
+def _family_clash(model_id: str, group: str, other: str) -> str:
+    return (
+        f"id {model_id!r} is also {other} of group {group!r} (in the file or the database); "
+        "a model id is unique within its group across image and text models"
+    )
+
+
+# --- [[models]] -------------------------------------------------------------------------------------
+
+
+class ModelEntry(GroupModelEntry):
+    id: column(ImageModel, "model_id")
+    price: column(ImageModel, "price")
     upstream_model: column(ImageModel, "upstream_model") | None = None
     sizes: NonEmptyStrings = []
     qualities: NonEmptyStrings = []
@@ -209,12 +252,10 @@ class ModelEntry(Entry):
     enabled: column(ImageModel, "enabled") = True
 
     def problems(self, config: ConfigFile) -> list[str]:
-        found = []
-        if self.group not in config.group_billing:
-            found.append(_undefined("group", self.group))
-        found += [
-            _undefined("upstream", name) for name in self.upstreams if name not in config.upstream_names
-        ]
+        found = super().problems(config)
+        # A clash with a text model the file names is reported on that text model's entry.
+        if self.id in config.group_text_models(self.group, in_file=False):
+            found.append(_family_clash(self.id, self.group, "a text model"))
         reasons = validate_capabilities(
             sizes=self.sizes,
             qualities=self.qualities,
@@ -247,6 +288,51 @@ def models_apply(entries: list[ModelEntry], path: Path) -> Iterator[str]:
             stream_supported=e.stream,
             default_response_format=e.default_response_format,
             enabled=e.enabled,
+        )
+        yield outcome
+
+
+# --- [[text_models]] --------------------------------------------------------------------------------
+
+
+class TextModelEntry(GroupModelEntry):
+    id: column(TextModel, "model_id")
+    upstream_model: column(TextModel, "upstream_model") | None = None
+    input_price: column(TextModel, "input_price")
+    output_price: column(TextModel, "output_price")
+    cached_input_price: column(TextModel, "cached_input_price") | None = None
+    cache_write_price: column(TextModel, "cache_write_price") | None = None
+    max_output_tokens: column(TextModel, "max_output_tokens")
+    enabled: column(TextModel, "enabled") = True
+
+    def problems(self, config: ConfigFile) -> list[str]:
+        found = super().problems(config)
+        if self.id in config.group_image_models(self.group):
+            found.append(_family_clash(self.id, self.group, "an image model"))
+        known = config.upstream_kinds  # an undefined upstream is reported by the base class
+        kinds = {name: known[name] for name in self.upstreams if name in known}
+        problem = upstream_kinds_problem(kinds)
+        if problem is not None:
+            found.append(f"upstreams {problem}")
+        return found
+
+
+def text_models_apply(entries: list[TextModelEntry], path: Path) -> Iterator[str]:
+    groups = {g.name: g for g in Group.objects.all()}
+    upstreams = {u.name: u for u in Upstream.objects.all()}
+    for e in entries:
+        _, outcome = text_model_upsert(
+            group=groups[e.group],
+            model_id=e.id,
+            upstream_model=e.upstream_model or "",
+            input_price=e.input_price,
+            output_price=e.output_price,
+            # Absent: the input price (stored as none, so it follows the input price).
+            cached_input_price=e.cached_input_price,
+            cache_write_price=e.cache_write_price,
+            max_output_tokens=e.max_output_tokens,
+            enabled=e.enabled,
+            upstreams=[upstreams[name] for name in e.upstreams],
         )
         yield outcome
 
@@ -385,6 +471,7 @@ SECTIONS = (
     Section("upstreams", UpstreamEntry, upstreams_apply),
     Section("groups", GroupEntry, groups_apply),
     Section("models", ModelEntry, models_apply),
+    Section("text_models", TextModelEntry, text_models_apply),
     Section("accounts", AccountEntry, accounts_apply),
     Section("subscriptions", SubscriptionEntry, subscriptions_apply),
 )

@@ -317,6 +317,8 @@ def drf_exception_handler(exc: Exception, context: dict[str, Any]) -> JsonRespon
     error = api_error_from_exception(exc)
     if error is None:
         return None  # unexpected: let ApiErrorMiddleware log it and answer 500
-    # A view picks its body shape with `error_shape` (api.base.GatewayAPIView); else the path.
-    shape = getattr(context.get("view"), "error_shape", None)
+    # A view picks its body shape per request with `get_error_shape()` (api.base.GatewayAPIView:
+    # its `error_shape` by default); else the path decides.
+    view = context.get("view")
+    shape = view.get_error_shape() if hasattr(view, "get_error_shape") else None
     return error_response(error, request=request, shape=shape)

@@ -1,6 +1,7 @@
 import uuid
 from decimal import Decimal
 
+from django.apps import apps
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
@@ -77,6 +78,14 @@ class ImageModel(models.Model):
             output_formats=self.output_formats,
             output_compression=(self.output_compression_min, self.output_compression_max),
         )
+        # A model id is unique within its group across image and text models. The text models are
+        # another family's table, read by label: the families import neither.
+        text_model = apps.get_model("chat", "TextModel")
+        if (
+            self.group_id is not None
+            and text_model.objects.filter(group_id=self.group_id, model_id=self.model_id).exists()
+        ):
+            errors["model_id"] = f"The group already has a text model called {self.model_id!r}."
         if errors:
             raise ValidationError(errors)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from chat.models import TextModel
+from chat.services import text_model_upsert
 from groups.models import Group
 from images.models import ImageModel
 from images.services import image_model_upsert
@@ -37,6 +39,32 @@ def image_model_make(
         price=Decimal(price),
         upstreams=upstreams,
         **{**MODEL_DEFAULTS, **overrides},
+    )
+    return model
+
+
+def text_model_make(
+    *,
+    model_id: str,
+    group: Group,
+    upstreams: list[Upstream],
+    input_price: str = "2.00",
+    output_price: str = "8.00",
+    max_output_tokens: int = 1024,
+    enabled: bool = True,
+) -> TextModel:
+    """A text model at ¥2/¥8 per million input/output tokens, its cache prices the input price's."""
+    model, _ = text_model_upsert(
+        group=group,
+        model_id=model_id,
+        upstream_model="",
+        input_price=Decimal(input_price),
+        output_price=Decimal(output_price),
+        cached_input_price=None,
+        cache_write_price=None,
+        max_output_tokens=max_output_tokens,
+        enabled=enabled,
+        upstreams=upstreams,
     )
     return model
 

@@ -6,6 +6,7 @@ from django.core.management import CommandError, call_command
 
 from accounts.models import Account
 from billing.models import LedgerEntry, Subscription, Wallet
+from chat.models import TextModel
 from configuration.loader import ConfigError, config_load
 from groups.models import Group
 from images.models import ImageModel
@@ -80,7 +81,7 @@ def write(tmp_path: Path, text: str) -> Path:
 def snapshot() -> dict:
     return {
         model.__name__: sorted(map(repr, model.objects.values()))
-        for model in (Upstream, Group, ImageModel, Account, Wallet, LedgerEntry, Subscription)
+        for model in (Upstream, Group, ImageModel, TextModel, Account, Wallet, LedgerEntry, Subscription)
     }
 
 
@@ -124,7 +125,15 @@ def test_the_loadconfig_command_is_idempotent_on_the_demo_file(capsys):
     prices = dict(ImageModel.objects.values_list("model_id", "price"))
     assert prices["alpha-image-2.5-sunburst"] == Decimal("0.15")
     assert prices["beta-imagine-image-quality"] == Decimal("0.02")
-    assert set(Group.objects.values_list("name", flat=True)) == {"Alpha-Image", "Beta-API"}
+    assert set(Group.objects.values_list("name", flat=True)) == {"Alpha-Image", "Beta-API", "Demo-Chat"}
+    text_prices = {m.model_id: (m.input_price, m.output_price) for m in TextModel.objects.all()}
+    assert text_prices == {
+        "demo-chat": (Decimal("2.00"), Decimal("8.00")),
+        "demo-claude": (Decimal("3.00"), Decimal("15.00")),
+    }
+    assert set(TextModel.objects.values_list("upstreams__kind", flat=True)) == {"demo"}
+    demo = Account.objects.get(user__username="demo")
+    assert set(demo.allowed_groups.values_list("name", flat=True)) == {"Alpha-Image", "Beta-API", "Demo-Chat"}
 
 
 def test_it_updates_only_what_changed(tmp_path):

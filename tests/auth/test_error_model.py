@@ -132,6 +132,7 @@ def test_it_answers_the_native_shape_for_an_unknown_messages_route(client):
 
     assert response.status_code == 404
     assert response.json()["type"] == "error"
+    assert response.json()["error"]["type"] == "not_found_error"  # Anthropic's type for a 404
     assert response["x-error-code"] == "route_not_found"
 
 

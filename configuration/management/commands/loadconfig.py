@@ -6,7 +6,10 @@ from configuration.loader import ConfigError, config_load
 
 
 class Command(BaseCommand):
-    help = "Create or update upstreams, groups, models, accounts and subscriptions from a TOML file."
+    help = (
+        "Create or update upstreams, groups, image and text models, accounts and subscriptions "
+        "from a TOML file."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("file", type=Path)

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+from collections.abc import Sequence
+from decimal import Decimal
+
+from django.core.exceptions import ValidationError
+
+from chat.models import TextModel, image_model_exists, upstream_kinds_problem
+from core.modelutils import model_upsert
+from groups.models import Group
+from upstreams.models import Upstream
+
+
+def text_model_upsert(
+    *,
+    group: Group,
+    model_id: str,
+    upstream_model: str,
+    input_price: Decimal,
+    output_price: Decimal,
+    cached_input_price: Decimal | None,
+    cache_write_price: Decimal | None,
+    max_output_tokens: int,
+    enabled: bool,
+    upstreams: Sequence[Upstream],
+) -> tuple[TextModel, str]:
+    """Create the group's text model `model_id`, or update only what differs; returns it with
+    "created", "updated" or "unchanged", so that applying the same values twice writes nothing.
+
+    Refuses (ValidationError, nothing written) what no column can: no upstream, upstreams of more
+    than one kind, and an id the group already has as an image model. A blank `upstream_model` sends
+    the model id upstream; a None cached-input or cache-write price charges the input price."""
+    if not upstreams:
+        raise ValidationError({"upstreams": "A text model needs at least one upstream."})
+    problem = upstream_kinds_problem({upstream.name: upstream.kind for upstream in upstreams})
+    if problem is not None:
+        raise ValidationError({"upstreams": f"The upstreams {problem}."})
+    if image_model_exists(group_id=group.pk, model_id=model_id):
+        raise ValidationError({"model_id": f"The group already has an image model called {model_id!r}."})
+    text_model, outcome = model_upsert(
+        TextModel,
+        lookup={"model_id": model_id, "group": group},
+        values={
+            "upstream_model": upstream_model,
+            "input_price": input_price,
+            "output_price": output_price,
+            "cached_input_price": cached_input_price,
+            "cache_write_price": cache_write_price,
+            "max_output_tokens": max_output_tokens,
+            "enabled": enabled,
+        },
+    )
+    wanted = {upstream.pk for upstream in upstreams}
+    if set(text_model.upstreams.values_list("pk", flat=True)) != wanted:
+        text_model.upstreams.set(upstreams)
+        outcome = "created" if outcome == "created" else "updated"
+    return text_model, outcome
