@@ -33,8 +33,14 @@ def main() -> None:
     manage("loadconfig", str(ROOT / "config" / "demo.toml"))
     key = manage("createapikey", "demo", "--group", "Alpha-Image", "--label", "make run", capture=True)
     key = key.strip().splitlines()[-1]
+    # A key is bound to one group: the text models are in Demo-Chat.
+    chat_key = manage(
+        "createapikey", "demo", "--group", "Demo-Chat", "--label", "make run (text)", capture=True
+    )
+    chat_key = chat_key.strip().splitlines()[-1]
     bind = os.environ.get("GATEWAY_BIND", "127.0.0.1:8000")
     body = '{"model": "alpha-image-2", "prompt": "a lighthouse at dawn", "size": "1024x1024"}'
+    chat_body = '{"model": "demo-chat", "messages": [{"role": "user", "content": "Hello"}]}'
     print(
         "\nImage Gateway (demo provider) is starting on http://" + bind + "\n"
         f"\nDemo API key (shown once): {key}\n"
@@ -43,6 +49,11 @@ def main() -> None:
         f"    -H {shlex.quote('Authorization: Bearer ' + key)} \\\n"
         "    -H 'Content-Type: application/json' \\\n"
         f"    -d {shlex.quote(body)}\n"
+        f"\nDemo text key (Demo-Chat group; chat completions, responses, messages): {chat_key}\n"
+        f"  curl -s http://{bind}/v1/chat/completions \\\n"
+        f"    -H {shlex.quote('Authorization: Bearer ' + chat_key)} \\\n"
+        "    -H 'Content-Type: application/json' \\\n"
+        f"    -d {shlex.quote(chat_body)}\n"
         f"\nConsole: http://{bind}/console/ (give the demo user a password first: "
         ".venv/bin/python manage.py changepassword demo)\n"
         f"Admin:   http://{bind}/admin/ (create a staff user: .venv/bin/python manage.py createsuperuser)\n",
