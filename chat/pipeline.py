@@ -19,6 +19,7 @@ from typing import Any
 from django.http import HttpResponse, StreamingHttpResponse
 from rest_framework.request import Request
 
+from api.answers import event_stream_response, stored_response, stream_idempotency_refused
 from api.metering import connection_release, metered_begin, metered_call
 from api.usage import UsageScope, usage_scope
 from billing.idempotency import StoredResponse, idempotent_execute
@@ -29,7 +30,7 @@ from chat.families import CHAT, Family
 from chat.pricing import text_call_ceiling
 from chat.streaming import StreamedTextCall, stream_open, text_stream_relay
 from chat.validation import TextBody, input_ceiling_tokens, output_limit_validate, text_body_parse
-from core.errors import InvalidRequest, UpstreamFailed
+from core.errors import UpstreamFailed
 from keys.credentials import Credential
 from upstreams.errors import upstream_error_to_api_error
 from upstreams.providers import adapter_for
@@ -55,14 +56,8 @@ def text_call_handle(*, request: Request, family: Family) -> HttpResponse | Stre
         idempotency_key=meta.get("HTTP_IDEMPOTENCY_KEY"),
     )
     if isinstance(answer, StreamedTextCall):
-        streaming = StreamingHttpResponse(answer.events, content_type="text/event-stream; charset=utf-8")
-        streaming["Cache-Control"] = "no-cache"
-        streaming["X-Accel-Buffering"] = "no"  # proxies must pass events on as they come
-        return streaming
-    response = HttpResponse(answer.body, status=answer.status, content_type=answer.content_type)
-    for name, value in answer.headers.items():
-        response[name] = value
-    return response
+        return event_stream_response(answer.events)
+    return stored_response(answer)
 
 
 def text_call_run(
@@ -105,12 +100,7 @@ def text_call_run(
         )
         if parsed.stream:
             if idempotency_key is not None:
-                raise InvalidRequest(
-                    "Idempotency-Key cannot be used with `stream: true`: an event stream cannot be "
-                    "replayed. Leave out one of them.",
-                    param="stream",
-                    code="idempotency_not_supported",
-                )
+                raise stream_idempotency_refused()
             meter = metered_begin(
                 usage=usage,
                 credential=credential,

@@ -16,10 +16,10 @@ from django.http import HttpResponse, StreamingHttpResponse
 from django.utils.datastructures import MultiValueDict
 from rest_framework.request import Request
 
+from api.answers import event_stream_response, stored_response, stream_idempotency_refused
 from api.metering import connection_release, metered_begin, metered_call
 from api.usage import UsageScope, usage_scope
 from billing.idempotency import StoredResponse, idempotent_execute
-from core.errors import InvalidRequest
 from images.access import ResolvedModel, image_model_resolve
 from images.results import result_body, result_render
 from images.streaming import StreamedCall, stream_relay
@@ -48,14 +48,8 @@ def image_call_handle(*, request: Request, operation: Operation) -> HttpResponse
         path=request.path,
     )
     if isinstance(stored, StreamedCall):
-        streaming = StreamingHttpResponse(stored.events, content_type="text/event-stream")
-        streaming["Cache-Control"] = "no-cache"
-        streaming["X-Accel-Buffering"] = "no"  # proxies must pass events on as they come
-        return streaming
-    response = HttpResponse(stored.body, status=stored.status, content_type=stored.content_type)
-    for name, value in stored.headers.items():
-        response[name] = value
-    return response
+        return event_stream_response(stored.events)
+    return stored_response(stored)
 
 
 def image_call_run(
@@ -102,13 +96,7 @@ def image_call_run(
         )
         if params.options.get("stream"):
             if idempotency_key is not None:
-                # A stream cannot be replayed; a retried stream would be a second call.
-                raise InvalidRequest(
-                    "Idempotency-Key cannot be used with `stream: true`: an event stream cannot be "
-                    "replayed. Leave out one of them.",
-                    param="stream",
-                    code="idempotency_not_supported",
-                )
+                raise stream_idempotency_refused()
             meter = metered_begin(
                 usage=usage,
                 credential=credential,

@@ -6,15 +6,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('images', '0004_upstream_moves_to_upstreams_app'),
+        ("images", "0004_upstream_moves_to_upstreams_app"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='imagemodel',
-            name='price',
-            field=models.DecimalField(decimal_places=8, help_text='¥ per successful call.', max_digits=22, validators=[django.core.validators.MinValueValidator(Decimal('0'))]),
+            model_name="imagemodel",
+            name="price",
+            field=models.DecimalField(
+                decimal_places=8,
+                help_text="¥ per successful call.",
+                max_digits=22,
+                validators=[django.core.validators.MinValueValidator(Decimal("0"))],
+            ),
         ),
     ]
