@@ -485,10 +485,15 @@ def test_a_message_stream_cut_before_its_end_raises_and_charges_nothing(world, f
 # The gateway's own refusals, in each family's shape
 
 
-def test_an_unknown_model_is_not_found_to_the_anthropic_sdk(world, fake, an):
-    with metered(world.carol, recorded=False) as call, pytest.raises(anthropic.NotFoundError):
+def test_an_unknown_model_is_not_found_to_both_sdks(world, fake, oa, an):
+    with metered(world.carol, recorded=False) as call, pytest.raises(anthropic.NotFoundError) as raised:
         an.messages.create(model="no-such-model", max_tokens=256, messages=USER)
+    assert raised.value.body["type"] == "error"  # Anthropic's error shape
     assert call.charged == 0
+
+    with pytest.raises(openai.NotFoundError) as raised:
+        oa.chat.completions.create(model="no-such-model", messages=USER)
+    assert raised.value.body["message"]  # the compatible shape: {"error": {"message", "type", "code"}}
     assert fake.requests() == []
 
 
