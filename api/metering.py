@@ -95,19 +95,22 @@ class MeteredCall:
         self.amount = amount
         self.resolved = False
 
-    def capture(self) -> bool:
+    def capture(self, *, amount: Decimal | None = None) -> bool:
         """Charge the call and write its usage record (status 200, the amount charged), together: one
-        statement on PostgreSQL. False when the hold had already expired: nothing is charged, and the
-        record says 0. Either way the usage scope writes no second record."""
+        statement on PostgreSQL. `amount` charges less than was reserved (a text call's exact cost;
+        the rest is released); None charges the reservation. False when the hold had already
+        expired: nothing is charged, and the record says 0. Either way the usage scope writes no
+        second record."""
         if self.resolved:
             return False
         self.resolved = True
         record = self.usage.record_build(status=200, error_code="")
-        captured = hold_capture(hold=self.hold, usage_record=record)
+        captured = hold_capture(hold=self.hold, amount=amount, usage_record=record)
         if record.pk is not None:
             self.usage.record = record
         if captured:
-            self.usage.charged = self.amount
+            captured_amount = self.hold.captured_amount
+            self.usage.charged = captured_amount if captured_amount is not None else self.amount
             return True
         # The hold expired before the call returned (GATEWAY_HOLD_TTL_SECONDS shorter than the call):
         # release_stale_holds voided it, and a voided hold is never charged.
@@ -181,6 +184,7 @@ def metered_call(
     model_id: str,
     price: Decimal,
     call: Callable[[], T],
+    charge: Callable[[T], Decimal | None] | None = None,
     now: datetime | None = None,
 ) -> T:
     """Run `call` (the upstream call) as one billed call of `price`.
@@ -190,6 +194,9 @@ def metered_call(
     request id), the usage record written with it and `usage.charged` set; on any exception the hold
     is released (nothing charged) and the exception re-raised unchanged. The concurrency slot is given
     back on every exit path.
+
+    `price` is what is reserved. `charge(result)`, when given, says what the call did cost (at most
+    the reservation; None: all of it), for calls priced by what they produced (text tokens).
 
     `now` moves the clock of the reservation (calendar windows, hold expiry); tests use it.
     """
@@ -203,7 +210,7 @@ def metered_call(
         except BaseException:
             meter.release()
             raise
-        meter.capture()
+        meter.capture(amount=charge(result) if charge is not None else None)
         return result
     finally:
         meter.close()

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 
-from billing.usage import usage_record_build, usage_record_insert, usage_record_outcome_set
+from billing.usage import TokenCounts, usage_record_build, usage_record_insert, usage_record_outcome_set
 from core.errors import ApiError
 from upstreams.providers.base import UpstreamError
 
@@ -39,6 +39,8 @@ class UsageScope:
         # The record once written: a capture writes it in the same statement as the charge, and the
         # scope then writes no second one.
         self.record: UsageRecord | None = None
+        # A text call's tokens, once the upstream has reported them (None for the image endpoints).
+        self.tokens: TokenCounts | None = None
         self.started = time.monotonic()
 
     def set_target(self, *, group: Group, model_id: str) -> None:
@@ -67,6 +69,7 @@ class UsageScope:
             amount=self.charged,
             upstream=self.upstream,
             latency_ms=self.elapsed_ms(),
+            tokens=self.tokens,
         )
 
 

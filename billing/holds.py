@@ -114,9 +114,20 @@ def _hold_reserve_orm(*, account_id: int, values: dict[str, Any]) -> Hold | None
 # --- Capture -----------------------------------------------------------------------------------------
 
 
-def hold_capture(*, hold: Hold, now: datetime | None = None, usage_record: UsageRecord | None = None) -> bool:
+def hold_capture(
+    *,
+    hold: Hold,
+    amount: Decimal | None = None,
+    now: datetime | None = None,
+    usage_record: UsageRecord | None = None,
+) -> bool:
     """Resolve an open hold as used: a wallet hold becomes a ledger charge (reference = the hold's
     request id); a subscription hold's counted usage is kept.
+
+    `amount`: what to charge, for a call whose cost is known only afterwards (a text call's tokens);
+    at most the hold's amount (more is cut to it: a call never costs more than was reserved), and
+    the rest of the hold is released by the same capture. None charges the whole hold. A capture of
+    0 resolves the hold without a ledger entry. `hold.captured_amount` is set to what was charged.
 
     Exactly once: True only for the caller that moved the hold from `open` to `captured`. A hold
     already released (failed call) or expired (release_stale_holds) is not charged: False.
@@ -130,18 +141,27 @@ def hold_capture(*, hold: Hold, now: datetime | None = None, usage_record: Usage
     and answered.
     """
     moment = now or timezone.now()
+    charge = hold.amount if amount is None else min(money_parse(amount), hold.amount)
     capture = _hold_capture_statement if on_postgresql() else _hold_capture_orm
+    won = None
     if usage_record is not None:
         try:
             with _savepoint_if_in_transaction():
-                return capture(hold=hold, now=moment, usage_record=usage_record)
+                won = capture(hold=hold, charge=charge, now=moment, usage_record=usage_record)
         except (IntegrityError, DataError):
             logger.exception(
                 "could not write the usage record of request %s with its capture; capturing without it",
                 usage_record.request_id,
             )
             usage_record.pk = None
-    return capture(hold=hold, now=moment, usage_record=None)
+    if won is None:
+        won = capture(hold=hold, charge=charge, now=moment, usage_record=None)
+    if won:
+        hold.captured_amount = charge
+        hold.status = Hold.Status.CAPTURED
+        if hold.kind == Hold.Kind.SUBSCRIPTION and charge < hold.amount:
+            _subscription_windows_give_back(hold=hold, amount=hold.amount - charge)
+    return won
 
 
 def _savepoint_if_in_transaction() -> AbstractContextManager[object]:
@@ -151,9 +171,12 @@ def _savepoint_if_in_transaction() -> AbstractContextManager[object]:
     return transaction.atomic() if connection.in_atomic_block else nullcontext()
 
 
-def _hold_capture_statement(*, hold: Hold, now: datetime, usage_record: UsageRecord | None) -> bool:
+def _hold_capture_statement(
+    *, hold: Hold, charge: Decimal, now: datetime, usage_record: UsageRecord | None
+) -> bool:
     params: dict[str, Any] = {
         "hold_id": hold.pk,
+        "capture_amount": charge,
         "open": Hold.Status.OPEN,
         "captured": Hold.Status.CAPTURED,
         "charge": LedgerEntry.Kind.CHARGE,
@@ -170,34 +193,53 @@ def _hold_capture_statement(*, hold: Hold, now: datetime, usage_record: UsageRec
     return bool(row[0])
 
 
-def _hold_capture_orm(*, hold: Hold, now: datetime, usage_record: UsageRecord | None) -> bool:
+def _hold_capture_orm(
+    *, hold: Hold, charge: Decimal, now: datetime, usage_record: UsageRecord | None
+) -> bool:
     with transaction.atomic():
         # Status transition guarded by the old status: of a capture racing a release or an expiry,
         # exactly one updates the row; the loser sees 0 rows and moves no money.
         won = (
             Hold.objects.filter(pk=hold.pk, status=Hold.Status.OPEN).update(
-                status=Hold.Status.CAPTURED, resolved_at=now
+                status=Hold.Status.CAPTURED, resolved_at=now, captured_amount=charge
             )
             == 1
         )
         if won and hold.kind == Hold.Kind.WALLET and hold.amount > 0:
             # Lock the wallet row so balance_after is exactly this charge's result under concurrency.
+            # The whole hold leaves `held`; only the charge leaves the balance.
             wallet = Wallet.objects.select_for_update().get(pk=hold.wallet_id)
             Wallet.objects.filter(pk=wallet.pk).update(
-                balance=money_sql(F("balance") - hold.amount), held=money_sql(F("held") - hold.amount)
+                balance=money_sql(F("balance") - charge), held=money_sql(F("held") - hold.amount)
             )
-            LedgerEntry.objects.create(
-                wallet_id=wallet.pk,
-                kind=LedgerEntry.Kind.CHARGE,
-                amount=-hold.amount,
-                balance_after=wallet.balance - hold.amount,
-                reference=hold.reference,
-            )
+            if charge > 0:
+                LedgerEntry.objects.create(
+                    wallet_id=wallet.pk,
+                    kind=LedgerEntry.Kind.CHARGE,
+                    amount=-charge,
+                    balance_after=wallet.balance - charge,
+                    reference=hold.reference,
+                )
         if usage_record is not None:
             # What this capture charged; a hold no longer open charged nothing.
-            usage_record.amount = hold.amount if won else Decimal("0")
+            usage_record.amount = charge if won else Decimal("0")
             usage_record_insert(record=usage_record)
         return won
+
+
+def _subscription_windows_give_back(*, hold: Hold, amount: Decimal) -> None:
+    """A subscription hold captured for less than it counted: give the difference back to exactly
+    the windows it was counted in, in the reservation's lock order (day, week, month, total)."""
+    with transaction.atomic():
+        for window, start in (
+            (SubscriptionUsage.Window.DAY, hold.day_start),
+            (SubscriptionUsage.Window.WEEK, hold.week_start),
+            (SubscriptionUsage.Window.MONTH, hold.month_start),
+            (SubscriptionUsage.Window.TOTAL, TOTAL_WINDOW_START),
+        ):
+            SubscriptionUsage.objects.filter(
+                subscription_id=hold.subscription_id, window=window, window_start=start
+            ).update(used=money_sql(F("used") - amount))
 
 
 # --- Release -----------------------------------------------------------------------------------------
@@ -234,17 +276,7 @@ def _hold_release_orm(*, hold: Hold, now: datetime, status: str) -> bool:
             # A relative update under the row lock; the held >= 0 constraint is the backstop.
             Wallet.objects.filter(pk=hold.wallet_id).update(held=money_sql(F("held") - hold.amount))
         else:
-            # Give the quota back to exactly the windows it was taken from, in the reservation's
-            # lock order (day, week, month, total).
-            for window, start in (
-                (SubscriptionUsage.Window.DAY, hold.day_start),
-                (SubscriptionUsage.Window.WEEK, hold.week_start),
-                (SubscriptionUsage.Window.MONTH, hold.month_start),
-                (SubscriptionUsage.Window.TOTAL, TOTAL_WINDOW_START),
-            ):
-                SubscriptionUsage.objects.filter(
-                    subscription_id=hold.subscription_id, window=window, window_start=start
-                ).update(used=money_sql(F("used") - hold.amount))
+            _subscription_windows_give_back(hold=hold, amount=hold.amount)
         return True
 
 

@@ -1,7 +1,7 @@
 from django.conf import settings
 from django.db import models
 
-MONEY = {"max_digits": 18, "decimal_places": 4}
+from core.modelutils import MONEY
 
 
 class Wallet(models.Model):
@@ -148,6 +148,9 @@ class Hold(models.Model):
         Subscription, null=True, blank=True, on_delete=models.CASCADE, related_name="holds"
     )
     amount = models.DecimalField(**MONEY)
+    # What the capture charged (or counted): the whole amount for a fixed-price call; for a per-token
+    # call its exact cost, at most the amount, the rest released by the same capture. Null until then.
+    captured_amount = models.DecimalField(null=True, blank=True, **MONEY)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
     reference = models.CharField(max_length=200, blank=True, help_text="Request id of the call.")
     # The calendar windows a subscription hold counts in (local dates in GATEWAY_TIMEZONE), so that a
@@ -170,6 +173,11 @@ class Hold(models.Model):
         ]
         constraints = [
             models.CheckConstraint(condition=models.Q(amount__gte=0), name="hold_amount_not_negative"),
+            models.CheckConstraint(
+                condition=models.Q(captured_amount__isnull=True)
+                | models.Q(captured_amount__gte=0, captured_amount__lte=models.F("amount")),
+                name="hold_captured_within_amount",
+            ),
             models.CheckConstraint(
                 condition=models.Q(status__in=["open", "captured", "released", "expired"]),
                 name="hold_status_valid",
@@ -247,6 +255,13 @@ class UsageRecord(models.Model):
     error_code = models.CharField(max_length=100, blank=True)
     amount = models.DecimalField(default=0, help_text="Charged; 0 when not charged.", **MONEY)
     upstream = models.CharField(max_length=100, blank=True)
+    # Tokens of a text call as the upstream reported them (null for the image endpoints): input
+    # tokens at the input price (cached and cache-write ones not included), then the cached ones, the
+    # cache writes (Anthropic) and the output tokens (reasoning included).
+    input_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cached_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cache_write_tokens = models.PositiveIntegerField(null=True, blank=True)
+    output_tokens = models.PositiveIntegerField(null=True, blank=True)
     latency_ms = models.PositiveIntegerField()
     created_at = models.DateTimeField(db_index=True)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Decimal, InvalidOperation
 
 from django.conf import settings
 from django.db.models import DecimalField
@@ -11,7 +11,7 @@ from django.db.models.functions import Round
 
 from billing.models import MONEY
 
-MAX_AMOUNT = Decimal("100000000000000")  # fits max_digits=18, decimal_places=4
+MAX_AMOUNT = Decimal("100000000000000")  # fits max_digits=22, decimal_places=8 (core.modelutils.MONEY)
 
 
 class MoneyError(ValueError):
@@ -42,9 +42,15 @@ def money_parse(value: object, *, allow_negative: bool = False, allow_zero: bool
     return quantized
 
 
+def money_round_up(amount: Decimal) -> Decimal:
+    """A computed charge (e.g. tokens x a price per million) to the money places, rounded up: a
+    charge is never rounded to zero, and never below its exact cost."""
+    return amount.quantize(settings.MONEY_QUANTUM, rounding=ROUND_CEILING)
+
+
 def money_str(amount: Decimal) -> str:
-    """Format for the API: a plain decimal string with the fixed places, e.g. "10.1500"."""
-    return str(amount.quantize(settings.MONEY_QUANTUM))
+    """Format for the API: a plain decimal string with the fixed places, e.g. "10.15000000"."""
+    return f"{amount.quantize(settings.MONEY_QUANTUM):f}"  # never exponent notation ("0E-8")
 
 
 def money_sql(expression: Combinable) -> Round:

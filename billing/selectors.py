@@ -13,6 +13,7 @@ from django.utils import timezone
 from billing.models import Hold, LedgerEntry, Subscription, SubscriptionUsage, Wallet
 from billing.money import money_str
 from billing.windows import TOTAL_WINDOW_START
+from core.modelutils import MONEY
 
 
 def money_exact(value: Decimal | None) -> Decimal:
@@ -64,7 +65,7 @@ def ledger_check() -> list[LedgerProblem]:
 
 
 def _wallet_problems() -> list[LedgerProblem]:
-    money = DecimalField(max_digits=18, decimal_places=4)
+    money = DecimalField(**MONEY)
     zero = Value(Decimal("0"), output_field=money)
     entries_sum = (
         LedgerEntry.objects.filter(wallet=OuterRef("pk"))
@@ -113,11 +114,14 @@ def _wallet_problems() -> list[LedgerProblem]:
 def _subscription_usage_problems() -> list[LedgerProblem]:
     counted = (Hold.Status.OPEN, Hold.Status.CAPTURED)
     holds = Hold.objects.filter(kind=Hold.Kind.SUBSCRIPTION, status__in=counted)
+    # An open hold counts its amount; a captured one what its capture kept (a per-token call gives
+    # the rest back).
+    counted_amount = Coalesce("captured_amount", "amount")
     expected: dict[tuple[int, str, object], Decimal] = {}
     for window, start_field in (("day", "day_start"), ("week", "week_start"), ("month", "month_start")):
-        for row in holds.values("subscription_id", start_field).annotate(total=Sum("amount")):
+        for row in holds.values("subscription_id", start_field).annotate(total=Sum(counted_amount)):
             expected[(row["subscription_id"], window, row[start_field])] = money_exact(row["total"])
-    for row in holds.values("subscription_id").annotate(total=Sum("amount")):
+    for row in holds.values("subscription_id").annotate(total=Sum(counted_amount)):
         expected[(row["subscription_id"], "total", TOTAL_WINDOW_START)] = money_exact(row["total"])
     problems = []
     seen = set()

@@ -166,10 +166,13 @@ def hold_capture_sql(*, recorded: bool) -> str:
 
     - `captured`: the status transition guarded by the old status: of a capture racing a release or
       an expiry exactly one updates the hold; the loser gets no row and everything below moves nothing.
-    - `debited`: the wallet's balance and held go down by the amount (only for a wallet hold of a
-      non-zero amount). The UPDATE locks the wallet row and, under concurrency, computes from the
-      committed row, so the balance it returns is exactly this charge's balance_after.
-    - `charged`: the ledger charge (append-only), with that balance_after and the hold's request id.
+      It records the charge, `%(capture_amount)s` (at most the hold's amount: billing.holds).
+    - `debited`: the wallet's held goes down by the hold's amount and its balance by the charge (only
+      for a wallet hold of a non-zero amount). The UPDATE locks the wallet row and, under
+      concurrency, computes from the committed row, so the balance it returns is exactly this
+      charge's balance_after.
+    - `charged`: the ledger charge (append-only) when the charge is not zero, with that balance_after
+      and the hold's request id.
     - `recorded`: the usage record, with the amount captured, or 0 when the hold was no longer open.
     """
     h, w, e = sql_names(Hold), sql_names(Wallet), sql_names(LedgerEntry)
@@ -196,16 +199,18 @@ def hold_capture_sql(*, recorded: bool) -> str:
         result = "SELECT EXISTS (SELECT FROM captured), recorded.id, recorded.amount FROM recorded"
     return f"""
         WITH captured AS (
-            UPDATE {h.table} SET {h.status} = %(captured)s, {h.resolved_at} = %(now)s
+            UPDATE {h.table} SET {h.status} = %(captured)s, {h.resolved_at} = %(now)s,
+                {h.captured_amount} = %(capture_amount)s
             WHERE {h.id} = %(hold_id)s AND {h.status} = %(open)s
-            RETURNING {h.wallet_id} AS wallet_id, {h.amount} AS amount, {h.reference} AS reference
+            RETURNING {h.wallet_id} AS wallet_id, {h.amount} AS held_amount,
+                {h.captured_amount} AS amount, {h.reference} AS reference
         ),
         debited AS (
             UPDATE {w.table} SET
                 {w.balance} = {w.table}.{w.balance} - captured.amount,
-                {w.held} = {w.table}.{w.held} - captured.amount
+                {w.held} = {w.table}.{w.held} - captured.held_amount
             FROM captured
-            WHERE {w.table}.{w.id} = captured.wallet_id AND captured.amount > 0
+            WHERE {w.table}.{w.id} = captured.wallet_id AND captured.held_amount > 0
             RETURNING {w.table}.{w.id} AS wallet_id, {w.table}.{w.balance} AS balance_after
         ),
         charged AS (
@@ -213,6 +218,7 @@ def hold_capture_sql(*, recorded: bool) -> str:
             SELECT debited.wallet_id, %(charge)s, -captured.amount, debited.balance_after,
                 captured.reference, '', %(written_at)s
             FROM debited CROSS JOIN captured
+            WHERE captured.amount > 0
         ){recorded_cte}
         {result}
     """  # noqa: S608 - identifiers from the models' _meta, values bound as parameters

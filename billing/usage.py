@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -10,6 +11,17 @@ from django.utils import timezone
 
 from billing.models import UsageRecord
 from core.modelutils import queryset_delete_in_batches
+
+
+@dataclass(frozen=True)
+class TokenCounts:
+    """A text call's tokens as the upstream reported them, split by price: `input` excludes the
+    cached and cache-write tokens; `output` includes reasoning tokens."""
+
+    input: int = 0
+    cached: int = 0
+    cache_write: int = 0
+    output: int = 0
 
 
 def usage_record_build(
@@ -26,6 +38,7 @@ def usage_record_build(
     amount: Decimal,
     upstream: str,
     latency_ms: int,
+    tokens: TokenCounts | None = None,
     created_at: datetime | None = None,
 ) -> UsageRecord:
     """An unsaved usage record, its values cut to their columns: `usage_record_insert` saves it, or
@@ -43,6 +56,10 @@ def usage_record_build(
         amount=amount,
         upstream=upstream[:100],
         latency_ms=max(0, latency_ms),
+        input_tokens=tokens.input if tokens is not None else None,
+        cached_tokens=tokens.cached if tokens is not None else None,
+        cache_write_tokens=tokens.cache_write if tokens is not None else None,
+        output_tokens=tokens.output if tokens is not None else None,
         created_at=created_at or timezone.now(),
     )
 

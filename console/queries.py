@@ -38,7 +38,7 @@ CAP_WINDOWS = (
 
 
 def yen(amount: Decimal) -> str:
-    """An amount for people: ¥ with at least two and at most the ledger's four decimal places."""
+    """An amount for people: ¥ with at least two and at most the ledger's eight decimal places."""
     exact = amount.quantize(settings.MONEY_QUANTUM)
     text = f"{exact:f}"
     whole, _, fraction = text.partition(".")

@@ -171,6 +171,8 @@ def invalidating_models() -> tuple[Invalidating, ...]:
         Invalidating("groups.Group", new_rows=True),
         Invalidating("images.ImageModel", new_rows=True),
         Invalidating("images.ImageModel_upstreams"),
+        Invalidating("chat.TextModel", new_rows=True),
+        Invalidating("chat.TextModel_upstreams"),
         Invalidating("upstreams.Upstream", new_rows=True),
     )
 

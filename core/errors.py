@@ -219,9 +219,24 @@ def compatible_body(error: ApiError, *, request_id: str | None) -> dict[str, Any
     }
 
 
+# Anthropic's error types by status, where ours differ (its SDK picks an exception class by status;
+# callers branch on the type): https://docs.anthropic.com/en/api/errors
+NATIVE_TYPE_FOR_STATUS = {
+    404: "not_found_error",
+    413: "request_too_large",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "api_error",
+    529: "overloaded_error",
+}
+
+
 def native_body(error: ApiError, *, request_id: str | None) -> dict[str, Any]:
     message = error.message if not error.code else f"{error.code}: {error.message}"
-    return {"type": "error", "error": {"type": error.type, "message": _with_request_id(message, request_id)}}
+    error_type = NATIVE_TYPE_FOR_STATUS.get(error.status, error.type)
+    if error_type == "upstream_error":
+        error_type = "api_error"
+    return {"type": "error", "error": {"type": error_type, "message": _with_request_id(message, request_id)}}
 
 
 def google_body(error: ApiError, *, request_id: str | None) -> dict[str, Any]:

@@ -6,6 +6,9 @@ from django.db import models
 
 M = TypeVar("M", bound=models.Model)
 
+# Every money column: ¥ with 8 decimal places (a per-token charge can be ¥0.000024), up to 10^14.
+MONEY = {"max_digits": 22, "decimal_places": 8}
+
 
 def model_upsert(model: type[M], *, lookup: dict[str, Any], values: dict[str, Any]) -> tuple[M, str]:
     """Create the row matching `lookup`, or update only the fields whose value differs.

@@ -76,6 +76,7 @@ INSTALLED_APPS = [
     "upstreams",
     "api",
     "images",
+    "chat",
     "console",
     "configuration",
 ]
@@ -190,6 +191,12 @@ GATEWAY_MAX_PROMPT_CHARS = env_int("GATEWAY_MAX_PROMPT_CHARS", 32_000, minimum=1
 # A JSON body, or the text fields of a multipart form (files are not counted): larger is refused with 413.
 GATEWAY_MAX_JSON_BODY_BYTES = env_int("GATEWAY_MAX_JSON_BODY_BYTES", 1024 * 1024, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = GATEWAY_MAX_JSON_BODY_BYTES
+# Text calls (docs/text.md): the input ceiling of a hold counts the request's UTF-8 bytes (no token is
+# shorter than one byte), each image part as this many tokens, each file sent by reference (URL or
+# file id) as GATEWAY_TEXT_FILE_TOKENS, plus a fixed overhead per call (chat templates, tool prompts).
+GATEWAY_TEXT_IMAGE_TOKENS = env_int("GATEWAY_TEXT_IMAGE_TOKENS", 3_000, minimum=0)
+GATEWAY_TEXT_FILE_TOKENS = env_int("GATEWAY_TEXT_FILE_TOKENS", 32_000, minimum=0)
+GATEWAY_TEXT_OVERHEAD_TOKENS = env_int("GATEWAY_TEXT_OVERHEAD_TOKENS", 1_000, minimum=0)
 # Each uploaded file (image, image[], mask): larger is refused with 413 while it is being received.
 GATEWAY_MAX_UPLOAD_BYTES = env_int("GATEWAY_MAX_UPLOAD_BYTES", 25 * 1024 * 1024, minimum=1024)
 # Width x height of an uploaded image; Pillow's decompression-bomb guard is turned into an error as well.
@@ -289,7 +296,7 @@ OAUTH2_PROVIDER = {
 LOGIN_URL = "login"
 
 # Money: every amount is a Decimal with this many places (¥0.0001).
-MONEY_DECIMAL_PLACES = 4
+MONEY_DECIMAL_PLACES = 8
 MONEY_QUANTUM = Decimal(1).scaleb(-MONEY_DECIMAL_PLACES)
 
 # Billing (docs/billing.md). A hold, and a concurrency slot, lives this long before release_stale_holds

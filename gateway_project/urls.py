@@ -9,6 +9,7 @@ urlpatterns = [
     path("files/", include("images.urls_files")),
     path("v1/", include("api.urls")),
     path("v1/", include("images.urls")),
+    path("v1/", include("chat.urls")),
     path("oauth/", include("console.oauth_urls")),
     # The web console (/console/), its sign-in pages (/accounts/) and / → console (docs/console.md).
     path("", include("console.urls")),

@@ -6,6 +6,7 @@ from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
 
+from core.modelutils import MONEY
 from images.capabilities import validate_capabilities
 
 RESPONSE_FORMATS = ("url", "b64_json")
@@ -21,8 +22,7 @@ class ImageModel(models.Model):
     model_id = models.CharField(max_length=200, help_text="The id callers send as `model`.")
     group = models.ForeignKey("groups.Group", on_delete=models.PROTECT, related_name="image_models")
     price = models.DecimalField(
-        max_digits=18,
-        decimal_places=4,
+        **MONEY,
         validators=[MinValueValidator(Decimal("0"))],
         help_text="¥ per successful call.",
     )

@@ -243,8 +243,8 @@ def test_it_applies_per_upstream_retry_settings_and_refuses_bad_ones(tmp_path):
             "models[0] (alpha-image-2): price amount '-0.15' must not be",
         ),
         (
-            ('price = "0.15"', 'price = "0.00001"'),
-            "models[0] (alpha-image-2): price amount '0.00001' has more than",
+            ('price = "0.15"', 'price = "0.000000001"'),
+            "models[0] (alpha-image-2): price amount '0.000000001' has more than",
         ),
         (('daily_limit = "1.00"', 'daily_limit = "100000000000000"'), "(demo@Beta-API): daily_limit amount"),
         (

@@ -60,7 +60,7 @@ def test_it_refuses_an_adjustment_that_would_overdraw(alice):
 
 
 def test_it_refuses_float_and_overprecise_amounts(alice):
-    for bad in (0.15, "0.00001", "abc", "-1", "0", "NaN"):
+    for bad in (0.15, "0.000000001", "abc", "-1", "0", "NaN"):
         with pytest.raises(ValueError):
             wallet_top_up(account=alice, amount=bad)
     assert LedgerEntry.objects.filter(wallet=alice.wallet).count() == 1

@@ -150,6 +150,13 @@ def _passthrough(*, error: UpstreamError, upstream: Upstream, status: int) -> Ap
     inner = body.get("error") if isinstance(body, dict) else None
     if isinstance(inner, dict) and isinstance(inner.get("message"), str):
         message = _scrub(inner["message"], upstream=upstream)
+        if body.get("type") == "error":
+            # Anthropic's shape: {"type": "error", "error": {"type": ..., "message": ...}}
+            native_error = {
+                "type": "error",
+                "error": {"type": _token(inner.get("type")) or "invalid_request_error", "message": message},
+            }
+            return PassthroughError(status=status, body=native_error, message=message, shape="native")
         if isinstance(inner.get("code"), int) and isinstance(inner.get("status"), str):
             # Google's shape: {"error": {"code": 400, "message": ..., "status": "INVALID_ARGUMENT"}}
             native: dict[str, Any] = {

@@ -9,6 +9,7 @@ class Upstream(models.Model):
     class Kind(models.TextChoices):
         OPENAI = "openai", "OpenAI-compatible"
         GEMINI = "gemini", "Gemini"
+        ANTHROPIC = "anthropic", "Anthropic"
         DEMO = "demo", "Built-in demo (offline)"
 
     name = models.CharField(max_length=100, unique=True)
@@ -40,7 +41,8 @@ class Upstream(models.Model):
         ordering = ["priority", "name"]
         constraints = [
             models.CheckConstraint(
-                condition=models.Q(kind__in=["openai", "gemini", "demo"]), name="upstream_kind_valid"
+                condition=models.Q(kind__in=["openai", "gemini", "anthropic", "demo"]),
+                name="upstream_kind_valid",
             ),
             models.CheckConstraint(condition=models.Q(weight__gte=1), name="upstream_weight_positive"),
             models.CheckConstraint(

@@ -2,8 +2,9 @@
 
 The rules (spec, "Recommended retry behaviour"; docs/images.md, "Routing and upstream resilience"):
 - Upstreams are tried in `upstreams_for_model` order (priority, then weight). A retryable failure
-  (connection refused or reset before the request went out, 429, 500, 502, 503, 504) moves on to the
-  next upstream at once; only when every upstream has been tried in a round does the call wait
+  (connection refused or reset before the request went out, 429, 500, 502, 503, 504, and Anthropic's
+  529 "overloaded") moves on to the next upstream at once; only when every upstream has been tried
+  in a round does the call wait
   (1 s x 2^round, +-20 % jitter, at least the largest Retry-After seen, at most 30 s) and start
   another round. At most 5 retries in all, and the whole call ends by its deadline (60 s beyond the
   first upstream's own timeout).
@@ -12,7 +13,7 @@ The rules (spec, "Recommended retry behaviour"; docs/images.md, "Routing and ups
   as "outcome unknown".
 - Upstreams whose circuit is open are skipped without a network call (upstreams/circuit.py; a success
   on a closed circuit costs one cache round trip in all).
-- The caller gets 503 when every upstream answered 503 or every circuit is open, 429 (with
+- The caller gets 503 when every upstream answered 503 (or 529) or every circuit is open, 429 (with
   Retry-After) when every upstream said 429, 504 when the deadline ran out, else 502 naming the last
   upstream status.
 """
@@ -36,7 +37,9 @@ from upstreams.models import Upstream
 logger = logging.getLogger("gateway.upstream")
 T = TypeVar("T")
 
-RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+# 529 is Anthropic's "overloaded": a 503 by another number.
+OVERLOADED_STATUSES = frozenset({503, 529})
+RETRYABLE_STATUSES = frozenset({429, 500, 502, 504}) | OVERLOADED_STATUSES
 
 
 @dataclass(frozen=True)
@@ -182,8 +185,8 @@ def _record_failure(upstream: Upstream, error: UpstreamError, policy: RetryPolic
         )
 
 
-def _all_status(failures: list[_Failure], status: int | None) -> bool:
-    return bool(failures) and all(f.error.status == status for f in failures)
+def _all_status(failures: list[_Failure], *statuses: int | None) -> bool:
+    return bool(failures) and all(f.error.status in statuses for f in failures)
 
 
 def _exhausted_error(failures: list[_Failure], request_id: str) -> ApiError:
@@ -194,7 +197,7 @@ def _exhausted_error(failures: list[_Failure], request_id: str) -> ApiError:
             code="upstream_rate_limited",
             retry_after=wait,
         )
-    if _all_status(failures, 503):
+    if _all_status(failures, *OVERLOADED_STATUSES):
         return UpstreamFailed(
             "Every upstream for this model is overloaded or in maintenance; retry later.",
             status=503,
@@ -208,9 +211,9 @@ def _exhausted_error(failures: list[_Failure], request_id: str) -> ApiError:
 
 
 def _deadline_error(failures: list[_Failure], request_id: str) -> ApiError:
-    """The deadline ran out (or waiting would pass it): 504, unless every upstream said 429 or 503,
+    """The deadline ran out (or waiting would pass it): 504, unless every upstream said 429 or 503/529,
     which tells the caller more (and carries Retry-After)."""
-    if _all_status(failures, 429) or _all_status(failures, 503):
+    if _all_status(failures, 429) or _all_status(failures, *OVERLOADED_STATUSES):
         return _exhausted_error(failures, request_id)
     logger.error(
         "upstream deadline exceeded request_id=%s after %d failed attempts", request_id, len(failures)

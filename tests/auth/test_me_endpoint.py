@@ -61,9 +61,9 @@ def test_it_shows_a_manual_key_its_own_account_in_full(client, alice, alpha_grou
     assert body["allowed_groups"] == [group]
     # Amounts are strings with the fixed places, never numbers.
     assert body["currency"] == "CNY"
-    assert body["balance"] == "10.0000"
-    assert body["balance_held"] == "0.0000"
-    assert body["balance_available"] == "10.0000"
+    assert body["balance"] == "10.00000000"
+    assert body["balance_held"] == "0.00000000"
+    assert body["balance_available"] == "10.00000000"
 
 
 def test_it_shows_another_account_only_its_own_data(client, alice, bob, alpha_group, key_for):
@@ -72,4 +72,4 @@ def test_it_shows_another_account_only_its_own_data(client, alice, bob, alpha_gr
     body = response.json()
     assert body["user"]["username"] == "bob"
     assert body["account"]["id"] == bob.pk
-    assert body["balance"] == "0.0000"
+    assert body["balance"] == "0.00000000"

@@ -157,7 +157,7 @@ def test_check_ledger_fails_loudly_when_a_balance_moved_outside_the_ledger(alice
         call_command("check_ledger")
     assert failed.value.returncode == 1
     report = capsys.readouterr().err
-    assert "balance 11.0000 != sum of ledger entries 10.0000" in report
+    assert "balance 11.00000000 != sum of ledger entries 10.00000000" in report
     assert "wallet #" in report
 
 
@@ -165,4 +165,4 @@ def test_check_ledger_fails_when_held_does_not_match_the_open_holds(alice):
     hold_reserve(account_id=alice.pk, amount=Decimal("1"), reference="req_1")
     Wallet.objects.filter(account=alice).update(held=Decimal("0.5"))
     problems = [str(p) for p in ledger_check()]
-    assert any("held 0.5000 != sum of open holds 1.0000" in p for p in problems)
+    assert any("held 0.50000000 != sum of open holds 1.00000000" in p for p in problems)

@@ -5,13 +5,13 @@ format allows, UTF-8 text, large partial images, and a transfer broken mid-way."
 from __future__ import annotations
 
 import base64
-import io
 import json
 
 import pytest
 
 from tests.fake_upstream import _png
 from tests.images.conftest import OPENAI_BASE
+from tests.upstreams.conftest import trickled
 from upstreams.providers import adapter_for
 from upstreams.providers.base import ImageRequest, UpstreamError
 
@@ -24,26 +24,10 @@ REQUEST = ImageRequest(
 )
 
 
-class Trickle(io.RawIOBase):
-    """A response body that arrives `step` bytes at a time."""
-
-    def __init__(self, data: bytes, step: int) -> None:
-        self.data, self.step, self.position = data, step, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        size = min(len(buffer), self.step, len(self.data) - self.position)
-        buffer[:size] = self.data[self.position : self.position + size]
-        self.position += size
-        return size
-
-
 def stream_answer(mocked, body: bytes, *, step: int) -> None:
     mocked.post(
         GENERATIONS,
-        body=io.BufferedReader(Trickle(body, step), buffer_size=step),
+        body=trickled(body, step),
         content_type="text/event-stream",
     )
 

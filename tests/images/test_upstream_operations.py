@@ -9,9 +9,14 @@ import pytest
 
 from upstreams.providers import ADAPTERS, adapter_for, adapter_serves, operations_for_kind
 from upstreams.providers.base import (
+    CHAT_COMPLETIONS,
     IMAGES_EDIT,
     IMAGES_GENERATE,
     IMAGES_STREAM,
+    MESSAGES,
+    MESSAGES_COUNT_TOKENS,
+    RESPONSES,
+    TEXT_OPERATIONS,
     Adapter,
     ImageRequest,
     UpstreamError,
@@ -36,20 +41,32 @@ def upstream_of(kind: str):
 
 
 def test_it_says_which_operations_each_kind_serves():
-    assert operations_for_kind(kind="openai") == {IMAGES_GENERATE, IMAGES_EDIT, IMAGES_STREAM}
-    assert operations_for_kind(kind="demo") == {IMAGES_GENERATE, IMAGES_EDIT, IMAGES_STREAM}
+    assert operations_for_kind(kind="openai") == {
+        IMAGES_GENERATE,
+        IMAGES_EDIT,
+        IMAGES_STREAM,
+        CHAT_COMPLETIONS,
+        RESPONSES,
+    }
+    assert operations_for_kind(kind="anthropic") == {MESSAGES, MESSAGES_COUNT_TOKENS}
+    assert operations_for_kind(kind="demo") == {
+        IMAGES_GENERATE,
+        IMAGES_EDIT,
+        IMAGES_STREAM,
+        *TEXT_OPERATIONS,
+    }
     assert operations_for_kind(kind="gemini") == {IMAGES_GENERATE, IMAGES_EDIT}
     assert operations_for_kind(kind="no-such-kind") == frozenset()
     assert adapter_serves(kind="gemini", operation=IMAGES_EDIT)
     assert not adapter_serves(kind="gemini", operation=IMAGES_STREAM)
-    assert not adapter_serves(kind="openai", operation="chat.completions")  # not yet
+    assert not adapter_serves(kind="openai", operation=MESSAGES)
 
 
 def test_every_registered_kind_declares_what_it_serves():
     for kind, adapter_class in ADAPTERS.items():
         assert adapter_class.kind == kind
         assert adapter_class.operations, kind
-        assert all("." in operation for operation in adapter_class.operations)
+        assert adapter_class.operations <= {IMAGES_GENERATE, IMAGES_EDIT, IMAGES_STREAM, *TEXT_OPERATIONS}
 
 
 @pytest.mark.django_db

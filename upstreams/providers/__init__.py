@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from upstreams.providers.anthropic import AnthropicAdapter
 from upstreams.providers.base import Adapter
 from upstreams.providers.demo import DemoAdapter
 from upstreams.providers.gemini import GeminiAdapter
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from upstreams.models import Upstream
 
 ADAPTERS: dict[str, type[Adapter]] = {
+    AnthropicAdapter.kind: AnthropicAdapter,
     DemoAdapter.kind: DemoAdapter,
     GeminiAdapter.kind: GeminiAdapter,
     OpenAIAdapter.kind: OpenAIAdapter,

@@ -8,34 +8,59 @@ it does not serve is a non-retryable `UpstreamError`. Its HTTP calls go through 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import logging
+import os
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from upstreams.errors import UpstreamError
+from django.utils import timezone
+
+from upstreams.errors import UpstreamError, UpstreamMisconfigured
+from upstreams.sse import SSEEvent, sse_events
 from upstreams.transport import UpstreamReply, upstream_request
 
 if TYPE_CHECKING:
     from upstreams.models import Upstream
 
 __all__ = [
+    "CHAT_COMPLETIONS",
     "IMAGES_EDIT",
     "IMAGES_GENERATE",
     "IMAGES_STREAM",
+    "MESSAGES",
+    "MESSAGES_COUNT_TOKENS",
+    "RESPONSES",
+    "TEXT_OPERATIONS",
     "Adapter",
     "ImageItem",
     "ImageRequest",
     "ImageResult",
+    "SSEEvent",
     "StreamEvent",
+    "TextReply",
+    "TextRequest",
     "UpstreamError",
     "stream_event_names",
 ]
 
-# Operation names: "<family>.<action>". The text families will add theirs ("chat.completions",
-# "responses", "messages", "messages.count_tokens") with the adapters that serve them.
+logger = logging.getLogger("gateway.upstream")
+
+# Operation names: "<family>.<action>".
 IMAGES_GENERATE = "images.generate"
 IMAGES_EDIT = "images.edit"
 IMAGES_STREAM = "images.stream"
+CHAT_COMPLETIONS = "chat.completions"
+RESPONSES = "responses"
+MESSAGES = "messages"
+MESSAGES_COUNT_TOKENS = "messages.count_tokens"
+TEXT_OPERATIONS = (CHAT_COMPLETIONS, RESPONSES, MESSAGES, MESSAGES_COUNT_TOKENS)
+
+# An error body is kept whole when it is JSON, else this much of its text.
+ERROR_BODY_LIMIT = 4000
+EVENT_STREAM = "text/event-stream"
+USER_AGENT = "image-gateway/0.1"
 
 
 @dataclass(frozen=True)
@@ -83,6 +108,60 @@ class StreamEvent:
     type: str
     data: dict[str, Any]
     final: bool = False
+
+
+@dataclass(frozen=True)
+class TextRequest:
+    """A text family's call, as the endpoint app has prepared it.
+
+    `body` is the JSON to send, already encoded (model replaced, stream options set); it goes out byte
+    for byte. `stream` asks for an event stream. `headers` are the caller's headers to forward
+    (lowercase names; only "anthropic-version" and "anthropic-beta" are ever given)."""
+
+    operation: str
+    body: bytes
+    stream: bool
+    headers: Mapping[str, str] = field(default_factory=dict)
+    request_id: str = ""
+
+
+class TextReply:
+    """An upstream's answer to a text call: a 2xx, or a 4xx about the request that the caller gets in
+    the upstream's own shape.
+
+    `body` is the whole body, unless the answer is a streamed 2xx: then `events` yields its events as
+    they arrive (a read failure raises UpstreamError with `outcome_unknown`; the iterator ends where the
+    upstream's body ends). `close` gives the connection back, or drops it if the stream was not read to
+    its end; it is safe to call twice, and the events iterator calls it when exhausted or closed.
+    """
+
+    def __init__(
+        self,
+        *,
+        status: int,
+        content_type: str,
+        body: bytes = b"",
+        events: Iterator[SSEEvent] | None = None,
+        on_close: Callable[[], None] | None = None,
+    ) -> None:
+        self.status = status
+        self.content_type = content_type
+        self.body = body
+        self.events = events
+        self._on_close = on_close
+
+    def close(self) -> None:
+        events, on_close, self._on_close = self.events, self._on_close, None
+        if isinstance(events, Generator):
+            events.close()
+        if on_close is not None:
+            on_close()
+
+    def __enter__(self) -> TextReply:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 def stream_event_names(operation: str) -> tuple[str, str]:
@@ -157,3 +236,116 @@ class Adapter:
         return upstream_request(
             upstream=self.upstream, method=method, url=url, deadline=self.deadline, **kwargs
         )
+
+    def _url(self, path: str) -> str:
+        return f"{self.upstream.base_url.rstrip('/')}/{path}"
+
+    def _api_key(self) -> str:
+        """The provider key from the environment variable the upstream names; an upstream without one
+        is misconfigured (the value is never logged, only the variable's name)."""
+        env_name = self.upstream.api_key_env
+        key = os.environ.get(env_name, "").strip() if env_name else ""
+        if not key:
+            logger.error(
+                "upstream %s: the environment variable %s holding its API key is %s",
+                self.upstream.name,
+                env_name or "(none configured)",
+                "empty or unset" if env_name else "not configured",
+            )
+            raise UpstreamMisconfigured(
+                f"upstream {self.upstream.name}: API key variable {env_name or '(none)'} is not set"
+            )
+        return key
+
+    def _text_exchange(self, url: str, request: TextRequest, *, headers: dict[str, str]) -> TextReply:
+        """POST a text request's body as it is and answer by the rules every kind shares.
+
+        A 2xx is the reply (a streamed one must be an event stream); any other 4xx but 401, 403 and 429
+        is the reply too, its body read whole, for the caller to get as the upstream said it. Anything
+        else is the UpstreamError for its status (`reply_error`).
+        """
+        reply = self._request("POST", url, data=request.body, headers=headers, stream=request.stream)
+        streaming = False
+        try:
+            status = reply.status
+            content_type = reply.headers.get("Content-Type", "")
+            if request.stream and 200 <= status < 300:
+                if EVENT_STREAM not in content_type.lower():
+                    raise UpstreamError(
+                        "upstream did not answer with an event stream", status=502, retryable=True, sent=True
+                    )
+                streaming = True
+                return TextReply(
+                    status=status,
+                    content_type=content_type,
+                    events=_events_then_close(reply),
+                    on_close=reply.close,
+                )
+            if request.stream:
+                reply.read()
+            if 200 <= status < 300 or (400 <= status < 500 and status not in (401, 403, 429)):
+                return TextReply(status=status, content_type=content_type, body=reply.body_take())
+            raise reply_error(reply)
+        finally:
+            if not streaming:
+                reply.close()
+
+
+def _events_then_close(reply: UpstreamReply) -> Iterator[SSEEvent]:
+    try:
+        yield from sse_events(reply)
+    finally:
+        reply.close()
+
+
+def reply_error(reply: UpstreamReply) -> UpstreamError:
+    """The UpstreamError for an answer that is not a success: 429 and 5xx (Anthropic's 529 included)
+    are retryable, anything else is not; each carries the upstream's error body."""
+    status = reply.status
+    body = reply_error_body(reply)
+    if status == 429:
+        return UpstreamError(
+            "upstream rate limited the request",
+            status=429,
+            retryable=True,
+            body=body,
+            sent=True,
+            retry_after=reply_retry_after(reply),
+        )
+    if status >= 500:
+        return UpstreamError(
+            f"upstream failed with HTTP {status}", status=status, retryable=True, body=body, sent=True
+        )
+    return UpstreamError(
+        f"upstream refused the request with HTTP {status}",
+        status=status,
+        retryable=False,
+        body=body,
+        sent=True,
+    )
+
+
+def reply_error_body(reply: UpstreamReply) -> Any:
+    """The upstream's error body: parsed JSON when it is JSON, else a bounded piece of its text."""
+    try:
+        return reply.json()
+    except ValueError:
+        return reply.text()[:ERROR_BODY_LIMIT]
+
+
+def reply_retry_after(reply: UpstreamReply) -> float | None:
+    """The Retry-After header in seconds (it may be a date), or None."""
+    value = reply.headers.get("Retry-After", "").strip()
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, (when - timezone.now()).total_seconds())

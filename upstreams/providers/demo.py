@@ -1,5 +1,6 @@
-"""The built-in `demo` upstream: real images made offline with Pillow, so the gateway does its whole
-job (auth, billing, validation, both response formats) with no network and no provider key.
+"""The built-in `demo` upstream: real images made offline with Pillow, and text answers in every text
+family's shape (`demo_text`), so the gateway does its whole job (auth, billing, validation, both
+response formats, streaming) with no network and no provider key.
 
 Each image is the requested size and format, coloured from the prompt, and shows the prompt's text;
 an edit draws the prompt over the source image, tinting the region the mask leaves transparent.
@@ -20,14 +21,18 @@ from upstreams.providers.base import (
     IMAGES_EDIT,
     IMAGES_GENERATE,
     IMAGES_STREAM,
+    TEXT_OPERATIONS,
     Adapter,
     ImageItem,
     ImageRequest,
     ImageResult,
     StreamEvent,
+    TextReply,
+    TextRequest,
     UpstreamError,
     stream_event_names,
 )
+from upstreams.providers.demo_text import demo_text_reply
 
 DEFAULT_SIZE = (1024, 1024)
 MAX_SIDE = 4096
@@ -84,7 +89,12 @@ def _encode(image: Image.Image, output_format: str, compression: int | None) -> 
 
 class DemoAdapter(Adapter):
     kind = "demo"
-    operations = frozenset({IMAGES_GENERATE, IMAGES_EDIT, IMAGES_STREAM})
+    operations = frozenset({IMAGES_GENERATE, IMAGES_EDIT, IMAGES_STREAM, *TEXT_OPERATIONS})
+
+    def serve(self, operation: str, request: TextRequest) -> TextReply:
+        """Any text operation, answered offline."""
+        self.operation_check(operation)
+        return demo_text_reply(operation, request)
 
     def generate(self, request: ImageRequest) -> ImageResult:
         size = _parse_size(request.size)

@@ -1,56 +1,64 @@
-"""The `openai` upstream kind: OpenAI's Images API and compatible providers (xAI, relays, ...).
+"""The `openai` upstream kind: OpenAI's API and compatible providers (xAI, relays, ...).
 
-Generation is POST {base_url}/images/generations (JSON), edits POST {base_url}/images/edits
+Images: generation is POST {base_url}/images/generations (JSON), edits POST {base_url}/images/edits
 (multipart). Only the validated spec fields are sent, with `model` renamed to the upstream's model name
 and the provider key from the environment variable the upstream names.
+
+Text: chat completions are POST {base_url}/chat/completions and responses POST {base_url}/responses,
+the endpoint app's body sent as it is (`Adapter._text_exchange` reads the answer).
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import os
-import re
 from collections.abc import Iterator
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 from django.utils import timezone
 
-from upstreams.errors import UpstreamMisconfigured
 from upstreams.imageformats import CONTENT_TYPES, image_format_sniff
 from upstreams.providers.base import (
+    CHAT_COMPLETIONS,
+    EVENT_STREAM,
     IMAGES_EDIT,
     IMAGES_GENERATE,
     IMAGES_STREAM,
+    RESPONSES,
+    USER_AGENT,
     Adapter,
     ImageItem,
     ImageRequest,
     ImageResult,
     StreamEvent,
+    TextReply,
+    TextRequest,
     UpstreamError,
+    reply_error,
     stream_event_names,
 )
+from upstreams.sse import sse_events
 from upstreams.transport import UpstreamReply
-
-logger = logging.getLogger("gateway.upstream")
 
 # GPT image models always answer base64 and refuse `response_format` ("Unknown parameter").
 NO_RESPONSE_FORMAT_PREFIXES = ("gpt-image",)
 # Sent only on the streaming path (`stream()`), never with a plain JSON call.
 STREAM_OPTIONS = ("stream", "partial_images")
-ERROR_BODY_LIMIT = 4000
-USER_AGENT = "image-gateway/0.1"
-# Event streams are read in pieces of whatever has arrived, up to this size (never waiting for more).
-SSE_READ_BYTES = 64 * 1024
-_SSE_LINE_END = re.compile(rb"\r\n|\r|\n")
-_COLON, _SPACE = ord(":"), ord(" ")
-_BOM = b"\xef\xbb\xbf"
 
 
 class OpenAIAdapter(Adapter):
     kind = "openai"
-    operations = frozenset({IMAGES_GENERATE, IMAGES_EDIT, IMAGES_STREAM})
+    operations = frozenset({IMAGES_GENERATE, IMAGES_EDIT, IMAGES_STREAM, CHAT_COMPLETIONS, RESPONSES})
+    TEXT_PATHS = {CHAT_COMPLETIONS: "chat/completions", RESPONSES: "responses"}
+
+    def serve(self, operation: str, request: TextRequest) -> TextReply:
+        """A chat completion or a response, streamed or not, with the body the endpoint app made."""
+        self.operation_check(operation)
+        headers = {
+            **self._headers(),
+            "Content-Type": "application/json",
+            "Accept": EVENT_STREAM if request.stream else "application/json",
+        }
+        return self._text_exchange(self._url(self.TEXT_PATHS[operation]), request, headers=headers)
 
     def generate(self, request: ImageRequest) -> ImageResult:
         response = self._request(
@@ -103,34 +111,22 @@ class OpenAIAdapter(Adapter):
             if not 200 <= response.status < 300:
                 response.read()
                 self._result(response)  # raises the typed error for the status
-            if "text/event-stream" not in response.headers.get("Content-Type", ""):
+            if EVENT_STREAM not in response.headers.get("Content-Type", "").lower():
                 raise UpstreamError(
                     "upstream did not answer with an event stream", status=502, retryable=True, sent=True
                 )
-            yield from _sse_events(response, completed_type=completed_type)
+            yield from _image_events(response, completed_type=completed_type)
         finally:
             response.close()
 
     # --- building the request ---------------------------------------------------------------------
 
-    def _url(self, path: str) -> str:
-        return f"{self.upstream.base_url.rstrip('/')}/{path}"
-
     def _headers(self) -> dict[str, str]:
-        env_name = self.upstream.api_key_env
-        key = os.environ.get(env_name, "").strip() if env_name else ""
-        if not key:
-            # The value is never logged; only the variable's name.
-            logger.error(
-                "upstream %s: the environment variable %s holding its API key is %s",
-                self.upstream.name,
-                env_name or "(none configured)",
-                "empty or unset" if env_name else "not configured",
-            )
-            raise UpstreamMisconfigured(
-                f"upstream {self.upstream.name}: API key variable {env_name or '(none)'} is not set"
-            )
-        return {"Authorization": f"Bearer {key}", "Accept": "application/json", "User-Agent": USER_AGENT}
+        return {
+            "Authorization": f"Bearer {self._api_key()}",
+            "Accept": "application/json",
+            "User-Agent": USER_AGENT,
+        }
 
     def _fields(self, request: ImageRequest) -> dict[str, Any]:
         """Only the spec's fields, each only when set; `model` is the upstream's name for the model."""
@@ -152,27 +148,7 @@ class OpenAIAdapter(Adapter):
         status = response.status
         if 200 <= status < 300:
             return self._success(response)
-        body = _error_body(response)
-        if status == 429:
-            raise UpstreamError(
-                "upstream rate limited the request",
-                status=429,
-                retryable=True,
-                body=body,
-                sent=True,
-                retry_after=_retry_after(response),
-            )
-        if status >= 500:
-            raise UpstreamError(
-                f"upstream failed with HTTP {status}", status=status, retryable=True, body=body, sent=True
-            )
-        raise UpstreamError(
-            f"upstream refused the request with HTTP {status}",
-            status=status,
-            retryable=False,
-            body=body,
-            sent=True,
-        )
+        raise reply_error(response)
 
     def _success(self, response: UpstreamReply) -> ImageResult:
         content_type = response.headers.get("Content-Type", "")
@@ -217,31 +193,6 @@ def _valid_item(item: Any) -> bool:
     return all(value is None or isinstance(value, str) for value in [*fields, item.get("revised_prompt")])
 
 
-def _error_body(response: UpstreamReply) -> Any:
-    """The upstream's error body: parsed JSON when it is JSON, else a bounded piece of its text."""
-    try:
-        return response.json()
-    except ValueError:
-        return response.text()[:ERROR_BODY_LIMIT]
-
-
-def _retry_after(response: UpstreamReply) -> float | None:
-    value = response.headers.get("Retry-After", "").strip()
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        return None
-    return max(0.0, (when - timezone.now()).total_seconds())
-
-
 def _form_text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -254,26 +205,14 @@ def _file_part(stem: str, data: bytes) -> tuple[str, bytes, str]:
     return (f"{stem}.{fmt}", data, CONTENT_TYPES[fmt])
 
 
-def _sse_events(response: UpstreamReply, *, completed_type: str) -> Iterator[StreamEvent]:
-    """Parse a server-sent event stream into StreamEvents; a stream cut before its end is an error
-    whose outcome is unknown (the upstream may still finish, and bill, the image)."""
-    event_type, data_lines = "", []
-    for line in _sse_fields(response):
-        if line is not None:
-            field, value = line
-            if field == "event":
-                event_type = value
-            elif field == "data":
-                data_lines.append(value)
-            continue
-        if not data_lines:
-            continue
-        payload = "\n".join(data_lines)
-        event_type, data_lines, current = "", [], event_type
-        if payload == "[DONE]":
+def _image_events(response: UpstreamReply, *, completed_type: str) -> Iterator[StreamEvent]:
+    """The image events of an event stream; a stream cut before its end is an error whose outcome is
+    unknown (the upstream may still finish, and bill, the image)."""
+    for sse in sse_events(response):
+        if sse.data == "[DONE]":
             return
         try:
-            data = json.loads(payload)
+            data = json.loads(sse.data)
         except ValueError:
             raise UpstreamError(
                 "upstream sent an event that is not JSON",
@@ -281,8 +220,8 @@ def _sse_events(response: UpstreamReply, *, completed_type: str) -> Iterator[Str
                 retryable=False,
                 outcome_unknown=True,
             ) from None
-        del payload  # the event's text; only the parsed event is kept
-        kind = current or (data.get("type") if isinstance(data, dict) else "") or ""
+        kind = sse.event or (data.get("type") if isinstance(data, dict) else "") or ""
+        del sse  # the event's text; only the parsed event is kept
         if kind == "error" or (isinstance(data, dict) and "error" in data and not kind.startswith("image_")):
             raise UpstreamError(
                 "upstream reported an error mid-stream",
@@ -293,57 +232,3 @@ def _sse_events(response: UpstreamReply, *, completed_type: str) -> Iterator[Str
             )
         if isinstance(data, dict):
             yield StreamEvent(type=kind, data=data, final=kind == completed_type)
-
-
-def _sse_fields(response: UpstreamReply) -> Iterator[tuple[str, str] | None]:
-    """The lines of an event stream as they arrive: (field, value) for a field line, None for the
-    blank line that ends an event; comment lines are skipped. Lines end with CRLF, LF or CR, and the
-    stream is UTF-8 (the encoding of every event stream).
-
-    Linear in the stream's size, with each value decoded straight from the read buffer (requests'
-    `iter_lines` splits everything it holds again on every read, and decodes the stream as ISO-8859-1).
-    """
-    buffer = bytearray()
-    searched = 0  # no line end in buffer[:searched]
-    bom_pending = True  # a BOM may open the stream
-    for chunk in response.chunks(SSE_READ_BYTES):
-        buffer += chunk
-        if bom_pending:
-            if len(buffer) < len(_BOM) and _BOM.startswith(buffer):
-                continue
-            if buffer.startswith(_BOM):
-                del buffer[: len(_BOM)]
-            bom_pending = False
-        start = 0
-        while (match := _SSE_LINE_END.search(buffer, searched)) is not None:
-            if match.group() == b"\r" and match.end() == len(buffer):
-                searched = match.start()  # perhaps the first half of a CRLF: decide with more data
-                break
-            line_start, start = start, match.end()
-            searched = start
-            if match.start() == line_start:
-                yield None
-            elif buffer[line_start] != _COLON:
-                yield _sse_field(buffer, line_start, match.start())
-        else:
-            searched = len(buffer)
-        if start:
-            del buffer[:start]  # bytearray drops a prefix without moving the rest
-            searched -= start
-    if buffer:  # the stream ended inside a line, or after a lone CR
-        end = len(buffer) - 1 if buffer.endswith(b"\r") else len(buffer)
-        if end == 0:
-            yield None
-        elif buffer[0] != _COLON:
-            yield _sse_field(buffer, 0, end)
-
-
-def _sse_field(buffer: bytearray, start: int, end: int) -> tuple[str, str]:
-    """(field, value) of the line buffer[start:end]; a line without a colon is a field without value."""
-    colon = buffer.find(b":", start, end)
-    value_start = end if colon < 0 else colon + 1
-    colon = end if colon < 0 else colon
-    if value_start < end and buffer[value_start] == _SPACE:
-        value_start += 1
-    with memoryview(buffer) as view:  # decoded in place: a large value is not copied twice
-        return str(view[start:colon], "utf-8", "replace"), str(view[value_start:end], "utf-8", "replace")

@@ -1,0 +1,71 @@
+"""Which text model serves a request, and whether its upstreams serve the endpoint asked.
+
+On the group `groups.access` resolves for the credential (states, `<group_id>:<model>`):
+- the model must be an enabled text model of that group: unknown everywhere 404 `model_not_found`,
+  known in another group 403 `model_not_allowed`;
+- its upstreams' kind must serve the endpoint (an `openai` upstream serves chat completions and
+  responses, an `anthropic` one messages and token counting, `demo` all four): else 400
+  `unsupported_endpoint` naming the endpoints the model does serve.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chat.families import FAMILIES, Family
+from chat.selectors import group_text_models_enabled, text_model_ids_enabled
+from chat.snapshots import TextModelSnapshot
+from core.errors import MODEL_NOT_ALLOWED, MODEL_NOT_FOUND, InvalidRequest, NotFound, PermissionDenied
+from groups.access import group_resolve_for_credential
+from groups.snapshots import GroupSnapshot
+from keys.credentials import Credential
+from upstreams.providers import adapter_serves
+from upstreams.routing import upstreams_for_model
+from upstreams.snapshots import UpstreamSnapshot
+
+UNSUPPORTED_ENDPOINT = "unsupported_endpoint"
+
+
+@dataclass(frozen=True)
+class ResolvedTextModel:
+    group: GroupSnapshot
+    text_model: TextModelSnapshot
+    upstreams: list[UpstreamSnapshot]  # in the order this call tries them
+
+
+def _shown(name: str) -> str:
+    return name if len(name) <= 200 else name[:200] + "…"
+
+
+def text_model_resolve(*, credential: Credential, requested_model: str, family: Family) -> ResolvedTextModel:
+    """May this credential use this text model on this endpoint, and in which group? The one place
+    that decides."""
+    selection = group_resolve_for_credential(credential=credential, requested_model=requested_model)
+    group = selection.group
+    model_name = selection.model_name or ""
+    text_model = group_text_models_enabled(group_id=group.pk).get(model_name)
+    if text_model is None:
+        if model_name in text_model_ids_enabled():
+            raise PermissionDenied(
+                f"The model {_shown(model_name)!r} is not available in your group {group.name!r}; "
+                "GET /v1/models lists the models you may use.",
+                code=MODEL_NOT_ALLOWED,
+            )
+        raise NotFound(
+            f"The model {_shown(model_name)!r} does not exist or is not a text model; GET /v1/models "
+            "lists the models you may use.",
+            code=MODEL_NOT_FOUND,
+            param="model",
+        )
+    upstreams = upstreams_for_model(model_label=text_model.model_label, model_pk=text_model.pk)
+    if upstreams:
+        kind = upstreams[0].kind  # a text model's upstreams are all of one kind (configuration)
+        if not adapter_serves(kind=kind, operation=family.operation):
+            served = [f.path for f in FAMILIES if adapter_serves(kind=kind, operation=f.operation)]
+            raise InvalidRequest(
+                f"The model {_shown(model_name)!r} is not served on {family.path}; use "
+                f"{' or '.join(served) or 'another endpoint'}.",
+                param="model",
+                code=UNSUPPORTED_ENDPOINT,
+            )
+    return ResolvedTextModel(group=group, text_model=text_model, upstreams=upstreams)

@@ -1,0 +1,244 @@
+"""The four text endpoints and what differs between them: the upstream operation, the error shape,
+the field that limits output, where the upstream reports usage, and which stream event ends a call.
+
+Everything else (authentication, access, limits, holds, retries, relaying) is the same for all four
+and lives in chat/pipeline.py and chat/streaming.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from billing.usage import TokenCounts
+from core.errors import Shape
+from upstreams.providers.base import (
+    CHAT_COMPLETIONS,
+    MESSAGES,
+    MESSAGES_COUNT_TOKENS,
+    RESPONSES,
+    SSEEvent,
+)
+
+
+def _count(value: Any) -> int:
+    """A token count as the upstream reported it; anything that is not a non-negative integer is 0."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return 0
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def openai_chat_tokens(usage: Any) -> TokenCounts | None:
+    """`usage` of a chat completion: prompt tokens (cached ones among them) and completion tokens
+    (reasoning tokens among them)."""
+    if not isinstance(usage, dict):
+        return None
+    prompt = _count(usage.get("prompt_tokens"))
+    cached = min(_count(_mapping(usage.get("prompt_tokens_details")).get("cached_tokens")), prompt)
+    return TokenCounts(input=prompt - cached, cached=cached, output=_count(usage.get("completion_tokens")))
+
+
+def openai_responses_tokens(usage: Any) -> TokenCounts | None:
+    """`usage` of a response: input tokens (cached ones among them) and output tokens."""
+    if not isinstance(usage, dict):
+        return None
+    prompt = _count(usage.get("input_tokens"))
+    cached = min(_count(_mapping(usage.get("input_tokens_details")).get("cached_tokens")), prompt)
+    return TokenCounts(input=prompt - cached, cached=cached, output=_count(usage.get("output_tokens")))
+
+
+def anthropic_tokens(usage: Any, *, before: TokenCounts | None = None) -> TokenCounts | None:
+    """`usage` of a message: input tokens exclude the cache reads and writes, which come apart. In a
+    stream, `message_delta` repeats only what changed: fields it leaves out keep `before`'s."""
+    if not isinstance(usage, dict):
+        return before
+    base = before or TokenCounts()
+
+    def pick(field: str, current: int) -> int:
+        return _count(usage[field]) if field in usage and usage[field] is not None else current
+
+    return TokenCounts(
+        input=pick("input_tokens", base.input),
+        cached=pick("cache_read_input_tokens", base.cached),
+        cache_write=pick("cache_creation_input_tokens", base.cache_write),
+        output=pick("output_tokens", base.output),
+    )
+
+
+class StreamTracker:
+    """Follows one family's event stream: what to relay, the usage reported, whether the call's final
+    event has arrived, and whether the upstream reported an error inside the stream."""
+
+    def __init__(self, *, usage_asked: bool) -> None:
+        self.usage_asked = usage_asked
+        self.tokens: TokenCounts | None = None
+        self.complete = False
+        self.error: Any = None  # the upstream's error payload, when it sent one mid-stream
+
+    def feed(self, event: SSEEvent) -> bool:
+        """Take one event; True when it is to be relayed to the caller."""
+        raise NotImplementedError
+
+    def ended(self) -> None:
+        """The upstream's body ended (cleanly); a family may accept that as the end of the call."""
+
+    @staticmethod
+    def _json(event: SSEEvent) -> Any:
+        try:
+            return json.loads(event.data)
+        except ValueError:
+            return None
+
+
+class ChatCompletionsTracker(StreamTracker):
+    """`data: {chunk}` events, then `data: [DONE]`. The gateway always asks for usage
+    (`stream_options.include_usage`); the usage-only chunk (empty `choices`) is relayed only to a
+    caller who asked for it, since `chunk.choices[0]` fails on it."""
+
+    def __init__(self, *, usage_asked: bool) -> None:
+        super().__init__(usage_asked=usage_asked)
+        self.finished = False  # a choice reported its finish_reason
+
+    def feed(self, event: SSEEvent) -> bool:
+        if event.data.strip() == "[DONE]":
+            self.complete = True
+            return True
+        chunk = self._json(event)
+        if not isinstance(chunk, dict):
+            return True
+        if chunk.get("error"):
+            self.error = chunk["error"]
+            return False
+        choices = chunk.get("choices")
+        if isinstance(choices, list):
+            self.finished = self.finished or any(
+                isinstance(choice, dict) and choice.get("finish_reason") for choice in choices
+            )
+        tokens = openai_chat_tokens(chunk.get("usage"))
+        if tokens is not None:
+            self.tokens = tokens
+            if not choices:
+                return self.usage_asked
+        return True
+
+    def ended(self) -> None:
+        # Some compatible upstreams end the body without `[DONE]`: a stream that finished and
+        # reported its usage is complete all the same.
+        if self.finished and self.tokens is not None:
+            self.complete = True
+
+
+class ResponsesTracker(StreamTracker):
+    """Named events; usage in `response.completed` (or `response.incomplete`, which the upstream
+    bills too, e.g. when `max_output_tokens` ran out); `response.failed` and `error` are failures."""
+
+    FINAL = ("response.completed", "response.incomplete")
+
+    def feed(self, event: SSEEvent) -> bool:
+        kind = event.event
+        payload = self._json(event)
+        if not kind and isinstance(payload, dict):
+            kind = str(payload.get("type") or "")
+        if kind in ("error", "response.failed"):
+            self.error = payload if payload is not None else event.data
+            return False
+        if kind in self.FINAL and isinstance(payload, dict):
+            self.tokens = openai_responses_tokens(_mapping(payload.get("response")).get("usage"))
+            self.complete = True
+        return True
+
+
+class MessagesTracker(StreamTracker):
+    """Named events: input usage in `message_start`, output usage in `message_delta` (cumulative),
+    `message_stop` ends the call; an `error` event is a failure."""
+
+    def feed(self, event: SSEEvent) -> bool:
+        kind = event.event
+        payload = self._json(event)
+        if not kind and isinstance(payload, dict):
+            kind = str(payload.get("type") or "")
+        if kind == "error":
+            self.error = payload if payload is not None else event.data
+            return False
+        if kind == "message_start" and isinstance(payload, dict):
+            self.tokens = anthropic_tokens(_mapping(payload.get("message")).get("usage"), before=self.tokens)
+        elif kind == "message_delta" and isinstance(payload, dict):
+            self.tokens = anthropic_tokens(payload.get("usage"), before=self.tokens)
+        elif kind == "message_stop":
+            self.complete = True
+        return True
+
+
+@dataclass(frozen=True)
+class Family:
+    """One text endpoint."""
+
+    endpoint: str  # also the usage records' `endpoint` and the adapter operation
+    path: str
+    shape: Shape  # the body shape of the gateway's own errors on this endpoint
+    limit_fields: tuple[str, ...]  # the output-token limit, as this family names it
+    billed: bool
+    streams: bool
+    tokens_of: Callable[[Any], TokenCounts | None]  # from a non-streamed answer's JSON
+    tracker: type[StreamTracker] | None
+
+    @property
+    def operation(self) -> str:
+        return self.endpoint
+
+
+def _usage_of(extract: Callable[[Any], TokenCounts | None]) -> Callable[[Any], TokenCounts | None]:
+    def tokens_of(payload: Any) -> TokenCounts | None:
+        return extract(payload.get("usage")) if isinstance(payload, dict) else None
+
+    return tokens_of
+
+
+CHAT = Family(
+    endpoint=CHAT_COMPLETIONS,
+    path="/v1/chat/completions",
+    shape="compatible",
+    limit_fields=("max_completion_tokens", "max_tokens"),
+    billed=True,
+    streams=True,
+    tokens_of=_usage_of(openai_chat_tokens),
+    tracker=ChatCompletionsTracker,
+)
+RESPONSES_FAMILY = Family(
+    endpoint=RESPONSES,
+    path="/v1/responses",
+    shape="compatible",
+    limit_fields=("max_output_tokens",),
+    billed=True,
+    streams=True,
+    tokens_of=_usage_of(openai_responses_tokens),
+    tracker=ResponsesTracker,
+)
+MESSAGES_FAMILY = Family(
+    endpoint=MESSAGES,
+    path="/v1/messages",
+    shape="native",
+    limit_fields=("max_tokens",),
+    billed=True,
+    streams=True,
+    tokens_of=_usage_of(anthropic_tokens),
+    tracker=MessagesTracker,
+)
+COUNT_TOKENS = Family(
+    endpoint=MESSAGES_COUNT_TOKENS,
+    path="/v1/messages/count_tokens",
+    shape="native",
+    limit_fields=(),
+    billed=False,
+    streams=False,
+    tokens_of=lambda payload: None,
+    tracker=None,
+)
+FAMILIES: tuple[Family, ...] = (CHAT, RESPONSES_FAMILY, MESSAGES_FAMILY, COUNT_TOKENS)
+FAMILY_BY_OPERATION: dict[str, Family] = {family.operation: family for family in FAMILIES}

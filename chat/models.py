@@ -1,0 +1,86 @@
+from decimal import Decimal
+
+from django.apps import apps
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
+from django.db import models
+
+from core.modelutils import MONEY
+
+PRICE_HELP = "¥ per million tokens."
+
+
+class TextModel(models.Model):
+    """A text model offered in one group, billed per token: its prices per million tokens, the most
+    output a call may ask for, and the upstreams that serve it (all of one kind).
+
+    A model id is unique within its group across image and text models: a group may hold both, and a
+    caller names either with the same `model` field.
+    """
+
+    model_id = models.CharField(max_length=200, help_text="The id callers send as `model`.")
+    group = models.ForeignKey("groups.Group", on_delete=models.PROTECT, related_name="text_models")
+    upstream_model = models.CharField(
+        max_length=200, blank=True, help_text="Name sent upstream; blank = model id."
+    )
+    upstreams = models.ManyToManyField("upstreams.Upstream", related_name="text_models")
+    input_price = models.DecimalField(
+        **MONEY, validators=[MinValueValidator(Decimal("0"))], help_text=PRICE_HELP
+    )
+    output_price = models.DecimalField(
+        **MONEY, validators=[MinValueValidator(Decimal("0"))], help_text=PRICE_HELP
+    )
+    cached_input_price = models.DecimalField(
+        **MONEY,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(Decimal("0"))],
+        help_text="¥ per million cached input tokens; blank = the input price.",
+    )
+    cache_write_price = models.DecimalField(
+        **MONEY,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(Decimal("0"))],
+        help_text="¥ per million cache-write input tokens (Anthropic); blank = the input price.",
+    )
+    max_output_tokens = models.PositiveIntegerField(
+        validators=[MinValueValidator(1)],
+        help_text="The most output tokens a call may ask for, and the hold's ceiling when it asks for none.",
+    )
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["group_id", "model_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["group", "model_id"], name="text_model_unique_in_group"),
+            models.CheckConstraint(
+                condition=models.Q(input_price__gte=0, output_price__gte=0)
+                & (models.Q(cached_input_price__isnull=True) | models.Q(cached_input_price__gte=0))
+                & (models.Q(cache_write_price__isnull=True) | models.Q(cache_write_price__gte=0)),
+                name="text_model_prices_not_negative",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(max_output_tokens__gte=1), name="text_model_max_output_positive"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model_id} [{self.group_id}]"
+
+    @property
+    def upstream_model_name(self) -> str:
+        return self.upstream_model or self.model_id
+
+    def clean(self) -> None:
+        # The image models are another family's table, read by label (the families import neither).
+        image_model = apps.get_model("images", "ImageModel")
+        if (
+            self.group_id is not None
+            and image_model.objects.filter(group_id=self.group_id, model_id=self.model_id).exists()
+        ):
+            raise ValidationError(
+                {"model_id": f"The group already has an image model called {self.model_id!r}."}
+            )

@@ -1,0 +1,244 @@
+"""Streamed text calls (`stream: true`): relay the upstream's server-sent events as they arrive.
+
+- The hold is taken and the upstream's stream opened (with the usual retries and failover) before the
+  answer starts, so every refusal and every failure before the first event is a plain JSON error
+  with its status. After the first event, nothing is retried.
+- Each event is passed on as soon as it is read, never buffered; the family's tracker
+  (chat/families.py) reads the usage on the way and may hold back one event (a chat completion's
+  usage-only chunk, which the caller did not ask for).
+- When the family's final event arrives, the exact cost of the reported usage is captured before
+  that event is passed on, so whoever reads the account after the stream sees the final state.
+- A stream the upstream cuts (or ends, or breaks with an error event) before its final event costs
+  nothing: the hold is released and the caller gets an error event in the family's shape, which the
+  SDKs raise. The usage record says why (`upstream_stream_cut`, `upstream_stream_error`).
+- A caller who leaves mid-stream: the gateway reads the upstream on to its final event (at most the
+  upstream's timeout more) and charges the usage reported, as the provider bills it anyway.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any
+
+from api.metering import MeteredCall, connection_release
+from api.usage import UsageScope
+from chat.access import ResolvedTextModel
+from chat.answers import refusal_passthrough, tokens_charge
+from chat.families import RESPONSES_FAMILY, Family, StreamTracker
+from core.errors import ApiError, InternalError, UpstreamFailed, compatible_body, native_body
+from upstreams.errors import UpstreamError, upstream_error_to_api_error
+from upstreams.providers import adapter_for
+from upstreams.providers.base import SSEEvent, TextReply, TextRequest
+from upstreams.resilience import upstream_call_resilient
+from upstreams.snapshots import UpstreamSnapshot
+
+logger = logging.getLogger("gateway.stream")
+
+STREAM_CUT = "upstream_stream_cut"
+STREAM_ERROR = "upstream_stream_error"
+
+
+@dataclass
+class StreamedTextCall:
+    """A call whose answer is an event stream; `events` yields the encoded SSE bytes."""
+
+    events: Iterator[bytes]
+
+
+@dataclass
+class OpenedStream:
+    reply: TextReply
+    first: SSEEvent
+    upstream: UpstreamSnapshot
+
+
+def stream_open(
+    *, usage: UsageScope, resolved: ResolvedTextModel, request: TextRequest, family: Family
+) -> OpenedStream:
+    """Fail over between upstreams until one has sent its first event. An upstream's 4xx about the
+    request is the caller's error, with the upstream's status and shape."""
+
+    def attempt(upstream: UpstreamSnapshot, deadline: float) -> tuple[TextReply, SSEEvent | None]:
+        usage.set_upstream(upstream.name)
+        connection_release()  # a stream can take minutes: it holds no database connection meanwhile
+        reply = adapter_for(upstream, deadline=None).call(request.operation, request)
+        if not 200 <= reply.status < 300 or reply.events is None:
+            return reply, None
+        try:
+            first = next(reply.events)
+        except StopIteration:
+            reply.close()
+            raise UpstreamError("the upstream's stream was empty", status=502, retryable=True) from None
+        except BaseException:
+            reply.close()
+            raise
+        return reply, first
+
+    (reply, first), upstream = upstream_call_resilient(
+        upstreams=resolved.upstreams,
+        attempt=attempt,
+        request_id=request.request_id,
+        classify=lambda error, failed: upstream_error_to_api_error(error=error, upstream=failed),
+    )
+    if first is None:
+        reply.close()
+        if 200 <= reply.status < 300:
+            raise UpstreamFailed("The model's provider did not answer with an event stream.")
+        raise refusal_passthrough(reply=reply, upstream=upstream)
+    return OpenedStream(reply=reply, first=first, upstream=upstream)
+
+
+def sse_encode(event: SSEEvent) -> bytes:
+    """One event as it goes to the caller: its name, then its data, one `data:` line per line."""
+    lines = [f"event: {event.event}"] if event.event else []
+    lines.extend(f"data: {line}" for line in event.data.split("\n"))
+    return ("\n".join(lines) + "\n\n").encode("utf-8")
+
+
+def error_event(*, family: Family, error: ApiError, request_id: str) -> bytes:
+    """The family's error event, which its SDK raises: a chat chunk `{"error": {...}}`; a Responses
+    `error` event (which carries the same `error` object); Anthropic's `event: error`."""
+    if family.shape == "native":
+        data: dict[str, Any] = native_body(error, request_id=request_id)
+        name = "error"
+    elif family is RESPONSES_FAMILY:
+        body = compatible_body(error, request_id=request_id)
+        data = {
+            "type": "error",
+            "code": error.code,
+            "message": body["error"]["message"],
+            "param": None,
+            "sequence_number": 0,
+            **body,
+        }
+        name = "error"
+    else:
+        data, name = compatible_body(error, request_id=request_id), ""
+    return sse_encode(SSEEvent(event=name, data=json.dumps(data, separators=(",", ":"))))
+
+
+def text_stream_relay(
+    *,
+    owned: ExitStack,
+    usage: UsageScope,
+    meter: MeteredCall,
+    family: Family,
+    resolved: ResolvedTextModel,
+    opened: OpenedStream,
+    usage_asked: bool,
+) -> Iterator[bytes]:
+    """The response body of a streamed text call. `owned` holds the usage scope and the hold and is
+    closed when the stream ends, however it ends."""
+    assert family.tracker is not None
+    tracker = family.tracker(usage_asked=usage_asked)
+    reply = opened.reply
+    finished = False
+
+    def finish(failure: BaseException | None) -> None:
+        nonlocal finished
+        if finished:
+            return
+        finished = True
+        reply.close()
+        if failure is None:
+            owned.close()
+        else:
+            owned.__exit__(type(failure), failure, failure.__traceback__)
+
+    def settle() -> None:
+        meter.capture(amount=tokens_charge(usage=usage, resolved=resolved, tokens=tracker.tokens))
+        finish(None)
+
+    try:
+        for event in _chain(opened.first, reply.events or iter(())):
+            relayed = tracker.feed(event)
+            if tracker.error is not None:
+                raise _stream_error(tracker.error, upstream=opened.upstream)
+            if tracker.complete and not meter.resolved:
+                settle()  # charged before the final event reaches the caller
+            if relayed:
+                yield sse_encode(event)
+        if not tracker.complete:
+            tracker.ended()
+        if not tracker.complete:
+            raise UpstreamFailed(
+                "The model's provider ended the stream before its final event; nothing was charged.",
+                code=STREAM_CUT,
+            )
+        if not meter.resolved:
+            settle()
+    except GeneratorExit:
+        # The caller went away: read on to the final event, whose usage the provider bills anyway.
+        if not tracker.complete and tracker.error is None:
+            _drain(reply=reply, tracker=tracker, timeout=float(opened.upstream.timeout_seconds))
+        if tracker.complete and tracker.error is None and not meter.resolved:
+            settle()
+        finish(None if tracker.complete else _client_gone())
+        raise
+    except (ApiError, UpstreamError) as exc:
+        meter.release()
+        error = exc if isinstance(exc, ApiError) else _converted(exc, opened.upstream)
+        finish(error)
+        yield error_event(family=family, error=error, request_id=usage.request_id)
+    except Exception as exc:
+        meter.release()
+        logger.exception("stream of request %s failed", usage.request_id)
+        finish(exc)
+        internal = InternalError("The stream failed inside the gateway; it has been logged.")
+        yield error_event(family=family, error=internal, request_id=usage.request_id)
+    finally:
+        finish(None)  # no-op unless a path above did not settle
+
+
+def _chain(first: SSEEvent, rest: Iterator[SSEEvent]) -> Iterator[SSEEvent]:
+    yield first
+    yield from rest
+
+
+def _drain(*, reply: TextReply, tracker: StreamTracker, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    try:
+        for event in reply.events or iter(()):
+            tracker.feed(event)
+            if tracker.complete or tracker.error is not None or time.monotonic() > deadline:
+                return
+        tracker.ended()
+    except UpstreamError:
+        logger.warning("upstream stream failed after the client had gone away")
+
+
+def _stream_error(payload: Any, *, upstream: UpstreamSnapshot) -> ApiError:
+    """The upstream's error event mid-stream, as the caller's error (its message scrubbed)."""
+    converted = upstream_error_to_api_error(
+        error=UpstreamError(
+            "upstream reported an error mid-stream", status=502, retryable=False, body=payload, sent=True
+        ),
+        upstream=upstream,
+    )
+    return UpstreamFailed(
+        f"The model's provider failed mid-stream; nothing was charged. {converted.message}".strip(),
+        code=STREAM_ERROR,
+    )
+
+
+def _converted(error: UpstreamError, upstream: UpstreamSnapshot) -> ApiError:
+    if error.outcome_unknown or error.status in (None, 502):
+        return UpstreamFailed(
+            "The connection to the model's provider broke mid-stream; nothing was charged.",
+            code=STREAM_CUT,
+        )
+    return upstream_error_to_api_error(error=error, upstream=upstream)
+
+
+def _client_gone() -> ApiError:
+    return ApiError(
+        "The client closed the stream before it was complete.",
+        status=499,
+        type="invalid_request_error",
+        code="client_closed_request",
+    )

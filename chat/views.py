@@ -1,0 +1,42 @@
+"""The text endpoints: POST /v1/chat/completions, /v1/responses (OpenAI style, compatible error
+shape), /v1/messages and /v1/messages/count_tokens (Anthropic style, native error shape)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rest_framework.request import Request
+
+from api.base import GatewayAPIView
+from chat.families import CHAT, COUNT_TOKENS, MESSAGES_FAMILY, RESPONSES_FAMILY, Family
+from chat.pipeline import text_call_handle
+
+
+class TextView(GatewayAPIView):
+    """The body is read raw by the pipeline (chat/validation.py), not by DRF's parsers."""
+
+    family: ClassVar[Family]
+    parser_classes: ClassVar[list[type]] = []
+
+    def post(self, request: Request):
+        return text_call_handle(request=request, family=self.family)
+
+
+class ChatCompletionsView(TextView):
+    family = CHAT
+    error_shape = "compatible"
+
+
+class ResponsesView(TextView):
+    family = RESPONSES_FAMILY
+    error_shape = "compatible"
+
+
+class MessagesView(TextView):
+    family = MESSAGES_FAMILY
+    error_shape = "native"
+
+
+class CountTokensView(TextView):
+    family = COUNT_TOKENS
+    error_shape = "native"

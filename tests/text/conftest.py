@@ -1,0 +1,135 @@
+"""Fixtures of the text endpoint tests: a chat group with OpenAI-style and Anthropic-style models in
+front of upstreams reached only through `responses`, an account with a small balance and its key."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+import pytest
+import responses as responses_lib
+from django.core.cache import cache
+
+from accounts.services import account_create, account_set_groups
+from billing.ledger import wallet_top_up
+from chat.models import TextModel
+from groups.services import group_upsert
+from keys.services import api_key_create
+from tests.factories import upstream_make
+
+OPENAI_BASE = "https://api.provider.test/v1"
+ANTHROPIC_BASE = "https://api.anthropic.test/v1"
+KEY_ENV = "IGW_TEST_TEXT_PROVIDER_KEY"
+PROVIDER_KEY = "sk-test-text-provider-0123456789abcdef"
+
+
+def text_model_make(*, model_id: str, group, upstreams, **fields: Any) -> TextModel:
+    values = {
+        "input_price": Decimal("2.00"),
+        "output_price": Decimal("8.00"),
+        "max_output_tokens": 4096,
+        **fields,
+    }
+    model = TextModel.objects.create(model_id=model_id, group=group, **values)
+    model.upstreams.set(upstreams)
+    return model
+
+
+@pytest.fixture(autouse=True)
+def _fresh_limits_and_circuits():
+    """Rate-limit counters and circuit states live in the cache, keyed by ids the tests reuse."""
+    cache.clear()
+    yield
+    cache.clear()
+
+
+@pytest.fixture
+def chat_group(db):
+    group, _ = group_upsert(
+        group_id=7,
+        name="Alpha-Chat",
+        status="active",
+        image_enabled=False,
+        billing="balance",
+        allow_group_override=True,
+        rpm=0,
+        concurrency=0,
+    )
+    return group
+
+
+@pytest.fixture
+def openai_upstream(db, monkeypatch):
+    monkeypatch.setenv(KEY_ENV, PROVIDER_KEY)
+    return upstream_make(name="openai-main", base_url=OPENAI_BASE, api_key_env=KEY_ENV, kind="openai")
+
+
+@pytest.fixture
+def anthropic_upstream(db, monkeypatch):
+    monkeypatch.setenv(KEY_ENV, PROVIDER_KEY)
+    return upstream_make(
+        name="anthropic-main", base_url=ANTHROPIC_BASE, api_key_env=KEY_ENV, kind="anthropic"
+    )
+
+
+@pytest.fixture
+def chat_model(chat_group, openai_upstream):
+    return text_model_make(
+        model_id="alpha-chat",
+        group=chat_group,
+        upstreams=[openai_upstream],
+        upstream_model="vendor-chat-1",
+        cached_input_price=Decimal("0.50"),
+        max_output_tokens=1000,
+    )
+
+
+@pytest.fixture
+def claude_model(chat_group, anthropic_upstream):
+    return text_model_make(
+        model_id="alpha-claude",
+        group=chat_group,
+        upstreams=[anthropic_upstream],
+        upstream_model="vendor-claude-1",
+        input_price=Decimal("3.00"),
+        output_price=Decimal("15.00"),
+        cached_input_price=Decimal("0.30"),
+        cache_write_price=Decimal("3.75"),
+        max_output_tokens=2000,
+    )
+
+
+@pytest.fixture
+def tara(chat_group):
+    """An account of the chat group with ¥1."""
+    account = account_create(username="tara", email="tara@example.com", password="tara-password-1")
+    account_set_groups(account=account, allowed_groups=[chat_group], current_group=chat_group)
+    wallet_top_up(account=account, amount="1.00", reference="fixture")
+    return account
+
+
+@pytest.fixture
+def tara_key(tara, chat_group):
+    _, secret = api_key_create(account=tara, group=chat_group, label="agent")
+    return secret
+
+
+@pytest.fixture
+def upstream():
+    """The upstreams' HTTP boundary: every call the gateway makes to a provider goes through here."""
+    with responses_lib.RequestsMock(assert_all_requests_are_fired=False) as mock:
+        yield mock
+
+
+def sent_json(call) -> dict:
+    return json.loads(call.request.body)
+
+
+def sse_body(*events: tuple[str, Any]) -> str:
+    """An event stream: (event name or "", data object or raw text) per event."""
+    out = []
+    for name, data in events:
+        text = data if isinstance(data, str) else json.dumps(data)
+        out.append((f"event: {name}\n" if name else "") + f"data: {text}\n\n")
+    return "".join(out)

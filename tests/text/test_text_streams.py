@@ -1,0 +1,259 @@
+"""Streamed text calls: events relayed as they come, usage read on the way, the exact cost charged
+when the final event arrives; a cut stream costs nothing and ends with the family's error event."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pytest
+
+from billing.models import Hold, UsageRecord, Wallet
+from billing.selectors import ledger_check
+from tests.text.conftest import ANTHROPIC_BASE, OPENAI_BASE, sent_json, sse_body
+
+pytestmark = pytest.mark.django_db
+
+CHAT_URL = f"{OPENAI_BASE}/chat/completions"
+RESPONSES_URL = f"{OPENAI_BASE}/responses"
+MESSAGES_URL = f"{ANTHROPIC_BASE}/messages"
+
+
+def balance(account) -> Decimal:
+    return Wallet.objects.get(account=account).balance
+
+
+def stream(client, path, body, key):
+    response = client.post(
+        path,
+        data=json.dumps({**body, "stream": True}),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {key}"},
+    )
+    return response
+
+
+def events_of(response) -> list[tuple[str, str]]:
+    """(event name, data) of each event the caller received."""
+    text = b"".join(response.streaming_content).decode()
+    events = []
+    for block in text.strip().split("\n\n"):
+        name, data = "", []
+        for line in block.split("\n"):
+            if line.startswith("event: "):
+                name = line[len("event: ") :]
+            elif line.startswith("data: "):
+                data.append(line[len("data: ") :])
+        events.append((name, "\n".join(data)))
+    return events
+
+
+def chunk(content=None, finish=None, usage=None, choices=True):
+    body = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "vendor-chat-1"}
+    body["choices"] = (
+        [{"index": 0, "delta": {"content": content} if content else {}, "finish_reason": finish}]
+        if choices
+        else []
+    )
+    body["usage"] = usage
+    return body
+
+
+CHAT_USAGE = {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}
+CHAT_COST = Decimal("0.00036")  # 100 x 2 + 20 x 8 per million
+
+
+def chat_stream_body(*, done=True, usage=True):
+    events = [("", chunk("Hel")), ("", chunk("lo")), ("", chunk(finish="stop"))]
+    if usage:
+        events.append(("", chunk(usage=CHAT_USAGE, choices=False)))
+    if done:
+        events.append(("", "[DONE]"))
+    return sse_body(*events)
+
+
+def test_a_chat_stream_asks_for_usage_and_hides_the_usage_chunk_from_a_caller_who_did_not(
+    client, upstream, chat_model, tara, tara_key
+):
+    upstream.post(CHAT_URL, body=chat_stream_body(), content_type="text/event-stream")
+    response = stream(client, "/v1/chat/completions", {"model": "alpha-chat", "messages": []}, tara_key)
+
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/event-stream")
+    events = events_of(response)
+    assert sent_json(upstream.calls[0])["stream_options"] == {"include_usage": True}
+    assert [data for _, data in events][-1] == "[DONE]"
+    chunks = [json.loads(data) for _, data in events[:-1]]
+    assert all(c["choices"] for c in chunks)  # `chunk.choices[0]` works on every chunk
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == "Hello"
+    assert balance(tara) == Decimal("1.00") - CHAT_COST
+    record = UsageRecord.objects.get()
+    assert (record.status, record.amount, record.input_tokens, record.output_tokens) == (
+        200,
+        CHAT_COST,
+        100,
+        20,
+    )
+    assert ledger_check() == []
+
+
+def test_a_chat_stream_keeps_the_usage_chunk_for_a_caller_who_asked(
+    client, upstream, chat_model, tara, tara_key
+):
+    upstream.post(CHAT_URL, body=chat_stream_body(), content_type="text/event-stream")
+    body = {"model": "alpha-chat", "messages": [], "stream_options": {"include_usage": True}}
+    events = events_of(stream(client, "/v1/chat/completions", body, tara_key))
+
+    assert json.loads(events[-2][1])["usage"] == CHAT_USAGE
+    assert balance(tara) == Decimal("1.00") - CHAT_COST
+
+
+def test_a_chat_stream_cut_before_its_end_costs_nothing_and_ends_with_an_error_chunk(
+    client, upstream, chat_model, tara, tara_key
+):
+    cut = sse_body(("", chunk("Hel")), ("", chunk("lo")))
+    upstream.post(CHAT_URL, body=cut, content_type="text/event-stream")
+    events = events_of(
+        stream(client, "/v1/chat/completions", {"model": "alpha-chat", "messages": []}, tara_key)
+    )
+
+    assert json.loads(events[0][1])["choices"][0]["delta"]["content"] == "Hel"
+    error = json.loads(events[-1][1])["error"]
+    assert error["code"] == "upstream_stream_cut"
+    assert balance(tara) == Decimal("1.00")
+    assert Wallet.objects.get(account=tara).held == 0
+    record = UsageRecord.objects.get()
+    assert (record.status, record.error_code, record.amount) == (502, "upstream_stream_cut", 0)
+    assert Hold.objects.get().status == "released"
+
+
+def test_a_responses_stream_is_billed_from_response_completed(client, upstream, chat_model, tara, tara_key):
+    completed = {
+        "type": "response.completed",
+        "sequence_number": 3,
+        "response": {"id": "r1", "status": "completed", "usage": {"input_tokens": 10, "output_tokens": 5}},
+    }
+    upstream.post(
+        RESPONSES_URL,
+        body=sse_body(
+            (
+                "response.created",
+                {"type": "response.created", "sequence_number": 0, "response": {"id": "r1"}},
+            ),
+            (
+                "response.output_text.delta",
+                {"type": "response.output_text.delta", "sequence_number": 1, "delta": "Hi"},
+            ),
+            ("response.completed", completed),
+        ),
+        content_type="text/event-stream",
+    )
+    events = events_of(stream(client, "/v1/responses", {"model": "alpha-chat", "input": "Hi"}, tara_key))
+
+    assert [name for name, _ in events] == [
+        "response.created",
+        "response.output_text.delta",
+        "response.completed",
+    ]
+    assert balance(tara) == Decimal("1.00") - Decimal("0.00006")  # 10 x 2 + 5 x 8
+
+
+def messages_stream_body(*, stop=True):
+    events = [
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "m1",
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [],
+                    "model": "vendor-claude-1",
+                    "usage": {"input_tokens": 50, "cache_read_input_tokens": 100, "output_tokens": 1},
+                },
+            },
+        ),
+        (
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        ),
+        ("ping", {"type": "ping"}),
+        (
+            "content_block_delta",
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}},
+        ),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        (
+            "message_delta",
+            {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 40}},
+        ),
+    ]
+    if stop:
+        events.append(("message_stop", {"type": "message_stop"}))
+    return sse_body(*events)
+
+
+def test_a_messages_stream_is_billed_from_message_start_and_message_delta(
+    client, upstream, claude_model, tara, tara_key
+):
+    upstream.post(MESSAGES_URL, body=messages_stream_body(), content_type="text/event-stream")
+    events = events_of(stream(client, "/v1/messages", {"model": "alpha-claude", "max_tokens": 100}, tara_key))
+
+    assert events[-1][0] == "message_stop"
+    # 50 x 3 + 100 x 0.30 + 40 x 15 per million
+    assert balance(tara) == Decimal("1.00") - Decimal("0.00078")
+    record = UsageRecord.objects.get()
+    assert (record.input_tokens, record.cached_tokens, record.output_tokens) == (50, 100, 40)
+
+
+def test_an_error_event_mid_stream_costs_nothing_and_reaches_the_caller_in_anthropics_shape(
+    client, upstream, claude_model, tara, tara_key
+):
+    body = messages_stream_body(stop=False).split("event: content_block_delta")[0] + sse_body(
+        ("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+    )
+    upstream.post(MESSAGES_URL, body=body, content_type="text/event-stream")
+    events = events_of(stream(client, "/v1/messages", {"model": "alpha-claude", "max_tokens": 100}, tara_key))
+
+    name, data = events[-1]
+    assert name == "error"
+    assert json.loads(data)["type"] == "error"
+    assert json.loads(data)["error"]["type"] == "api_error"
+    assert balance(tara) == Decimal("1.00")
+    assert UsageRecord.objects.get().error_code == "upstream_stream_error"
+
+
+@pytest.mark.django_db(transaction=True)  # closing the response ends the request, and its connection
+def test_a_caller_who_leaves_mid_stream_is_charged_what_the_upstream_went_on_to_produce(
+    client, upstream, claude_model, tara, tara_key
+):
+    upstream.post(MESSAGES_URL, body=messages_stream_body(), content_type="text/event-stream")
+    response = stream(client, "/v1/messages", {"model": "alpha-claude", "max_tokens": 100}, tara_key)
+    events = iter(response.streaming_content)
+    next(events)  # message_start, then the caller goes away
+    response.close()
+
+    assert balance(tara) == Decimal("1.00") - Decimal("0.00078")
+    assert UsageRecord.objects.get().status == 200
+
+
+def test_a_streamed_request_the_upstream_refuses_is_a_plain_error_with_its_status(
+    client, upstream, chat_model, tara, tara_key
+):
+    upstream.post(
+        CHAT_URL,
+        status=404,
+        json={
+            "error": {
+                "message": "The model does not exist",
+                "type": "invalid_request_error",
+                "code": "model_not_found",
+            }
+        },
+    )
+    response = stream(client, "/v1/chat/completions", {"model": "alpha-chat", "messages": []}, tara_key)
+
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "model_not_found"
+    assert balance(tara) == Decimal("1.00")

@@ -1,0 +1,73 @@
+"""`upstreams.sse.sse_events`: the events of a streamed upstream reply as they arrive, read over HTTP
+(mocked with `responses`) in pieces split at any byte."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.upstreams.conftest import OPENAI_BASE, trickled
+from upstreams.sse import SSEEvent, sse_events
+from upstreams.transport import upstream_request
+
+pytestmark = pytest.mark.django_db
+
+URL = f"{OPENAI_BASE}/stream"
+
+
+def events_of(mocked, upstream, body: bytes, *, step: int = 7) -> list[SSEEvent]:
+    mocked.post(URL, body=trickled(body, step), content_type="text/event-stream")
+    with upstream_request(upstream=upstream, method="POST", url=URL, stream=True) as reply:
+        return list(sse_events(reply))
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 5, 64, 100_000])
+@pytest.mark.parametrize("line_end", ["\n", "\r\n", "\r"])
+def test_it_yields_each_event_whole_whatever_the_line_ends_and_split(openai_upstream, mocked, step, line_end):
+    body = (
+        "\ufeff: a comment after a BOM\n\n"
+        + line_end.join(["event: message_start", 'data: {"a": "猫 é 😀"}', "", ""])
+        + line_end.join(['data: {"b":', "data: 2}", "", ""])
+        + line_end.join(["data: [DONE]", "", ""])
+    ).encode()
+    assert events_of(mocked, openai_upstream, body, step=step) == [
+        SSEEvent(event="message_start", data='{"a": "猫 é 😀"}'),
+        SSEEvent(event="", data='{"b":\n2}'),
+        SSEEvent(event="", data="[DONE]"),
+    ]
+
+
+def test_an_event_of_comments_only_yields_nothing(openai_upstream, mocked):
+    body = b": ping\n: ping\n\ndata: x\n\n"
+    assert events_of(mocked, openai_upstream, body) == [SSEEvent(event="", data="x")]
+
+
+def test_an_event_name_without_data_is_forgotten_at_the_blank_line(openai_upstream, mocked):
+    body = b"event: ping\n\ndata: x\n\n"
+    assert events_of(mocked, openai_upstream, body) == [SSEEvent(event="", data="x")]
+
+
+def test_it_keeps_the_value_after_one_space_and_ignores_other_fields(openai_upstream, mocked):
+    body = b"id: 7\nretry: 10\nevent:named\ndata:  two spaces\ndata\n\n"
+    assert events_of(mocked, openai_upstream, body) == [SSEEvent(event="named", data=" two spaces\n")]
+
+
+def test_an_event_the_stream_ends_inside_is_not_delivered(openai_upstream, mocked):
+    body = b'event: a\ndata: {"done": true}\n\nevent: b\ndata: {"cut'
+    assert events_of(mocked, openai_upstream, body) == [SSEEvent(event="a", data='{"done": true}')]
+
+
+def test_an_event_ended_by_a_final_lone_cr_is_delivered(openai_upstream, mocked):
+    assert events_of(mocked, openai_upstream, b"data: x\r\r", step=1) == [SSEEvent(event="", data="x")]
+
+
+def test_invalid_utf8_is_replaced_not_raised(openai_upstream, mocked):
+    assert events_of(mocked, openai_upstream, b"data: \xff\xfe\n\n") == [
+        SSEEvent(event="", data="\ufffd\ufffd")
+    ]
+
+
+def test_long_lines_in_small_pieces_are_read_in_linear_time(openai_upstream, mocked):
+    line = "x" * 2_000_000
+    body = f"data: {line}\n\n".encode() * 3
+    events = events_of(mocked, openai_upstream, body, step=1000)
+    assert [len(event.data) for event in events] == [len(line)] * 3
