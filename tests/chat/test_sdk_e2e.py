@@ -22,6 +22,7 @@ import anthropic
 import openai
 import pytest
 import requests
+from django.core.cache import cache
 from django.core.management import call_command
 from django.db import connection
 
@@ -29,6 +30,7 @@ from accounts.models import Account
 from accounts.services import account_create, account_set_groups
 from billing.ledger import wallet_top_up
 from billing.models import Hold, UsageRecord, Wallet
+from chat.models import TextModel
 from groups.services import group_upsert
 from keys.services import api_key_create
 from tests.factories import upstream_make
@@ -73,8 +75,6 @@ class World:
 
 
 def _world_build(fake) -> World:
-    from chat.models import TextModel  # the endpoint app
-
     group, _ = group_upsert(
         group_id=7,
         name="Alpha-Chat",
@@ -137,6 +137,7 @@ def world(django_db_setup, django_db_blocker, fake_upstream_process, tmp_path_fa
         "GATEWAY_CIRCUIT_THRESHOLD": "1000",
     }
     with django_db_blocker.unblock():
+        cache.clear()  # circuit states and rate-limit counters of earlier tests' upstreams and keys
         try:
             world = _world_build(fake_upstream_process)
             log = tmp_path_factory.mktemp("text-e2e") / "gunicorn.log"
@@ -145,7 +146,8 @@ def world(django_db_setup, django_db_blocker, fake_upstream_process, tmp_path_fa
                 yield world
         finally:
             # What a transactional test's teardown does: the next tests start from empty tables.
-            call_command("flush", verbosity=0, interactive=False)
+            call_command("flush", verbosity=0, interactive=False, reset_sequences=False)
+            cache.clear()
 
 
 @pytest.fixture(autouse=True)
@@ -157,13 +159,16 @@ def fake(world, fake_upstream_process):
 
 
 @pytest.fixture
-def oa(world) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{world.url}/v1", api_key=world.key, max_retries=0)
+def oa(world) -> Iterator[openai.OpenAI]:
+    # Closed after each test: a kept-alive connection would hold up the server's graceful stop.
+    with openai.OpenAI(base_url=f"{world.url}/v1", api_key=world.key, max_retries=0) as client:
+        yield client
 
 
 @pytest.fixture
-def an(world) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=world.url, api_key=world.key, max_retries=0)
+def an(world) -> Iterator[anthropic.Anthropic]:
+    with anthropic.Anthropic(base_url=world.url, api_key=world.key, max_retries=0) as client:
+        yield client
 
 
 # Money
@@ -251,12 +256,12 @@ def assert_charged(call: Metered, expected: Decimal) -> None:
     assert (call.record.status, call.record.amount) == (200, expected)
 
 
-def assert_not_charged(call: Metered, *, status: int | None = None) -> None:
+def assert_not_charged(call: Metered, *, status: int, code: str | None) -> None:
+    """Nothing charged, and the usage record says why: its status and (`code` not None) error code."""
     assert call.charged == 0
-    assert call.record.amount == 0
-    assert call.record.status >= 400 and call.record.error_code, "the record says why the call failed"
-    if status is not None:
-        assert call.record.status == status
+    assert (call.record.status, call.record.amount) == (status, 0)
+    if code is not None:
+        assert call.record.error_code == code
 
 
 def last_request(fake, path: str) -> dict[str, Any]:
@@ -296,6 +301,9 @@ def test_it_answers_a_chat_completion_and_charges_its_usage_exactly(world, fake,
         9,
         5,
     )
+    assert (usage.prompt_tokens, usage.completion_tokens) == (12, 14)
+    # 3 * 2.345 + 9 * 0.5 + 14 * 9.875 = ¥149.785 per million: 0.000149785, rounded up (not to even).
+    assert chat_cost(world.models["alpha-chat"], usage) == Decimal("0.00014979")
     assert_charged(call, chat_cost(world.models["alpha-chat"], usage))
     # Forwarded as sent but for the model; with the provider's key, never the caller's.
     sent = last_request(fake, CHAT)
@@ -428,9 +436,9 @@ def test_an_upstream_failing_on_every_try_charges_nothing(world, fake, oa, an, f
         else:
             an.messages.create(model="alpha-claude", max_tokens=256, messages=USER)
 
-    assert raised.value.status_code >= 500
     assert len([r for r in fake.requests() if r["path"] == path]) == 2  # the try and its one retry
-    assert_not_charged(call, status=raised.value.status_code)
+    assert raised.value.status_code == 502
+    assert_not_charged(call, status=502, code="upstream_error")
 
 
 @pytest.mark.parametrize("family", ["openai", "anthropic"])
@@ -445,7 +453,8 @@ def test_an_upstream_400_passes_through_and_charges_nothing(world, fake, oa, an,
             an.messages.create(model="alpha-claude", max_tokens=256, messages=USER)
 
     assert len([r for r in fake.requests() if r["path"] == path]) == 1  # a refusal is not retried
-    assert_not_charged(call, status=400)
+    # The upstream's own verdict: its status says why (its body, Anthropic's above all, may carry no code).
+    assert_not_charged(call, status=400, code=None)
 
 
 @pytest.mark.parametrize("framing", ["chunked", "close"])
@@ -457,7 +466,7 @@ def test_a_chat_stream_cut_before_its_end_raises_and_charges_nothing(world, fake
             assert chunk.choices[0] is not None
 
     assert not isinstance(raised.value, openai.APIConnectionError)  # an error event, not a torn stream
-    assert_not_charged(call)
+    assert_not_charged(call, status=502, code="upstream_stream_cut")
 
 
 def test_a_response_stream_cut_before_its_end_raises_and_charges_nothing(world, fake, oa):
@@ -468,7 +477,7 @@ def test_a_response_stream_cut_before_its_end_raises_and_charges_nothing(world, 
 
     # The gateway said so: an error event the SDK raised on, or one it passed on before giving up.
     assert isinstance(raised.value, openai.APIError) or seen[-1] in ("error", "response.failed")
-    assert_not_charged(call)
+    assert_not_charged(call, status=502, code="upstream_stream_cut")
 
 
 @pytest.mark.parametrize("framing", ["chunked", "close"])
@@ -479,7 +488,7 @@ def test_a_message_stream_cut_before_its_end_raises_and_charges_nothing(world, f
     with metered(world.carol) as call, pytest.raises(anthropic.APIStatusError):
         final_message(an, model="alpha-claude", max_tokens=256, messages=USER)
 
-    assert_not_charged(call)
+    assert_not_charged(call, status=502, code="upstream_stream_cut")
 
 
 # The gateway's own refusals, in each family's shape
@@ -498,15 +507,20 @@ def test_an_unknown_model_is_not_found_to_both_sdks(world, fake, oa, an):
 
 
 def test_an_insufficient_balance_is_permission_denied_to_both_sdks(world, fake):
-    poor_openai = openai.OpenAI(base_url=f"{world.url}/v1", api_key=world.poor_key, max_retries=0)
-    poor_anthropic = anthropic.Anthropic(base_url=world.url, api_key=world.poor_key, max_retries=0)
+    with (
+        openai.OpenAI(base_url=f"{world.url}/v1", api_key=world.poor_key, max_retries=0) as poor,
+        metered(world.dave) as call,
+        pytest.raises(openai.PermissionDeniedError),
+    ):
+        poor.chat.completions.create(model="alpha-chat", messages=USER)
+    assert_not_charged(call, status=403, code="INSUFFICIENT_BALANCE")
 
-    with metered(world.dave) as call, pytest.raises(openai.PermissionDeniedError):
-        poor_openai.chat.completions.create(model="alpha-chat", messages=USER)
-    assert_not_charged(call, status=403)
-
-    with metered(world.dave) as call, pytest.raises(anthropic.PermissionDeniedError) as raised:
-        poor_anthropic.messages.create(model="alpha-claude", max_tokens=1024, messages=USER)
+    with (
+        anthropic.Anthropic(base_url=world.url, api_key=world.poor_key, max_retries=0) as poor,
+        metered(world.dave) as call,
+        pytest.raises(anthropic.PermissionDeniedError) as raised,
+    ):
+        poor.messages.create(model="alpha-claude", max_tokens=1024, messages=USER)
     assert raised.value.body["type"] == "error"  # Anthropic's error shape
-    assert_not_charged(call, status=403)
+    assert_not_charged(call, status=403, code="INSUFFICIENT_BALANCE")
     assert fake.requests() == []
