@@ -491,6 +491,36 @@ def test_a_message_stream_cut_before_its_end_raises_and_charges_nothing(world, f
     assert_not_charged(call, status=502, code="upstream_stream_cut")
 
 
+def test_an_upstream_error_event_mid_stream_raises_and_charges_nothing(world, fake, an):
+    fake.script(MESSAGES, {"action": "stream_error", "after": 4})
+    with metered(world.carol) as call, pytest.raises(anthropic.APIStatusError, match="upstream_stream_error"):
+        final_message(an, model="alpha-claude", max_tokens=256, messages=USER)
+
+    assert_not_charged(call, status=502, code="upstream_stream_error")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the relay closes the upstream's stream before reading it on: recorded 499, nothing charged",
+)
+def test_a_caller_who_leaves_mid_stream_is_charged_what_the_upstream_bills(world, fake, oa):
+    # The caller reads three chunks and leaves; the upstream goes on for about a second more.
+    fake.script(CHAT, {"event_delay": 0.1})
+    with metered(world.carol) as call:
+        stream = oa.chat.completions.create(model="alpha-chat", messages=USER, stream=True)
+        chunks = iter(stream)
+        for _ in range(3):
+            next(chunks)
+        stream.close()
+
+    sent = last_request(fake, CHAT)
+    counts = TextAnswer(CHAT, sent["json"], sent["headers"], {}, 0).counts
+    expected = openai_cost(
+        world.models["alpha-chat"], prompt=counts.input, cached=counts.cached, completion=counts.output
+    )
+    assert (call.charged, call.record.amount) == (expected, expected)
+
+
 # The gateway's own refusals, in each family's shape
 
 
