@@ -1,12 +1,17 @@
-"""A fake OpenAI-compatible images upstream, run as its own process on 127.0.0.1.
+"""A fake OpenAI-compatible and Anthropic upstream, run as its own process on 127.0.0.1.
 
-Used by fault tests (scripted per test) and by the benchmarks (fixed latency). Run:
+Used by fault tests (scripted per test), by the text end-to-end tests and by the benchmarks (fixed
+latency). Run:
 
     python -m tests.fake_upstream --port 0 [--latency 0.5] [--image-bytes 4000000]
 
 It prints `listening on PORT` once ready. Endpoints:
 - POST /v1/images/generations, /v1/images/edits: the next scripted answer for that path, else a
   success with one small PNG per requested image (`n`), b64_json or url as asked.
+- POST /v1/chat/completions, /v1/responses, /v1/messages, /v1/messages/count_tokens: the next
+  scripted answer for that path, else a success in the provider's wire format, streamed when the
+  body says `"stream": true`; tests/fake_text_upstream.py says what the answers hold and the scripted
+  answers only these paths take (family-shaped errors, delays between events, cut streams).
 - POST /_script {"path": "/v1/images/generations", "answers": [answer, ...]}: queue answers. An answer
   is {"status": 500, "json": {...}} or {"status": 200, "body": "<html>", "content_type": "text/html"},
   with optional "delay" (seconds before answering), "headers", or {"action": "drop"} (close the
@@ -30,6 +35,8 @@ import zlib
 from collections import defaultdict, deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.fake_text_upstream import TEXT_PATHS, TextAnswer, error_body
 
 
 def _chunk(kind: bytes, data: bytes) -> bytes:
@@ -56,6 +63,7 @@ class State:
         self.lock = threading.Lock()
         self.scripts: dict[str, deque] = defaultdict(deque)
         self.requests: list[dict[str, Any]] = []
+        self.answered = 0  # numbers the text answers' ids
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -138,12 +146,15 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(2)
             return
+        if action == "hang":
+            time.sleep(answer.get("seconds", 30))
+            return
+        if self.path in TEXT_PATHS:
+            self._text_scripted(payload, answer)
+            return
         if action == "cut_stream":
             # Start an event stream, send some partial images, then drop the connection.
             self._stream(payload, partials=answer.get("partials", 1), complete=False)
-            return
-        if action == "hang":
-            time.sleep(answer.get("seconds", 30))
             return
         if "json" in answer:
             self._json(answer.get("status", 200), answer["json"], headers=answer.get("headers"))
@@ -179,6 +190,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def _success(self, payload: dict[str, Any]) -> None:
         state = self.server.state
+        if self.path in TEXT_PATHS:
+            self._text(payload, {})
+            return
         if str(payload.get("stream")).lower() == "true":
             self._stream(payload, partials=int(payload.get("partial_images") or 0))
             return
@@ -191,6 +205,76 @@ class Handler(BaseHTTPRequestHandler):
                 {"b64_json": state.image_b64, "revised_prompt": payload.get("prompt", "")} for _ in range(n)
             ]
         self._json(200, {"created": int(time.time()), "data": items})
+
+    def _text_scripted(self, payload: dict[str, Any], answer: dict[str, Any]) -> None:
+        """A scripted answer on a text path (its delay already waited)."""
+        action = answer.get("action")
+        if "error" in answer:
+            body = error_body(self.path, answer["status"], answer["error"], answer.get("error_type"))
+            self._json(answer["status"], body, headers=answer.get("headers"))
+        elif "json" in answer:
+            self._json(answer.get("status", 200), answer["json"], headers=answer.get("headers"))
+        elif "body" in answer:
+            content_type = answer.get("content_type", "text/html")
+            self._send(
+                answer.get("status", 200), answer["body"].encode(), content_type, answer.get("headers")
+            )
+        elif action in ("cut_stream", "stream_error"):
+            self._text(
+                payload, answer, stop_after=int(answer.get("after", 2)), error=action == "stream_error"
+            )
+        else:
+            self._text(payload, answer)
+
+    def _text(
+        self,
+        payload: dict[str, Any],
+        answer: dict[str, Any],
+        *,
+        stop_after: int | None = None,
+        error: bool = False,
+    ) -> None:
+        state = self.server.state
+        with state.lock:
+            state.answered += 1
+            number = state.answered
+        text = TextAnswer(self.path, payload, self.headers, answer, number)
+        if not text.streamed:
+            if stop_after is not None and not error:  # a cut body: nothing comes back
+                self.close_connection = True
+                self.connection.shutdown(2)
+                return
+            self._json(200, text.body())
+            return
+        events = text.events()
+        if stop_after is not None:
+            events = events[: min(stop_after, len(events) - 1)]  # the final event never goes out
+            if error:
+                events.append(text.error_event(sequence_number=len(events)))
+        chunked = answer.get("framing", "chunked") == "chunked"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
+        if chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+        else:
+            self.send_header("Connection", "close")
+            self.close_connection = True  # the body ends when the connection closes
+        self.end_headers()
+        delay = float(answer.get("event_delay") or 0)
+        for index, event in enumerate(events):
+            if delay and index:
+                time.sleep(delay)
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event) if chunked else event)
+            self.wfile.flush()
+        if stop_after is not None and not error:
+            # Cut: the connection drops without the chunked body's last chunk.
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return
+        if chunked:
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
 
 
 def _multipart_field_names(raw: bytes, content_type: str) -> dict[str, Any]:
