@@ -80,6 +80,8 @@ class StreamTracker:
         self.tokens: TokenCounts | None = None
         self.complete = False
         self.error: Any = None  # the upstream's error payload, when it sent one mid-stream
+        # The `sequence_number` of an event the gateway adds (an error), in families that number them.
+        self.next_sequence = 0
 
     def feed(self, event: SSEEvent) -> bool:
         """Take one event; True when it is to be relayed to the caller."""
@@ -143,6 +145,8 @@ class ResponsesTracker(StreamTracker):
     def feed(self, event: SSEEvent) -> bool:
         kind = event.event
         payload = self._json(event)
+        if isinstance(payload, dict) and isinstance(payload.get("sequence_number"), int):
+            self.next_sequence = payload["sequence_number"] + 1
         if not kind and isinstance(payload, dict):
             kind = str(payload.get("type") or "")
         if kind in ("error", "response.failed"):

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import time
@@ -100,7 +101,7 @@ def sse_encode(event: SSEEvent) -> bytes:
     return ("\n".join(lines) + "\n\n").encode("utf-8")
 
 
-def error_event(*, family: Family, error: ApiError, request_id: str) -> bytes:
+def error_event(*, family: Family, error: ApiError, request_id: str, sequence_number: int = 0) -> bytes:
     """The family's error event, which its SDK raises: a chat chunk `{"error": {...}}`; a Responses
     `error` event (which carries the same `error` object); Anthropic's `event: error`."""
     if family.shape == "native":
@@ -113,7 +114,7 @@ def error_event(*, family: Family, error: ApiError, request_id: str) -> bytes:
             "code": error.code,
             "message": body["error"]["message"],
             "param": None,
-            "sequence_number": 0,
+            "sequence_number": sequence_number,
             **body,
         }
         name = "error"
@@ -155,7 +156,9 @@ def text_stream_relay(
         finish(None)
 
     try:
-        for event in _chain(opened.first, reply.events or iter(())):
+        # itertools.chain, not a generator: leaving this loop (the caller went away) must not close
+        # the upstream's events, which the drain below reads on.
+        for event in itertools.chain((opened.first,), reply.events or ()):
             relayed = tracker.feed(event)
             if tracker.error is not None:
                 raise _stream_error(tracker.error, upstream=opened.upstream)
@@ -184,20 +187,25 @@ def text_stream_relay(
         meter.release()
         error = exc if isinstance(exc, ApiError) else _converted(exc, opened.upstream)
         finish(error)
-        yield error_event(family=family, error=error, request_id=usage.request_id)
+        yield error_event(
+            family=family,
+            error=error,
+            request_id=usage.request_id,
+            sequence_number=tracker.next_sequence,
+        )
     except Exception as exc:
         meter.release()
         logger.exception("stream of request %s failed", usage.request_id)
         finish(exc)
         internal = InternalError("The stream failed inside the gateway; it has been logged.")
-        yield error_event(family=family, error=internal, request_id=usage.request_id)
+        yield error_event(
+            family=family,
+            error=internal,
+            request_id=usage.request_id,
+            sequence_number=tracker.next_sequence,
+        )
     finally:
         finish(None)  # no-op unless a path above did not settle
-
-
-def _chain(first: SSEEvent, rest: Iterator[SSEEvent]) -> Iterator[SSEEvent]:
-    yield first
-    yield from rest
 
 
 def _drain(*, reply: TextReply, tracker: StreamTracker, timeout: float) -> None:

@@ -75,6 +75,22 @@ def beta_group(db):
 
 
 @pytest.fixture
+def chat_group(db):
+    """The demo configuration's text group (no image endpoints)."""
+    group, _ = group_upsert(
+        group_id=3,
+        name="Demo-Chat",
+        status="active",
+        image_enabled=False,
+        billing="balance",
+        allow_group_override=True,
+        rpm=0,
+        concurrency=0,
+    )
+    return group
+
+
+@pytest.fixture
 def alpha_model(alpha_group, demo_upstream):
     model, _ = image_model_upsert(
         model_id="alpha-image-2",

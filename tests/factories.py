@@ -50,18 +50,22 @@ def text_model_make(
     upstreams: list[Upstream],
     input_price: str = "2.00",
     output_price: str = "8.00",
+    cached_input_price: str | None = None,
+    cache_write_price: str | None = None,
+    upstream_model: str = "",
     max_output_tokens: int = 1024,
     enabled: bool = True,
 ) -> TextModel:
-    """A text model at ¥2/¥8 per million input/output tokens, its cache prices the input price's."""
+    """A text model, by default at ¥2/¥8 per million input/output tokens, its cache prices the input
+    price's."""
     model, _ = text_model_upsert(
         group=group,
         model_id=model_id,
-        upstream_model="",
+        upstream_model=upstream_model,
         input_price=Decimal(input_price),
         output_price=Decimal(output_price),
-        cached_input_price=None,
-        cache_write_price=None,
+        cached_input_price=Decimal(cached_input_price) if cached_input_price is not None else None,
+        cache_write_price=Decimal(cache_write_price) if cache_write_price is not None else None,
         max_output_tokens=max_output_tokens,
         enabled=enabled,
         upstreams=upstreams,

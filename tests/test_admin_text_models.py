@@ -6,28 +6,12 @@ import pytest
 from django.urls import reverse
 
 from chat.models import TextModel
-from groups.services import group_upsert
 from images.models import ImageModel
 from tests.factories import image_model_make, text_model_make, upstream_make
 
 pytestmark = pytest.mark.django_db
 
 ADD = reverse("admin:chat_textmodel_add")
-
-
-@pytest.fixture
-def chat_group(db):
-    group, _ = group_upsert(
-        group_id=3,
-        name="Demo-Chat",
-        status="active",
-        image_enabled=False,
-        billing="balance",
-        allow_group_override=True,
-        rpm=0,
-        concurrency=0,
-    )
-    return group
 
 
 def form(group, upstreams, **overrides) -> dict:

@@ -9,7 +9,6 @@ import pytest
 from anthropic.types import ModelInfo
 
 from accounts.services import account_create, account_set_groups
-from groups.services import group_upsert
 from keys.services import api_key_create, oauth_token_create
 from tests.factories import image_model_make, text_model_make
 
@@ -20,21 +19,6 @@ ANTHROPIC = {"anthropic-version": "2023-06-01"}
 
 def bearer(secret: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {secret}"}
-
-
-@pytest.fixture
-def chat_group(db):
-    group, _ = group_upsert(
-        group_id=3,
-        name="Demo-Chat",
-        status="active",
-        image_enabled=False,
-        billing="balance",
-        allow_group_override=True,
-        rpm=0,
-        concurrency=0,
-    )
-    return group
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ front of upstreams reached only through `responses`, an account with a small bal
 from __future__ import annotations
 
 import json
-from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -13,27 +12,13 @@ from django.core.cache import cache
 
 from accounts.services import account_create, account_set_groups
 from billing.ledger import wallet_top_up
-from chat.models import TextModel
-from groups.services import group_upsert
 from keys.services import api_key_create
-from tests.factories import upstream_make
+from tests.factories import text_model_make, upstream_make
 
 OPENAI_BASE = "https://api.provider.test/v1"
 ANTHROPIC_BASE = "https://api.anthropic.test/v1"
 KEY_ENV = "IGW_TEST_TEXT_PROVIDER_KEY"
 PROVIDER_KEY = "sk-test-text-provider-0123456789abcdef"
-
-
-def text_model_make(*, model_id: str, group, upstreams, **fields: Any) -> TextModel:
-    values = {
-        "input_price": Decimal("2.00"),
-        "output_price": Decimal("8.00"),
-        "max_output_tokens": 4096,
-        **fields,
-    }
-    model = TextModel.objects.create(model_id=model_id, group=group, **values)
-    model.upstreams.set(upstreams)
-    return model
 
 
 @pytest.fixture(autouse=True)
@@ -42,21 +27,6 @@ def _fresh_limits_and_circuits():
     cache.clear()
     yield
     cache.clear()
-
-
-@pytest.fixture
-def chat_group(db):
-    group, _ = group_upsert(
-        group_id=7,
-        name="Alpha-Chat",
-        status="active",
-        image_enabled=False,
-        billing="balance",
-        allow_group_override=True,
-        rpm=0,
-        concurrency=0,
-    )
-    return group
 
 
 @pytest.fixture
@@ -80,7 +50,7 @@ def chat_model(chat_group, openai_upstream):
         group=chat_group,
         upstreams=[openai_upstream],
         upstream_model="vendor-chat-1",
-        cached_input_price=Decimal("0.50"),
+        cached_input_price="0.50",
         max_output_tokens=1000,
     )
 
@@ -92,10 +62,10 @@ def claude_model(chat_group, anthropic_upstream):
         group=chat_group,
         upstreams=[anthropic_upstream],
         upstream_model="vendor-claude-1",
-        input_price=Decimal("3.00"),
-        output_price=Decimal("15.00"),
-        cached_input_price=Decimal("0.30"),
-        cache_write_price=Decimal("3.75"),
+        input_price="3.00",
+        output_price="15.00",
+        cached_input_price="0.30",
+        cache_write_price="3.75",
         max_output_tokens=2000,
     )
 

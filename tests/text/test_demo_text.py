@@ -13,7 +13,7 @@ from openai.types.responses import Response
 
 from billing.models import Wallet
 from billing.selectors import ledger_check
-from tests.text.conftest import text_model_make
+from tests.factories import text_model_make
 
 pytestmark = pytest.mark.django_db
 

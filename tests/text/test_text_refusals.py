@@ -12,7 +12,7 @@ from billing.ledger import wallet_adjust
 from billing.models import Hold, UsageRecord, Wallet
 from chat.families import FAMILIES
 from groups.services import group_upsert
-from tests.text.conftest import text_model_make
+from tests.factories import text_model_make
 
 pytestmark = pytest.mark.django_db
 

@@ -231,7 +231,8 @@ def test_a_caller_who_leaves_mid_stream_is_charged_what_the_upstream_went_on_to_
     upstream.post(MESSAGES_URL, body=messages_stream_body(), content_type="text/event-stream")
     response = stream(client, "/v1/messages", {"model": "alpha-claude", "max_tokens": 100}, tara_key)
     events = iter(response.streaming_content)
-    next(events)  # message_start, then the caller goes away
+    for _ in range(3):  # message_start, content_block_start, ping; then the caller goes away
+        next(events)
     response.close()
 
     assert balance(tara) == Decimal("1.00") - Decimal("0.00078")
@@ -256,4 +257,30 @@ def test_a_streamed_request_the_upstream_refuses_is_a_plain_error_with_its_statu
 
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "model_not_found"
+    assert balance(tara) == Decimal("1.00")
+
+
+def test_a_responses_stream_cut_ends_with_an_error_event_numbered_after_the_last(
+    client, upstream, chat_model, tara, tara_key
+):
+    upstream.post(
+        RESPONSES_URL,
+        body=sse_body(
+            (
+                "response.created",
+                {"type": "response.created", "sequence_number": 0, "response": {"id": "r1"}},
+            ),
+            (
+                "response.output_text.delta",
+                {"type": "response.output_text.delta", "sequence_number": 1, "delta": "H"},
+            ),
+        ),
+        content_type="text/event-stream",
+    )
+    events = events_of(stream(client, "/v1/responses", {"model": "alpha-chat", "input": "Hi"}, tara_key))
+
+    name, data = events[-1]
+    error = json.loads(data)
+    assert (name, error["type"], error["sequence_number"]) == ("error", "error", 2)
+    assert error["error"]["code"] == "upstream_stream_cut"
     assert balance(tara) == Decimal("1.00")
