@@ -78,16 +78,16 @@ class ImageModel(models.Model):
             output_formats=self.output_formats,
             output_compression=(self.output_compression_min, self.output_compression_max),
         )
-        # A model id is unique within its group across image and text models. The text models are
-        # another family's table, read by label: the families import neither.
-        text_model = apps.get_model("chat", "TextModel")
-        if (
-            self.group_id is not None
-            and text_model.objects.filter(group_id=self.group_id, model_id=self.model_id).exists()
-        ):
+        if self.group_id is not None and text_model_exists(group_id=self.group_id, model_id=self.model_id):
             errors["model_id"] = f"The group already has a text model called {self.model_id!r}."
         if errors:
             raise ValidationError(errors)
+
+
+def text_model_exists(*, group_id: int, model_id: str) -> bool:
+    """A model id is unique within its group across image and text models. The text models are
+    another family's table, read by label: the families import neither."""
+    return apps.get_model("chat", "TextModel").objects.filter(group_id=group_id, model_id=model_id).exists()
 
 
 class HostedImage(models.Model):

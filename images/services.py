@@ -3,9 +3,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from decimal import Decimal
 
+from django.core.exceptions import ValidationError
+
 from core.modelutils import model_upsert
 from groups.models import Group
-from images.models import ImageModel
+from images.models import ImageModel, text_model_exists
 from upstreams.models import Upstream
 
 
@@ -28,6 +30,8 @@ def image_model_upsert(
     default_response_format: str,
     enabled: bool,
 ) -> tuple[ImageModel, str]:
+    if text_model_exists(group_id=group.pk, model_id=model_id):
+        raise ValidationError({"model_id": f"The group already has a text model called {model_id!r}."})
     low, high = output_compression if output_compression else (None, None)
     image_model, outcome = model_upsert(
         ImageModel,

@@ -13,7 +13,7 @@ from chat.services import text_model_upsert
 from configuration.loader import ConfigError, config_load
 from groups.models import Group
 from images.models import ImageModel
-from tests.factories import image_model_make, upstream_make
+from tests.factories import image_model_make, text_model_make, upstream_make
 from upstreams.models import Upstream
 
 pytestmark = pytest.mark.django_db
@@ -357,12 +357,6 @@ def test_a_subscription_may_cover_a_text_model_of_its_group(tmp_path):
 # --- the service, as the admin and the tests call it --------------------------------------------------
 
 
-@pytest.fixture
-def chat_group(db):
-    group, _ = Group.objects.get_or_create(id=3, defaults={"name": "Alpha-Chat"})
-    return group
-
-
 def upsert(group, upstreams, **overrides):
     values = {
         "upstream_model": "",
@@ -415,3 +409,9 @@ def test_it_refuses_a_text_model_served_by_openai_and_anthropic_upstreams(tmp_pa
         config_load(path=write(tmp_path, text))
 
     assert not TextModel.objects.exists()
+
+
+def test_the_image_model_service_refuses_an_id_the_group_has_as_a_text_model(chat_group, demo_upstream):
+    text_model_make(model_id="shared-id", group=chat_group, upstreams=[demo_upstream])
+    with pytest.raises(ValidationError, match="text model"):
+        image_model_make(model_id="shared-id", group=chat_group, upstreams=[demo_upstream])
