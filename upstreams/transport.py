@@ -51,11 +51,29 @@ class UpstreamReply:
     """An upstream's answer: its status, its headers, and either its whole body (`body`) or, for a
     streamed call, the open response read with `chunks` and given back with `close`."""
 
-    def __init__(self, *, response: requests.Response, body: bytes | None) -> None:
+    def __init__(self, *, response: requests.Response, body: bytes | None, proxied: bool = False) -> None:
         self.status: int = response.status_code
         self.headers: CaseInsensitiveDict[str] = response.headers
         self.body = body or b""
         self.streamed = response if body is None else None
+        # Through a proxy, the connection's peer is the proxy, not the host the URL names.
+        self.proxied = proxied
+
+    @property
+    def peer(self) -> tuple[str, int] | None:
+        """(address, port) of the server a streamed reply's connection is connected to, while it is
+        held (urllib3's public `HTTPResponse.connection`); None when unknown (e.g. under `responses`)."""
+        if self.streamed is None:
+            return None
+        connection = getattr(self.streamed.raw, "connection", None)
+        sock = getattr(connection, "sock", None)
+        if sock is None:
+            return None
+        try:
+            address = sock.getpeername()
+        except OSError:
+            return None
+        return str(address[0]), int(address[1])
 
     @property
     def is_redirect(self) -> bool:
@@ -223,7 +241,7 @@ class Transport:
                 proxies=session.proxies,
             )
             if stream:
-                return UpstreamReply(response=response, body=None)
+                return UpstreamReply(response=response, body=None, proxied=bool(session.proxies))
             # One read of the whole (decoded) body, which also gives the connection back to the pool.
             return UpstreamReply(response=response, body=response.raw.read(decode_content=True) or b"")
         except FAILURES as exc:

@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from images.hosting import hosted_image_store, image_fetch
 from images.models import HostedImage
-from tests.images.conftest import image_bytes
+from tests.factories import upstream_make
+from tests.images.conftest import OPENAI_KEY_ENV, RawUpstream, image_bytes
 from upstreams.errors import upstream_error_to_api_error
 from upstreams.providers.base import UpstreamError
 
@@ -210,3 +211,99 @@ def test_a_download_answering_an_error_status_is_refused(openai_upstream, mocked
     mocked.get(IMAGE_URL, status=403, body="AccessDenied")
     with pytest.raises(UpstreamError, match="HTTP 403"):
         image_fetch(url=IMAGE_URL, upstream=openai_upstream)
+
+
+# --- parser confusion: the host checked must be the host connected to ---------------------------------
+
+
+@pytest.fixture
+def two_local_servers(db, provider_key):
+    """(an `openai` upstream served on 127.0.0.1, the port of another local server answering a PNG)."""
+    png = image_bytes()
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nContent-Length: %d\r\n\r\n" % len(png) + png
+    own, other = RawUpstream(answer), RawUpstream(answer)
+    upstream = upstream_make(name="local", base_url=own.base_url, api_key_env=OPENAI_KEY_ENV)
+    yield upstream, own, other
+    own.close()
+    other.close()
+
+
+def test_a_backslash_cannot_send_the_download_to_another_port(two_local_servers):
+    upstream, own, other = two_local_servers
+    own_port, other_port = own.server.server_address[1], other.server.server_address[1]
+    url = f"http://127.0.0.1:{other_port}\\@127.0.0.1:{own_port}/x.png"
+    with pytest.raises(UpstreamError):
+        image_fetch(url=url, upstream=upstream)
+    assert other.received == []
+    assert own.received == []
+
+
+def test_the_address_connected_to_must_be_public_when_the_upstream_is(provider_key, dns, db):
+    """DNS rebinding between the gateway's own lookup and the connection's: the peer is checked."""
+    png = image_bytes()
+    local = RawUpstream(
+        b"HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nContent-Length: %d\r\n\r\n" % len(png) + png
+    )
+    port = local.server.server_address[1]
+    try:
+        upstream = upstream_make(
+            name="rebinding", base_url=f"http://rebind.test:{port}/v1", api_key_env=OPENAI_KEY_ENV
+        )
+        # public for the gateway's two lookups, then loopback for the connection's own
+        dns["rebind.test"] = [["93.184.215.14"], ["93.184.215.14"], ["127.0.0.1"]]
+        with pytest.raises(UpstreamError, match="non-public"):
+            image_fetch(url=f"http://rebind.test:{port}/v1/files/a.png", upstream=upstream)
+    finally:
+        local.close()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://api.provider.test\\@evil.example/x.png",
+        "https://evil.example\\@api.provider.test/x.png",
+        "https://evil.example\\.api.provider.test/x.png",
+        "https://user@api.provider.test/x.png",
+        "https://user:pass@api.provider.test/x.png",
+        "https://api.provider.test@evil.example/x.png",
+        "https://api.provider.test:443@evil.example/x.png",
+        "https://evil.example#@api.provider.test/x.png",
+        "https://evil.example?@api.provider.test/x.png",
+        "https://evil.example%23@api.provider.test/x.png",
+        "https://api%2eprovider.test/x.png",
+        "https://api.provider.test%2f@evil.example/x.png",
+        "https://[::ffff:5db8:d70e]/x.png",
+        "https://[::1]/x.png",
+        "http://2130706433/x.png",
+        "http://0177.0.0.1/x.png",
+        "http://0x7f.0.0.1/x.png",
+        "https://api.provider.test./x.png",
+        "HTTPS://api.provider.test/x.png",
+        "https://API.provider.test/x.png",
+        "https://api.provider.test\t/x.png",
+        "https://api.pro\tvider.test/x.png",
+        "https://api.provider.test/x\n.png",
+        "https://api.provider.test/x\r\nHost: evil.example",
+        " https://api.provider.test/x.png",
+        "https://api.provider.test /x.png",
+        "https://api.provider.test/x\x00.png",
+        "https://api.provider.test:0443/x.png",
+        "https:/api.provider.test/x.png",
+        "https:api.provider.test/x.png",
+        "//api.provider.test/x.png",
+        "https://api.provider.tést/x.png",
+    ],
+)
+def test_it_refuses_a_url_two_parsers_could_read_differently(openai_upstream, mocked, dns, url):
+    dns["evil.example"] = [["93.184.215.15"]]
+    mocked.get(IMAGE_URL, body=image_bytes(), content_type="image/png")
+    with pytest.raises(UpstreamError):
+        image_fetch(url=url, upstream=openai_upstream)
+    assert len(mocked.calls) == 0
+
+
+def test_a_redirect_to_a_confusing_url_is_refused(openai_upstream, mocked, dns):
+    mocked.get(IMAGE_URL, status=302, headers={"Location": "https://evil.example\\@api.provider.test/x.png"})
+    with pytest.raises(UpstreamError):
+        image_fetch(url=IMAGE_URL, upstream=openai_upstream)
+    assert [call.request.url for call in mocked.calls] == [IMAGE_URL]
