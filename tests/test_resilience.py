@@ -7,7 +7,13 @@ import pytest
 from django.core.cache import cache
 
 from core.errors import InvalidRequest, RateLimited, UpstreamFailed
-from upstreams.circuit import circuit_admit, circuit_record_failure, circuit_state, circuit_stats_flush
+from upstreams.circuit import (
+    circuit_admit,
+    circuit_admit_panic,
+    circuit_record_failure,
+    circuit_state,
+    circuit_stats_flush,
+)
 from upstreams.providers.base import UpstreamError
 from upstreams.resilience import RetryPolicy, upstream_call_resilient
 from upstreams.services import upstream_upsert
@@ -113,13 +119,15 @@ def test_it_backs_off_exponentially_with_jitter_between_rounds():
         assert 0.8 * 2**round_number <= slept <= 1.2 * 2**round_number
 
 
-def test_it_honours_retry_after_but_never_waits_more_than_the_cap():
+def test_it_honours_retry_after_and_never_retries_an_upstream_before_it():
     a = make_upstream("a", timeout=100)
     clock = Clock()
-    script = Script(a=[err(429, retry_after=7), err(429, retry_after=3600), "ok"])
-    run([a], script, clock)
+    script = Script(a=[err(429, retry_after=7), err(429, retry_after=40), "ok"])
+    with pytest.raises(RateLimited) as info:
+        run([a], script, clock)
     assert 7 <= clock.sleeps[0] <= 7.0001
-    assert clock.sleeps[1] == 30
+    assert len(clock.sleeps) == 1  # 40 s is beyond the longest wait (30 s): the caller gets it
+    assert info.value.headers["Retry-After"] == "40"
 
 
 def test_it_gives_up_after_five_retries_with_502_naming_the_last_status(settings):
@@ -219,10 +227,11 @@ def test_only_one_caller_gets_the_probe_of_a_half_open_circuit():
     assert circuit_admit(upstream_id=a.pk) is None
 
 
-def test_every_circuit_open_answers_503_without_any_call():
+def test_every_circuit_open_answers_503_without_any_call_once_the_process_has_probed():
     a = make_upstream("a")
     for _ in range(5):
         circuit_record_failure(upstream_id=a.pk, threshold=5, cooldown=30)
+    assert circuit_admit_panic(upstream_id=a.pk, cooldown=30) is not None  # this slot's probe
     script = Script(a=["never"])
     with pytest.raises(UpstreamFailed) as info:
         run([a], script, Clock())
@@ -252,3 +261,135 @@ def test_an_upstreams_own_retry_settings_override_the_defaults():
         run([a], script, clock)
     assert len(script.calls) == 2  # the first attempt and its one retry
     assert 3.2 <= clock.sleeps[0] <= 4.8
+
+
+# --- one caller cannot open the circuit for everyone -------------------------------------------------
+
+
+def test_a_calls_retries_count_as_one_failure_of_the_upstream():
+    a = make_upstream("a", timeout=300)
+    clock = Clock()
+    script = Script(a=[err(500)] * 6)
+    with pytest.raises(UpstreamFailed):
+        run([a], script, clock)
+    assert len(script.calls) == 6
+    state = circuit_state(upstream_id=a.pk)
+    assert (state.state, state.consecutive_failures) == ("closed", 1)
+
+
+def test_the_threshold_counts_distinct_calls():
+    a = make_upstream("a", timeout=300)
+    for _ in range(5):
+        with pytest.raises(UpstreamFailed):
+            run([a], Script(a=[err(500)] * 6), Clock())
+    assert circuit_state(upstream_id=a.pk).state == "open"
+
+
+def test_when_every_circuit_is_open_one_probe_per_process_still_goes_through():
+    a = make_upstream("a")
+    for _ in range(5):
+        circuit_record_failure(upstream_id=a.pk, threshold=5, cooldown=30)
+    result, used = run([a], Script(a=["ok"]), Clock())
+    assert (result, used.name) == ("ok", "a")
+    assert circuit_state(upstream_id=a.pk).state == "closed"
+
+
+def test_a_failed_panic_probe_leaves_the_next_calls_of_the_slot_refused():
+    a = make_upstream("a")
+    for _ in range(5):
+        circuit_record_failure(upstream_id=a.pk, threshold=5, cooldown=30)
+    clock = Clock()
+    script = Script(a=[err(500), "never"])
+    with pytest.raises(UpstreamFailed):
+        run([a], script, clock)
+    assert script.calls == ["a"]
+    assert clock.sleeps == []  # the circuit refuses every further attempt: no wait for one
+    with pytest.raises(UpstreamFailed) as info:
+        run([a], script, clock)
+    assert (info.value.status, info.value.code) == (503, "upstreams_unavailable")
+    assert script.calls == ["a"]
+
+
+def test_a_redis_outage_falls_back_to_process_memory_and_is_logged_once(settings, caplog):
+    a = make_upstream("a", timeout=300)
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": "redis://127.0.0.1:1/0",  # nothing listens there
+        }
+    }
+    with caplog.at_level("WARNING", logger="gateway.upstream"):
+        assert run([a], Script(a=["ok"]), Clock())[0] == "ok"
+        with pytest.raises(UpstreamFailed):
+            run([a], Script(a=[err(500)] * 6), Clock())
+        assert run([a], Script(a=[err(503), "ok"]), Clock())[0] == "ok"
+    outage = [r for r in caplog.records if "circuit" in r.getMessage() and "unreachable" in r.getMessage()]
+    assert len(outage) == 1
+
+
+# --- the spec's retry limits -----------------------------------------------------------------------
+
+
+def test_the_whole_call_ends_within_the_retry_deadline_whatever_the_upstream_timeout():
+    a = make_upstream("a", timeout=120)
+    clock = Clock()
+    start = clock.now
+    deadlines: list[float] = []
+
+    def slow_failure(upstream, deadline):
+        deadlines.append(deadline)
+        clock.now = min(clock.now + 25, deadline)  # each attempt takes 25 s (or its read timeout)
+        raise err(500)
+
+    with pytest.raises(UpstreamFailed) as info:
+        upstream_call_resilient(
+            upstreams=[a],
+            attempt=slow_failure,
+            classify=classify,
+            clock=clock,
+            sleep=clock.sleep,
+        )
+    assert deadlines[0] == start + 60
+    assert clock.now - start <= 60
+    assert info.value.status == 504
+
+
+def test_it_never_waits_for_an_attempt_the_circuit_will_refuse():
+    a = make_upstream("a", timeout=300)
+    for _ in range(4):  # other calls' failures
+        circuit_record_failure(upstream_id=a.pk, threshold=5, cooldown=30)
+    clock = Clock()
+    script = Script(a=[err(500), "never"])
+    with pytest.raises(UpstreamFailed):
+        run([a], script, clock)
+    assert circuit_state(upstream_id=a.pk).state == "open"
+    assert clock.sleeps == []
+    assert script.calls == ["a"]
+
+
+def test_an_upstream_429_does_not_count_toward_its_circuit():
+    a = make_upstream("a", timeout=300)
+    for _ in range(3):
+        with pytest.raises(RateLimited):
+            run([a], Script(a=[err(429, retry_after=1)] * 6), Clock())
+    state = circuit_state(upstream_id=a.pk)
+    assert (state.state, state.consecutive_failures) == ("closed", 0)
+
+
+def test_a_429_moves_on_to_another_upstream_at_once():
+    a, b = make_upstream("a"), make_upstream("b", priority=1)
+    clock = Clock()
+    result, used = run([a, b], Script(a=[err(429, retry_after=20)], b=["ok"]), clock)
+    assert (result, used.name) == ("ok", "b")
+    assert clock.sleeps == []
+
+
+def test_a_retry_after_beyond_the_deadline_ends_the_call_with_429_without_waiting():
+    a = make_upstream("a", timeout=300)
+    clock = Clock()
+    script = Script(a=[err(429, retry_after=3600), "never"])
+    with pytest.raises(RateLimited) as info:
+        run([a], script, clock)
+    assert clock.sleeps == []
+    assert script.calls == ["a"]
+    assert info.value.headers["Retry-After"] == "3600"

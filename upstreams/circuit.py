@@ -23,6 +23,16 @@ and added to the shared counters at most every STATS_FLUSH_SECONDS, by the first
 (and at once before this process shows them, `circuit_state`). The admin's figure therefore leaves
 out up to the last STATS_FLUSH_SECONDS of each other process's calls, and the last calls of a process
 that has received none since.
+
+When every upstream of a model is open, a call would be refused without any attempt until a cooldown
+ends; one bad prompt (or a provider's short hiccup) would then shut out everyone. So each process may
+still send one call per upstream per cooldown through an open circuit (`circuit_admit_panic`, asked by
+upstreams.resilience only when nothing else is admissible): Envoy's panic threshold, LiteLLM's "never
+cool down the only deployment". Its success closes the circuit, its failure opens it again.
+
+The shared state lives in Redis; when Redis cannot be reached the circuit never raises: it keeps its
+state in this process's memory (one warning per outage), asks Redis again at most every
+SHARED_RETRY_SECONDS, and goes back to it once it answers (what was counted meanwhile stays local).
 """
 
 from __future__ import annotations
@@ -32,9 +42,13 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from django.core.cache import cache
+from django.core.cache.backends.base import BaseCache
+from django.core.cache.backends.locmem import LocMemCache
 
 logger = logging.getLogger("gateway.upstream")
 
@@ -43,9 +57,40 @@ DEFAULT_COOLDOWN_SECONDS = 30
 STATS_WINDOW_MINUTES = 5
 STATS_FLUSH_SECONDS = 5.0
 CLEAN_VIEW_SECONDS = 0.25
+SHARED_RETRY_SECONDS = 5.0
+T = TypeVar("T")
 
 # upstream id -> time.monotonic() of the last read that found its circuit closed with no failure.
 _clean_views: dict[int, float] = {}
+# upstream id -> time.monotonic() of this process's last call let through its open circuit.
+_panic_probes: dict[int, float] = {}
+_panic_lock = threading.Lock()
+# Where the circuits live while the shared cache cannot be reached, and since when (monotonic).
+_fallback: BaseCache = LocMemCache("circuit-fallback", {"TIMEOUT": None, "OPTIONS": {"MAX_ENTRIES": 10000}})
+_outage = {"since": None}
+
+
+def _stored(operation: Callable[[BaseCache], T]) -> T:
+    """Run `operation` on the shared cache, or on this process's memory while the shared cache is
+    unreachable: the circuit breaker must never fail a call."""
+    since = _outage["since"]
+    if since is not None and time.monotonic() - since < SHARED_RETRY_SECONDS:
+        return operation(_fallback)
+    try:
+        result = operation(cache)
+    except Exception:
+        if since is None:
+            logger.warning(
+                "the circuit breaker's shared state is unreachable; each process keeps its own circuits "
+                "until it answers again",
+                exc_info=True,
+            )
+        _outage["since"] = time.monotonic()
+        return operation(_fallback)
+    if since is not None:
+        logger.warning("the circuit breaker's shared state answers again")
+        _outage["since"] = None
+    return result
 
 
 def _key(upstream_id: int, name: str) -> str:
@@ -73,10 +118,12 @@ class CircuitState:
 class Admission:
     """A call `circuit_admit` let through; pass it to `circuit_record_success`.
 
-    clean: the circuit was closed with no failure counted, so a success has nothing to reset."""
+    clean: the circuit was closed with no failure counted, so a success has nothing to reset.
+    probe: the call goes through a circuit that is open or half-open; its outcome decides it."""
 
     upstream_id: int
     clean: bool
+    probe: bool = False
 
 
 def circuit_admit(
@@ -89,7 +136,7 @@ def circuit_admit(
         return Admission(upstream_id=upstream_id, clean=True)
     open_key, failures_key = _key(upstream_id, "open_until"), _key(upstream_id, "failures")
     # One round trip (MGET) decides the common case.
-    values = cache.get_many([open_key, failures_key])
+    values = _stored(lambda store: store.get_many([open_key, failures_key]))
     open_until = values.get(open_key)
     if open_until is None:
         clean = not values.get(failures_key)
@@ -103,9 +150,28 @@ def circuit_admit(
     if moment < open_until:
         return None
     # Half-open: one probe at a time, across every process sharing the cache.
-    if cache.add(_key(upstream_id, "probe"), 1, timeout=max(1, int(cooldown))):
-        return Admission(upstream_id=upstream_id, clean=False)
+    probe_key = _key(upstream_id, "probe")
+    if _stored(lambda store: store.add(probe_key, 1, timeout=max(1, int(cooldown)))):
+        return Admission(upstream_id=upstream_id, clean=False, probe=True)
     return None
+
+
+def circuit_admit_panic(*, upstream_id: int, cooldown: float = DEFAULT_COOLDOWN_SECONDS) -> Admission | None:
+    """Let one call of this process through the upstream's open circuit per `cooldown`, for when every
+    upstream of a model is open (module docstring); None when this process has sent one already."""
+    now = time.monotonic()
+    with _panic_lock:
+        last = _panic_probes.get(upstream_id)
+        if last is not None and now - last < cooldown:
+            return None
+        _panic_probes[upstream_id] = now
+    return Admission(upstream_id=upstream_id, clean=False, probe=True)
+
+
+def circuit_open_until(*, upstream_id: int) -> float | None:
+    """When the upstream's open circuit lets a call through again (time.time()), or None if closed."""
+    key = _key(upstream_id, "open_until")
+    return _stored(lambda store: store.get(key))
 
 
 def circuit_record_success(*, upstream_id: int, admission: Admission | None = None) -> None:
@@ -117,11 +183,8 @@ def circuit_record_success(*, upstream_id: int, admission: Admission | None = No
     if admission is not None and admission.clean:
         return
     _clean_views.pop(upstream_id, None)
-    try:
-        cache.delete_many(_state_keys(upstream_id))
-    except Exception:
-        # The upstream has answered: its answer is delivered whatever the bookkeeping does.
-        logger.warning("could not reset the circuit of upstream %s", upstream_id, exc_info=True)
+    keys = _state_keys(upstream_id)
+    _stored(lambda store: store.delete_many(keys))
 
 
 def circuit_record_failure(
@@ -136,19 +199,23 @@ def circuit_record_failure(
     _clean_views.pop(upstream_id, None)
     _stats.count(upstream_id, error=True)
     failures_key = _key(upstream_id, "failures")
-    cache.add(failures_key, 0, timeout=None)
-    try:
-        failures = cache.incr(failures_key)
-    except ValueError:  # evicted between add and incr
-        cache.set(failures_key, 1, timeout=None)
-        failures = 1
-    probing = cache.get(_key(upstream_id, "probe")) is not None
-    if failures >= threshold or probing:
-        moment = time.time() if now is None else now
-        cache.set(_key(upstream_id, "open_until"), moment + cooldown, timeout=int(cooldown) + 3600)
-        cache.delete(_key(upstream_id, "probe"))
-        return True
-    return False
+    moment = time.time() if now is None else now
+
+    def record(store: BaseCache) -> bool:
+        store.add(failures_key, 0, timeout=None)
+        try:
+            failures = store.incr(failures_key)
+        except ValueError:  # evicted between add and incr
+            store.set(failures_key, 1, timeout=None)
+            failures = 1
+        probing = store.get(_key(upstream_id, "probe")) is not None
+        if failures >= threshold or probing:
+            store.set(_key(upstream_id, "open_until"), moment + cooldown, timeout=int(cooldown) + 3600)
+            store.delete(_key(upstream_id, "probe"))
+            return True
+        return False
+
+    return _stored(record)
 
 
 def circuit_state(*, upstream_id: int, now: float | None = None) -> CircuitState:
@@ -156,7 +223,7 @@ def circuit_state(*, upstream_id: int, now: float | None = None) -> CircuitState
     (this process's own counts included up to now)."""
     circuit_stats_flush()
     moment = time.time() if now is None else now
-    open_until = cache.get(_key(upstream_id, "open_until"))
+    open_until = circuit_open_until(upstream_id=upstream_id)
     if open_until is None:
         state = "closed"
     elif moment < open_until:
@@ -164,15 +231,17 @@ def circuit_state(*, upstream_id: int, now: float | None = None) -> CircuitState
     else:
         state = "half-open"
     minutes = [int(moment // 60) - i for i in range(STATS_WINDOW_MINUTES)]
-    counters = cache.get_many(
-        [_key(upstream_id, f"calls:{m}") for m in minutes]
-        + [_key(upstream_id, f"errors:{m}") for m in minutes]
+    counters = _stored(
+        lambda store: store.get_many(
+            [_key(upstream_id, f"calls:{m}") for m in minutes]
+            + [_key(upstream_id, f"errors:{m}") for m in minutes]
+        )
     )
     calls = sum(v for k, v in counters.items() if ":calls:" in k)
     errors = sum(v for k, v in counters.items() if ":errors:" in k)
     return CircuitState(
         state=state,
-        consecutive_failures=int(cache.get(_key(upstream_id, "failures")) or 0),
+        consecutive_failures=int(_stored(lambda store: store.get(_key(upstream_id, "failures"))) or 0),
         open_until=open_until,
         recent_calls=calls,
         recent_errors=errors,
@@ -182,12 +251,19 @@ def circuit_state(*, upstream_id: int, now: float | None = None) -> CircuitState
 def circuit_reset(*, upstream_id: int) -> None:
     """Close the circuit by hand (admin action)."""
     _clean_views.pop(upstream_id, None)
-    cache.delete_many(_state_keys(upstream_id))
+    _panic_probes.pop(upstream_id, None)
+    keys = _state_keys(upstream_id)
+    _stored(lambda store: store.delete_many(keys))
 
 
 def circuit_views_clear() -> None:
-    """Forget this process's clean views: the next admission of every upstream reads Redis."""
+    """Forget what this process alone knows of the circuits (its clean views, panic probes, and what it
+    kept in memory during a shared-cache outage): the next admission of every upstream reads Redis."""
     _clean_views.clear()
+    with _panic_lock:
+        _panic_probes.clear()
+    _outage["since"] = None
+    _fallback.clear()
 
 
 def circuit_stats_flush() -> None:
@@ -227,23 +303,23 @@ class _StatsBuffer:
 
 def _stats_write(counts: Counter[tuple[int, str, int]]) -> None:
     """Add counts to the shared counters (two round trips a counter). They only feed the admin's
-    figure: if the cache cannot be written they are dropped with a warning, never failing a call."""
+    figure: written to this process's memory while the shared cache is unreachable."""
     oldest = int(time.time() // 60) - STATS_WINDOW_MINUTES
     timeout = (STATS_WINDOW_MINUTES + 1) * 60
-    try:
+
+    def write(store: BaseCache) -> None:
         for (upstream_id, name, minute), delta in counts.items():
             if minute <= oldest:
                 continue  # already outside every window the admin shows
             key = _key(upstream_id, f"{name}:{minute}")
             try:
-                cache.incr(key, delta)
+                store.incr(key, delta)
             except ValueError:  # the minute's first count: create it, unless another process just did
-                if not cache.add(key, delta, timeout=timeout):
-                    cache.incr(key, delta)
-    except Exception:
-        logger.warning(
-            "could not record upstream call counts; the admin's error rate misses them", exc_info=True
-        )
+                if not store.add(key, delta, timeout=timeout):
+                    store.incr(key, delta)
+
+    if counts:
+        _stored(write)
 
 
 _stats = _StatsBuffer()

@@ -6,13 +6,21 @@ The rules (spec, "Recommended retry behaviour"; docs/images.md, "Routing and ups
   529 "overloaded") moves on to the next upstream at once; only when every upstream has been tried
   in a round does the call wait
   (1 s x 2^round, +-20 % jitter, at least the largest Retry-After seen, at most 30 s) and start
-  another round. At most 5 retries in all, and the whole call ends by its deadline (60 s beyond the
-  first upstream's own timeout).
+  another round. At most 5 retries in all, and the whole call, attempts and waits, ends by its
+  deadline (GATEWAY_RETRY_DEADLINE_SECONDS from its start; each attempt gets what is left).
+- No wait is started for an attempt that will not be made: before waiting, some upstream must be
+  admissible when the wait ends (circuit closed or due for its probe, Retry-After passed).
+- A 429 is not a failure of the upstream: not counted by its circuit, the upstream not called again
+  before its Retry-After within the call.
+- A misconfigured upstream (its key variable unset) is never retried, waited for or counted; another
+  upstream is tried at once, and with none left the caller gets 502 upstream_misconfigured.
 - A failure after the request was sent (read timeout, connection dropped mid-answer) is never
   retried: the provider may have made, and billed, the image. The call ends 504 or 502 and is logged
   as "outcome unknown".
 - Upstreams whose circuit is open are skipped without a network call (upstreams/circuit.py; a success
-  on a closed circuit costs one cache round trip in all).
+  on a closed circuit costs one cache round trip in all). A call counts at most one failure per
+  upstream, so the threshold counts distinct calls. When every upstream is open, the process lets one
+  call per cooldown through (`circuit_admit_panic`).
 - The caller gets 503 when every upstream answered 503 (or 529) or every circuit is open, 429 (with
   Retry-After) when every upstream said 429, 504 when the deadline ran out, else 502 naming the last
   upstream status.
@@ -30,8 +38,15 @@ from typing import TypeVar
 from django.conf import settings
 
 from core.errors import ApiError, RateLimited, UpstreamFailed
-from upstreams.circuit import circuit_admit, circuit_record_failure, circuit_record_success
-from upstreams.errors import UpstreamError
+from upstreams.circuit import (
+    Admission,
+    circuit_admit,
+    circuit_admit_panic,
+    circuit_open_until,
+    circuit_record_failure,
+    circuit_record_success,
+)
+from upstreams.errors import UpstreamError, UpstreamMisconfigured
 from upstreams.models import Upstream
 
 logger = logging.getLogger("gateway.upstream")
@@ -85,6 +100,82 @@ class _Failure:
     error: UpstreamError
 
 
+class _Call:
+    """One call's state across its attempts (see the module's rules)."""
+
+    def __init__(self, *, policy: RetryPolicy, request_id: str, clock: Callable[[], float]) -> None:
+        self.policy = policy
+        self.request_id = request_id
+        self.clock = clock
+        self.failures: list[_Failure] = []
+        self.attempts = 0
+        # Upstreams whose failure this call has counted toward their circuit: once each, so the
+        # threshold counts distinct calls and one caller's retries cannot open a circuit alone.
+        self.counted: set[int] = set()
+        # Upstreams this call never tries again (misconfigured: no retry or wait can mend it).
+        self.excluded: set[int] = set()
+        self.misconfigured: _Failure | None = None
+        # Upstream id -> clock() before which it asked (Retry-After on a 429) not to be called.
+        self.not_before: dict[int, float] = {}
+
+    def candidate(self, upstream: Upstream) -> bool:
+        return upstream.pk not in self.excluded and self.not_before.get(upstream.pk, 0.0) <= self.clock()
+
+    def failed(
+        self,
+        upstream: Upstream,
+        exc: UpstreamError,
+        admission: Admission,
+        classify: Callable[[UpstreamError, Upstream], ApiError],
+    ) -> None:
+        """Book a failed attempt; raises the caller's error when it must not be retried."""
+        if isinstance(exc, UpstreamMisconfigured):
+            # An operator problem, not the upstream's health: never retried, waited for or counted.
+            self.excluded.add(upstream.pk)
+            self.misconfigured = self.misconfigured or _Failure(upstream, exc)
+            logger.error(
+                "upstream %s is misconfigured request_id=%s: %s", upstream.name, self.request_id, exc
+            )
+            return
+        if _counts_against_upstream(exc) and (admission.probe or upstream.pk not in self.counted):
+            self.counted.add(upstream.pk)
+            circuit_record_failure(
+                upstream_id=upstream.pk,
+                threshold=self.policy.circuit_threshold,
+                cooldown=self.policy.circuit_cooldown,
+            )
+        if exc.outcome_unknown:
+            # The provider may have produced and billed the image: never try again.
+            logger.warning(
+                "upstream outcome unknown upstream=%s request_id=%s: %s", upstream.name, self.request_id, exc
+            )
+            raise classify(exc, upstream) from exc
+        if not _retryable(exc):
+            raise classify(exc, upstream) from exc
+        if exc.status == 429 and exc.retry_after:
+            self.not_before[upstream.pk] = self.clock() + exc.retry_after
+        self.failures.append(_Failure(upstream, exc))
+        logger.info(
+            "upstream attempt failed upstream=%s status=%s request_id=%s: %s",
+            upstream.name,
+            exc.status,
+            self.request_id,
+            exc.message,
+        )
+
+    def admissible_after(self, upstreams: Sequence[Upstream], delay: float) -> bool:
+        """Whether any upstream could be tried after waiting `delay`: not excluded, past its Retry-After,
+        and its circuit closed or due to let a probe through by then."""
+        wake, wall_wake = self.clock() + delay, time.time() + delay
+        for upstream in upstreams:
+            if upstream.pk in self.excluded or self.not_before.get(upstream.pk, 0.0) > wake:
+                continue
+            open_until = circuit_open_until(upstream_id=upstream.pk)
+            if open_until is None or open_until <= wall_wake:
+                return True
+        return False
+
+
 def upstream_call_resilient(
     *,
     upstreams: Sequence[Upstream],
@@ -96,8 +187,9 @@ def upstream_call_resilient(
 ) -> tuple[T, Upstream]:
     """Call `attempt(upstream, deadline)` until one succeeds, following the module's rules.
 
-    `attempt` gets the absolute `clock()` deadline its own timeouts must respect. `classify` turns a
-    non-retryable UpstreamError (e.g. a 400 about the request) into the caller's ApiError.
+    `attempt` gets the absolute `clock()` deadline its own timeouts must respect (the transport cuts
+    each read timeout to what is left). `classify` turns a non-retryable UpstreamError (e.g. a 400
+    about the request) into the caller's ApiError.
     """
     if not upstreams:
         raise UpstreamFailed(
@@ -107,51 +199,42 @@ def upstream_call_resilient(
             retry_after=30,
         )
     policy = RetryPolicy.for_upstream(upstreams[0])
-    deadline = clock() + float(upstreams[0].timeout_seconds) + policy.deadline
-    failures: list[_Failure] = []
-    skipped_open = 0
-    attempts = 0
+    # The whole call, attempts and waits, ends by the deadline (the spec's total, not a time after
+    # the first attempt's timeout).
+    deadline = clock() + policy.deadline
+    call = _Call(policy=policy, request_id=request_id, clock=clock)
     round_number = 0
     while True:
-        tried_this_round = 0
         for upstream in upstreams:
-            if attempts > policy.max_retries:
+            if call.attempts > policy.max_retries:
                 break
+            if not call.candidate(upstream):
+                continue
             if clock() >= deadline:
-                raise _deadline_error(failures, request_id)
+                raise _deadline_error(call.failures, request_id)
             admission = circuit_admit(upstream_id=upstream.pk, cooldown=policy.circuit_cooldown)
             if admission is None:
-                skipped_open += 1
                 continue
-            attempts += 1
-            tried_this_round += 1
-            try:
-                result = attempt(upstream, deadline)
-            except UpstreamError as exc:
-                _record_failure(upstream, exc, policy)
-                if exc.outcome_unknown:
-                    # The provider may have produced and billed the image: never try again.
-                    logger.warning(
-                        "upstream outcome unknown upstream=%s request_id=%s: %s",
-                        upstream.name,
-                        request_id,
-                        exc,
-                    )
-                    raise classify(exc, upstream) from exc
-                if not _retryable(exc):
-                    raise classify(exc, upstream) from exc
-                failures.append(_Failure(upstream, exc))
-                logger.info(
-                    "upstream attempt failed upstream=%s status=%s request_id=%s: %s",
-                    upstream.name,
-                    exc.status,
-                    request_id,
-                    exc.message,
-                )
-                continue
-            circuit_record_success(upstream_id=upstream.pk, admission=admission)
-            return result, upstream
-        if not failures and tried_this_round == 0:
+            outcome = _attempt(call, upstream, admission, attempt, deadline, classify)
+            if outcome is not None:
+                return outcome[0], upstream
+        if call.attempts == 0:
+            # Every upstream still worth trying is open: this process lets one call through one of them
+            # per cooldown rather than refusing everyone (upstreams/circuit.py).
+            for upstream in upstreams:
+                if not call.candidate(upstream) or clock() >= deadline:
+                    continue
+                admission = circuit_admit_panic(upstream_id=upstream.pk, cooldown=policy.circuit_cooldown)
+                if admission is None:
+                    continue
+                outcome = _attempt(call, upstream, admission, attempt, deadline, classify)
+                if outcome is not None:
+                    return outcome[0], upstream
+                break
+        if not call.failures:
+            if call.misconfigured is not None:
+                failed = call.misconfigured
+                raise classify(failed.error, failed.upstream) from failed.error
             # Nothing was even tried: every circuit is open.
             raise UpstreamFailed(
                 "Every upstream for this model is failing; the gateway is not sending calls to them for now.",
@@ -159,16 +242,40 @@ def upstream_call_resilient(
                 code="upstreams_unavailable",
                 retry_after=policy.circuit_cooldown,
             )
-        if attempts > policy.max_retries or tried_this_round == 0:
-            raise _exhausted_error(failures, request_id)
-        retry_after = (
-            max((f.error.retry_after or 0.0 for f in failures[-tried_this_round:]), default=0.0) or None
-        )
+        if call.attempts > policy.max_retries:
+            raise _exhausted_error(call.failures, request_id)
+        retry_after = max((f.error.retry_after or 0.0 for f in call.failures), default=0.0) or None
         delay = policy.backoff(round_number, retry_after)
         if clock() + delay >= deadline:
-            raise _deadline_error(failures, request_id)
+            raise _deadline_error(call.failures, request_id)
+        if not call.admissible_after(upstreams, delay):
+            # Never wait for an attempt that will not be made.
+            raise _exhausted_error(call.failures, request_id)
         sleep(delay)
         round_number += 1
+
+
+def _attempt(
+    call: _Call,
+    upstream: Upstream,
+    admission: Admission,
+    attempt: Callable[[Upstream, float], T],
+    deadline: float,
+    classify: Callable[[UpstreamError, Upstream], ApiError],
+) -> tuple[T] | None:
+    """One attempt: (its result,) on success, None after a failure worth going on from."""
+    try:
+        result = attempt(upstream, deadline)
+    except UpstreamMisconfigured as exc:
+        call.failed(upstream, exc, admission, classify)
+        return None
+    except UpstreamError as exc:
+        call.attempts += 1
+        call.failed(upstream, exc, admission, classify)
+        return None
+    call.attempts += 1
+    circuit_record_success(upstream_id=upstream.pk, admission=admission)
+    return (result,)
 
 
 def _retryable(error: UpstreamError) -> bool:
@@ -177,12 +284,13 @@ def _retryable(error: UpstreamError) -> bool:
     return error.status in RETRYABLE_STATUSES
 
 
-def _record_failure(upstream: Upstream, error: UpstreamError, policy: RetryPolicy) -> None:
-    # A 4xx about the request says nothing about the upstream's health.
-    if error.status is None or error.status >= 500 or error.status == 429 or error.outcome_unknown:
-        circuit_record_failure(
-            upstream_id=upstream.pk, threshold=policy.circuit_threshold, cooldown=policy.circuit_cooldown
-        )
+def _counts_against_upstream(error: UpstreamError) -> bool:
+    """A 5xx, a connection failure or an unknown outcome says the upstream is unwell. A 4xx about the
+    request says nothing of it, and a 429 only that it asks for a pause (honoured per call through
+    Retry-After): counted, one caller's burst would shut the upstream out for everyone."""
+    if error.outcome_unknown:
+        return True
+    return error.status is None or error.status >= 500
 
 
 def _all_status(failures: list[_Failure], *statuses: int | None) -> bool:
