@@ -77,7 +77,8 @@ class UpstreamError(Exception):
 class UpstreamMisconfigured(UpstreamError):
     """The gateway cannot call this upstream at all (e.g. its key variable is unset): an operator problem.
 
-    Retryable, because another upstream of the model may be configured correctly."""
+    Retryable only elsewhere: another upstream of the model may be configured correctly, but this one
+    is never tried again, waited for or counted by its circuit (upstreams/resilience.py)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message, status=None, retryable=True, sent=False)
