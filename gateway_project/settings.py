@@ -265,7 +265,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [],
     "DEFAULT_PERMISSION_CLASSES": [],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["api.parsers.GatewayJSONParser"],
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "api.negotiation.JsonOnlyContentNegotiation",
     "EXCEPTION_HANDLER": "core.errors.drf_exception_handler",
     "UNAUTHENTICATED_USER": None,
