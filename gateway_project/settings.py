@@ -176,6 +176,21 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
+# Django's default hashers, with PBKDF2 (the one new passwords get) computed off a gevent worker's
+# event loop (accounts/hashers.py); listing Django's own PBKDF2 too would shadow it.
+PASSWORD_HASHERS = [
+    "accounts.hashers.OffloadedPBKDF2PasswordHasher",
+    "django.contrib.auth.hashers.PBKDF2SHA1PasswordHasher",
+    "django.contrib.auth.hashers.Argon2PasswordHasher",
+    "django.contrib.auth.hashers.BCryptSHA256PasswordHasher",
+    "django.contrib.auth.hashers.ScryptPasswordHasher",
+]
+# Failed console sign-ins (docs/console.md): past this many in the window, from one address or for
+# one username, sign-in answers 429 without checking the password until the window ends.
+GATEWAY_SIGNIN_FAILURES_PER_ADDRESS = env_int("GATEWAY_SIGNIN_FAILURES_PER_ADDRESS", 30, minimum=1)
+GATEWAY_SIGNIN_FAILURES_PER_ACCOUNT = env_int("GATEWAY_SIGNIN_FAILURES_PER_ACCOUNT", 10, minimum=1)
+GATEWAY_SIGNIN_WINDOW_SECONDS = env_int("GATEWAY_SIGNIN_WINDOW_SECONDS", 15 * 60, minimum=1)
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
