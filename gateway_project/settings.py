@@ -83,6 +83,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "api.middleware.RequestIdMiddleware",
+    "api.middleware.RequestLimitsMiddleware",
     "api.middleware.ApiErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Django's session, CSRF, authentication, message and X-Frame-Options middleware, skipped by /v1
@@ -94,6 +95,16 @@ MIDDLEWARE = [
     "api.middleware.BrowserMessageMiddleware",
     "api.middleware.BrowserXFrameOptionsMiddleware",
 ]
+
+# JSON under /v1 and /files, Django's page for the console and the admin.
+CSRF_FAILURE_VIEW = "api.csrf.csrf_failure"
+# Request heads (api.middleware.RequestLimitsMiddleware): larger is refused with a JSON 431 (headers)
+# or 414 (path and query). Keep them under gunicorn's limit_request_field_size, its
+# limit_request_fields x field size, and its limit_request_line (gunicorn.conf.py), or gunicorn
+# answers first, with its own HTML page.
+GATEWAY_MAX_HEADER_FIELD_BYTES = env_int("GATEWAY_MAX_HEADER_FIELD_BYTES", 8 * 1024, minimum=1024)
+GATEWAY_MAX_HEADER_BYTES = env_int("GATEWAY_MAX_HEADER_BYTES", 32 * 1024, minimum=1024)
+GATEWAY_MAX_REQUEST_LINE_BYTES = env_int("GATEWAY_MAX_REQUEST_LINE_BYTES", 4 * 1024, minimum=256)
 
 ROOT_URLCONF = "gateway_project.urls"
 WSGI_APPLICATION = "gateway_project.wsgi.application"
