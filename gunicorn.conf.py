@@ -23,6 +23,10 @@ behind each choice are in docs/benchmarks.md, "Serving settings".
   speed, and the peak memory per worker drops.
 - keepalive 5 s: clients that reuse connections (the SDKs, wrk) skip the TCP handshake; an idle
   kept-alive connection waits in the poller (gthread) or in a parked greenlet (gevent).
+- connection and request-head limits: each set below with why. gunicorn faces clients directly
+  unless a proxy is put in front; it buffers nothing, so a client that sends slowly holds a
+  greenlet or thread until it is done. The production answer is a buffering proxy (README,
+  "Production"); these limits bound what a client can cost without one.
 """
 
 import ctypes
@@ -52,12 +56,33 @@ workers = env_int("WEB_CONCURRENCY", 2, minimum=1)
 _database = database_from_url("DATABASE_URL", database_url(), base_dir=ROOT)
 _on_postgres = _database["ENGINE"] == POSTGRESQL_ENGINE
 worker_class = os.environ.get("GUNICORN_WORKER_CLASS") or ("gevent" if _on_postgres else "gthread")
+# Calls in flight per gevent worker: each connection is a greenlet, a slow client's included. It is
+# the bound on the process's memory and on what slow clients can take (a client trickling its request
+# holds one until gunicorn has read it all: a buffering proxy in front shields it, README "Production").
 worker_connections = env_int("GUNICORN_WORKER_CONNECTIONS", 1000, minimum=1)
 threads = env_int("GUNICORN_THREADS", 256, minimum=1)
-# Image calls can take minutes upstream; the gateway enforces its own upstream deadlines.
+# Seconds a worker may go without telling the master it is alive before it is killed and replaced.
+# Not a per-call limit: image calls can take minutes upstream, and the gateway enforces its own
+# upstream deadlines (GATEWAY_RETRY_DEADLINE_SECONDS); a gevent worker whose event loop a CPU-bound
+# call held this long is stuck, not slow (core.offload keeps hashing and decoding off it).
 timeout = env_int("GUNICORN_TIMEOUT", 300, minimum=0)
+# Seconds calls in flight get to finish after a restart or deploy signal; calls cut then are never
+# charged (their holds expire and release_stale_holds releases them).
 graceful_timeout = env_int("GUNICORN_GRACEFUL_TIMEOUT", 30, minimum=0)
+# Seconds an idle kept-alive connection stays open for the client's next request: SDKs reuse their
+# connections (no new TCP handshake per call); short, since each idle one holds a connection slot.
 keepalive = env_int("GUNICORN_KEEPALIVE", 5, minimum=0)
+# Request heads. gunicorn parses them itself and answers one over these limits with its own HTML
+# error page, so they sit above the gateway's limits (GATEWAY_MAX_REQUEST_LINE_BYTES,
+# GATEWAY_MAX_HEADER_FIELD_BYTES, GATEWAY_MAX_HEADER_BYTES; api.middleware.RequestLimitsMiddleware),
+# which answer JSON 414/431: only a head over these gets gunicorn's page.
+# - The request line (method, path, query, version), in bytes; 8190 is gunicorn's maximum.
+limit_request_line = env_int("GUNICORN_LIMIT_REQUEST_LINE", 8190, minimum=0, maximum=8190)
+# - Header lines per request (a browser sends ~20): more is gunicorn's HTML 431.
+limit_request_fields = env_int("GUNICORN_LIMIT_REQUEST_FIELDS", 100, minimum=1, maximum=32768)
+# - Bytes of one header line: twice gunicorn's default and the gateway's own limit (8 KiB); with 100
+#   lines, a request head can take up to ~1.6 MB of a worker's memory while it is read.
+limit_request_field_size = env_int("GUNICORN_LIMIT_REQUEST_FIELD_SIZE", 16384, minimum=1)
 max_requests = env_int("GUNICORN_MAX_REQUESTS", 0, minimum=0)
 max_requests_jitter = env_int("GUNICORN_MAX_REQUESTS_JITTER", 0, minimum=0)
 # "-": stdout; a path: that file; empty: no access log (the usage records keep every /v1 call).

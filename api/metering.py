@@ -24,10 +24,10 @@ from billing.limits import (
     rate_limit_hit,
 )
 from billing.models import Hold, Subscription
-from billing.money import money_parse
-from billing.selectors import subscription_get_active
+from billing.money import money_display, money_parse
+from billing.selectors import subscription_get_active, wallet_available_get
 from billing.subscriptions import subscription_hold_reserve
-from core.errors import SUBSCRIPTION_INVALID, SUBSCRIPTION_NOT_FOUND, BillingError
+from core.errors import INSUFFICIENT_BALANCE, SUBSCRIPTION_INVALID, SUBSCRIPTION_NOT_FOUND, BillingError
 from groups.models import Group
 from keys.credentials import Credential
 
@@ -71,6 +71,22 @@ def subscription_resolve_for_call(
             param="model",
         )
     return subscription
+
+
+def balance_precheck(*, credential: Credential, group: Group, price: Decimal) -> None:
+    """403 INSUFFICIENT_BALANCE when a wallet-billed call's price is more than the account's available
+    balance now: a refusal that costs one read, for calls with expensive work (decoding uploads)
+    before their reservation. Only a pre-check: the reservation in `metered_begin` is the guarantee.
+    Subscription groups are checked by their reservation only."""
+    if group.billing == Group.Billing.SUBSCRIPTION:
+        return
+    amount = money_parse(price)
+    if wallet_available_get(account_id=credential.account.pk) < amount:
+        raise BillingError(
+            f"Insufficient balance: this call costs {money_display(amount)} and the account's "
+            "available balance does not cover it. Top up and try again.",
+            code=INSUFFICIENT_BALANCE,
+        )
 
 
 def connection_release() -> None:

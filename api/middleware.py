@@ -1,5 +1,5 @@
-"""Request ids, JSON errors for every /v1 answer that is not produced by a DRF view, and the
-browser-only middleware that /v1 requests skip."""
+"""Request ids, the request-size limits gunicorn leaves to the gateway, JSON errors for every /v1 and
+/files answer that is not produced by a DRF view, and the browser-only middleware those requests skip."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from django.conf import settings
 from django.contrib.auth.middleware import AuthenticationMiddleware
 from django.contrib.messages.middleware import MessageMiddleware
 from django.contrib.sessions.middleware import SessionMiddleware
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.csrf import CsrfViewMiddleware
 
@@ -31,6 +31,8 @@ logger = logging.getLogger("gateway.request")
 
 _SANE_REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 API_PREFIX = "/v1/"
+# Signed links to hosted images: no cookie, no browser page, JSON errors like /v1 (images/hosting.py).
+FILES_PREFIX = "/files/"
 
 
 def new_request_id() -> str:
@@ -52,14 +54,70 @@ class RequestIdMiddleware:
         return response
 
 
+class RequestLimitsMiddleware:
+    """Refuse oversized request heads below gunicorn's own limits, so a client sees the gateway's
+    answer (JSON under /v1 and /files) rather than gunicorn's HTML error page: 431 when one header
+    line is over GATEWAY_MAX_HEADER_FIELD_BYTES or all of them together over GATEWAY_MAX_HEADER_BYTES,
+    414 when the path and query are over GATEWAY_MAX_REQUEST_LINE_BYTES. gunicorn.conf.py sets its
+    limits above these (README, "Production"); only a head over gunicorn's limits gets its page."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        refusal = _head_refusal(request)
+        if refusal is None:
+            return self.get_response(request)
+        if is_json_path(request):
+            return error_response(refusal, request=request)
+        return HttpResponse(refusal.message, status=refusal.status, content_type="text/plain; charset=utf-8")
+
+
+def _head_refusal(request: HttpRequest) -> ApiError | None:
+    meta = request.META
+    target = len(meta.get("PATH_INFO", "")) + len(meta.get("QUERY_STRING", "")) + 1
+    if target > settings.GATEWAY_MAX_REQUEST_LINE_BYTES:
+        return ApiError(
+            f"The request's path and query string are longer than the "
+            f"{settings.GATEWAY_MAX_REQUEST_LINE_BYTES} bytes the gateway accepts.",
+            status=414,
+            type="invalid_request_error",
+            code="uri_too_long",
+        )
+    field_limit = settings.GATEWAY_MAX_HEADER_FIELD_BYTES
+    total = 0
+    for name, value in meta.items():
+        if name.startswith("HTTP_") or name in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+            # "Name: value\r\n" as sent; WSGI joins repeated headers with a comma, near enough.
+            size = len(name) - (5 if name.startswith("HTTP_") else 0) + len(str(value)) + 4
+            total += size
+            if size > field_limit:
+                return _headers_too_large(f"a header line is longer than the {field_limit} bytes")
+    if total > settings.GATEWAY_MAX_HEADER_BYTES:
+        return _headers_too_large(
+            f"the headers are longer than the {settings.GATEWAY_MAX_HEADER_BYTES} bytes"
+        )
+    return None
+
+
+def _headers_too_large(detail: str) -> ApiError:
+    return ApiError(
+        f"Request header fields too large: {detail} the gateway accepts.",
+        status=431,
+        type="invalid_request_error",
+        code="request_header_fields_too_large",
+    )
+
+
 class ApiErrorMiddleware:
-    """No /v1 path ever answers HTML: 404s from the resolver, 405s, 400s and crashes become JSON errors."""
+    """No /v1 or /files path ever answers HTML: 404s from the resolver, 405s, 400s and crashes become
+    JSON errors."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if _is_api(request) and _body_too_large(request):
+        if is_json_path(request) and _body_too_large(request):
             return error_response(
                 PayloadTooLarge(
                     f"The request body is larger than this endpoint accepts "
@@ -68,14 +126,14 @@ class ApiErrorMiddleware:
                 request=request,
             )
         response = self.get_response(request)
-        if not _is_api(request) or response.status_code < 400:
+        if not is_json_path(request) or response.status_code < 400:
             return response
         if response.get("Content-Type", "").startswith(("application/json", "text/event-stream")):
             return response
         return error_response(_error_for_status(request, response.status_code), request=request)
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
-        if not _is_api(request):
+        if not is_json_path(request):
             return None
         error = api_error_from_exception(exception)
         if error is None:
@@ -91,16 +149,17 @@ class ApiErrorMiddleware:
 
 class _BrowserOnly:
     """Middleware that only the console and the admin need. A /v1 caller authenticates every request
-    with its key (keys/authentication.py), sends no cookies and gets none, and its JSON is never shown
-    in a frame, so API requests skip it: no session store, no lazy user, no message storage built and
-    torn down on every call (its cost: docs/benchmarks.md), no CSRF cookie read
-    (every /v1 view is CSRF-exempt anyway: no cookie authenticates it), no X-Frame-Options header.
+    with its key (keys/authentication.py), a /files link with its signature, sends no cookies and gets
+    none, and its JSON is never shown in a frame, so these requests skip it: no session store, no lazy
+    user, no message storage built and torn down on every call (its cost: docs/benchmarks.md), no CSRF
+    cookie read or check (no cookie authenticates them, so there is no cross-site request to forge:
+    a POST to /files is its view's JSON 405, not Django's HTML CSRF page), no X-Frame-Options header.
     Their hooks for other paths are Django's own."""
 
     get_response: Callable[[HttpRequest], HttpResponse]
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if _is_api(request):
+        if is_json_path(request):
             return self.get_response(request)
         return super().__call__(request)  # type: ignore[misc]
 
@@ -118,15 +177,21 @@ class BrowserMessageMiddleware(_BrowserOnly, MessageMiddleware):
 
 
 class BrowserCsrfViewMiddleware(_BrowserOnly, CsrfViewMiddleware):
-    pass
+    def process_view(self, request, callback, callback_args, callback_kwargs):  # type: ignore[no-untyped-def]
+        # Django calls process_view outside __call__: skip it for the same requests.
+        if is_json_path(request):
+            return None
+        return super().process_view(request, callback, callback_args, callback_kwargs)
 
 
 class BrowserXFrameOptionsMiddleware(_BrowserOnly, XFrameOptionsMiddleware):
     pass
 
 
-def _is_api(request: HttpRequest) -> bool:
-    return request.path == "/v1" or request.path.startswith(API_PREFIX)
+def is_json_path(request: HttpRequest) -> bool:
+    """/v1 and /files: every answer is JSON, no cookie authenticates a request, no browser middleware."""
+    path = request.path
+    return path == "/v1" or path.startswith((API_PREFIX, FILES_PREFIX))
 
 
 def _body_too_large(request: HttpRequest) -> bool:

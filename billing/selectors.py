@@ -201,3 +201,15 @@ def _subscription_usage_problems() -> list[LedgerProblem]:
                 )
             )
     return problems
+
+
+def wallet_available_get(*, account_id: int) -> Decimal:
+    """The account's available balance (balance - held) as last committed; 0 without a wallet.
+
+    For cheap refusals before expensive work only: another call may reserve in between, so the
+    reservation's conditional UPDATE (billing.holds.hold_reserve) stays the guarantee."""
+    row = Wallet.objects.filter(account_id=account_id).values_list("balance", "held").first()
+    if row is None:
+        return money_exact(None)
+    balance, held = row
+    return money_exact(balance - held)

@@ -8,11 +8,43 @@ from datetime import datetime, timedelta
 
 from django import forms
 from django.conf import settings
+from django.contrib.auth.forms import AuthenticationForm
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.utils import timezone
 
 from billing.money import money_display
+from console.signin import signin_failure_record, signin_throttle_wait
 from groups.models import Group
 from images.models import ImageModel
+
+THROTTLED = "throttled"
+
+
+class ConsoleAuthenticationForm(AuthenticationForm):
+    """Django's sign-in form behind the failed sign-in throttle (console/signin.py): a throttled
+    address or username is refused before its password is hashed."""
+
+    def clean(self):
+        username = self.cleaned_data.get("username") or ""
+        wait = signin_throttle_wait(request=self.request, username=username)
+        if wait is not None:
+            self.retry_after = wait
+            minutes = max(1, round(wait / 60))
+            raise ValidationError(
+                f"Too many failed sign-ins from this address or for this account. Try again in "
+                f"about {minutes} minute{'s' if minutes != 1 else ''}.",
+                code=THROTTLED,
+            )
+        try:
+            return super().clean()
+        except ValidationError as error:
+            if error.code == "invalid_login":
+                signin_failure_record(request=self.request, username=username)
+            raise
+
+    def throttled(self) -> bool:
+        return self.has_error(NON_FIELD_ERRORS, THROTTLED)
+
 
 EXPIRY_CHOICES = [
     ("", "Never"),

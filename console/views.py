@@ -30,7 +30,7 @@ from accounts.models import Account
 from accounts.snapshots import AccountSnapshot
 from billing.money import money_display
 from console import queries
-from console.forms import ApiKeyCreateForm, PlaygroundForm
+from console.forms import ApiKeyCreateForm, ConsoleAuthenticationForm, PlaygroundForm
 from core.errors import ApiError
 from groups.snapshots import GroupSnapshot
 from images.pipeline import image_call_run
@@ -50,8 +50,16 @@ def password_reset_enabled() -> bool:
 
 class ConsoleLoginView(auth_views.LoginView):
     template_name = "registration/console_login.html"
+    authentication_form = ConsoleAuthenticationForm
     redirect_authenticated_user = True
     extra_context = {"password_reset_enabled": password_reset_enabled}
+
+    def form_invalid(self, form: ConsoleAuthenticationForm) -> HttpResponse:
+        response = super().form_invalid(form)
+        if form.throttled():
+            response.status_code = 429
+            response["Retry-After"] = str(form.retry_after)
+        return response
 
 
 class ConsoleLogoutView(auth_views.LogoutView):

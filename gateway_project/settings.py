@@ -83,6 +83,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "api.middleware.RequestIdMiddleware",
+    "api.middleware.RequestLimitsMiddleware",
     "api.middleware.ApiErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Django's session, CSRF, authentication, message and X-Frame-Options middleware, skipped by /v1
@@ -94,6 +95,16 @@ MIDDLEWARE = [
     "api.middleware.BrowserMessageMiddleware",
     "api.middleware.BrowserXFrameOptionsMiddleware",
 ]
+
+# JSON under /v1 and /files, Django's page for the console and the admin.
+CSRF_FAILURE_VIEW = "api.csrf.csrf_failure"
+# Request heads (api.middleware.RequestLimitsMiddleware): larger is refused with a JSON 431 (headers)
+# or 414 (path and query). Keep them under gunicorn's limit_request_field_size, its
+# limit_request_fields x field size, and its limit_request_line (gunicorn.conf.py), or gunicorn
+# answers first, with its own HTML page.
+GATEWAY_MAX_HEADER_FIELD_BYTES = env_int("GATEWAY_MAX_HEADER_FIELD_BYTES", 8 * 1024, minimum=1024)
+GATEWAY_MAX_HEADER_BYTES = env_int("GATEWAY_MAX_HEADER_BYTES", 32 * 1024, minimum=1024)
+GATEWAY_MAX_REQUEST_LINE_BYTES = env_int("GATEWAY_MAX_REQUEST_LINE_BYTES", 4 * 1024, minimum=256)
 
 ROOT_URLCONF = "gateway_project.urls"
 WSGI_APPLICATION = "gateway_project.wsgi.application"
@@ -175,6 +186,21 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+
+# Django's default hashers, with PBKDF2 (the one new passwords get) computed off a gevent worker's
+# event loop (accounts/hashers.py); listing Django's own PBKDF2 too would shadow it.
+PASSWORD_HASHERS = [
+    "accounts.hashers.OffloadedPBKDF2PasswordHasher",
+    "django.contrib.auth.hashers.PBKDF2SHA1PasswordHasher",
+    "django.contrib.auth.hashers.Argon2PasswordHasher",
+    "django.contrib.auth.hashers.BCryptSHA256PasswordHasher",
+    "django.contrib.auth.hashers.ScryptPasswordHasher",
+]
+# Failed console sign-ins (docs/console.md): past this many in the window, from one address or for
+# one username, sign-in answers 429 without checking the password until the window ends.
+GATEWAY_SIGNIN_FAILURES_PER_ADDRESS = env_int("GATEWAY_SIGNIN_FAILURES_PER_ADDRESS", 30, minimum=1)
+GATEWAY_SIGNIN_FAILURES_PER_ACCOUNT = env_int("GATEWAY_SIGNIN_FAILURES_PER_ACCOUNT", 10, minimum=1)
+GATEWAY_SIGNIN_WINDOW_SECONDS = env_int("GATEWAY_SIGNIN_WINDOW_SECONDS", 15 * 60, minimum=1)
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -265,7 +291,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [],
     "DEFAULT_PERMISSION_CLASSES": [],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["api.parsers.GatewayJSONParser"],
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "api.negotiation.JsonOnlyContentNegotiation",
     "EXCEPTION_HANDLER": "core.errors.drf_exception_handler",
     "UNAUTHENTICATED_USER": None,

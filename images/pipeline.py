@@ -1,4 +1,5 @@
-"""The billed image call: resolve → validate → idempotency → limits + reserve → upstream → capture → render.
+"""The billed image call: resolve → validate → idempotency → limits + reserve → decode uploads →
+upstream → capture → render.
 
 Each step is a service owned by its app; this module only puts them in order, so the views stay thin
 and every billed endpoint runs the same sequence (docs/architecture.md).
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any, Literal
 
@@ -17,13 +19,20 @@ from django.utils.datastructures import MultiValueDict
 from rest_framework.request import Request
 
 from api.answers import event_stream_response, stored_response, stream_idempotency_refused
-from api.metering import connection_release, metered_begin, metered_call
+from api.metering import balance_precheck, connection_release, metered_begin, metered_call
 from api.usage import UsageScope, usage_scope
 from billing.idempotency import StoredResponse, idempotent_execute
+from core.offload import cpu_bound
 from images.access import ResolvedModel, image_model_resolve
 from images.results import result_body, result_render
 from images.streaming import StreamedCall, stream_relay
-from images.validation import ImageParams, edit_params_validate, generation_params_validate
+from images.validation import (
+    EditUploads,
+    ImageParams,
+    edit_fields_validate,
+    edit_uploads_decode,
+    generation_params_validate,
+)
 from keys.credentials import Credential
 from upstreams.errors import upstream_error_to_api_error
 from upstreams.models import Upstream
@@ -78,22 +87,29 @@ def image_call_run(
             credential=credential, requested_model=requested_model, operation=operation
         )
         usage.set_target(group=resolved.group, model_id=resolved.image_model.model_id)
-        images: tuple[bytes, ...] = ()
-        mask: bytes | None = None
+        uploads: EditUploads | None = None
         if operation == "generate":
             params = generation_params_validate(body=data, image_model=resolved.image_model)
         else:
-            params, images, mask = edit_params_validate(
+            params, uploads = edit_fields_validate(
                 data=data, files=files or MultiValueDict(), image_model=resolved.image_model
             )
-        upstream_request = _upstream_request(
-            operation=operation,
-            resolved=resolved,
-            params=params,
-            images=images,
-            mask=mask,
-            request_id=request_id,
-        )
+            # Decoding the uploads is the expensive step of an edit (16 images of 16 megapixels take
+            # seconds of CPU): every cheap refusal comes first. This one costs a read; the limits and
+            # the reservation run before decoding too (metered_begin, then `upstream_request`).
+            balance_precheck(credential=credential, group=resolved.group, price=resolved.image_model.price)
+
+        def upstream_request() -> ImageRequest:
+            images, mask = cpu_bound(edit_uploads_decode, uploads=uploads) if uploads else ((), None)
+            return _upstream_request(
+                operation=operation,
+                resolved=resolved,
+                params=params,
+                images=images,
+                mask=mask,
+                request_id=request_id,
+            )
+
         if params.options.get("stream"):
             if idempotency_key is not None:
                 raise stream_idempotency_refused()
@@ -105,6 +121,7 @@ def image_call_run(
                 price=resolved.image_model.price,
             )
             stack.callback(meter.close)
+            prepared = upstream_request()  # an undecodable upload releases the reservation
             owned = stack.pop_all()  # from here the stream owns the usage scope and the reservation
             return StreamedCall(
                 events=stream_relay(
@@ -112,7 +129,7 @@ def image_call_run(
                     usage=usage,
                     meter=meter,
                     resolved=resolved,
-                    upstream_request=upstream_request,
+                    upstream_request=prepared,
                 )
             )
         return idempotent_execute(
@@ -164,15 +181,16 @@ def _produce(
     usage: UsageScope,
     credential: Credential,
     resolved: ResolvedModel,
-    upstream_request: ImageRequest,
+    upstream_request: Callable[[], ImageRequest],
     params: ImageParams,
 ) -> StoredResponse:
-    """Limits, reserve, upstream call and capture; the rendered body is part of the billed call, so a
-    result that cannot be delivered (e.g. its URL cannot be fetched) is released, not charged."""
+    """Limits, reserve, decode the uploads, upstream call and capture; the rendered body is part of
+    the billed call, so a result that cannot be delivered (e.g. its URL cannot be fetched) is
+    released, not charged, and so is an upload that turns out not to be an image."""
 
     def call() -> bytes:
         return _call_upstream(
-            usage=usage, resolved=resolved, upstream_request=upstream_request, params=params
+            usage=usage, resolved=resolved, upstream_request=upstream_request(), params=params
         )
 
     body = metered_call(

@@ -404,6 +404,15 @@ def generation_params_validate(*, body: object, image_model: ImageCapabilities) 
     return _params_validate(values=body, image_model=image_model, operation="generate")
 
 
+@dataclass(frozen=True)
+class EditUploads:
+    """The file parts of an edit, checked for count and size but not yet read: `edit_uploads_decode`
+    reads and decodes them (the expensive part, done after every cheap refusal)."""
+
+    images: tuple[tuple[str, UploadedFile], ...]
+    mask: UploadedFile | None
+
+
 def edit_params_validate(
     *, data: QueryDict, files: MultiValueDict, image_model: ImageCapabilities
 ) -> tuple[ImageParams, tuple[bytes, ...], bytes | None]:
@@ -411,6 +420,16 @@ def edit_params_validate(
 
     Returns the parameters, the image bytes (in the order sent) and the mask bytes (or None).
     """
+    params, uploads = edit_fields_validate(data=data, files=files, image_model=image_model)
+    images, mask = edit_uploads_decode(uploads=uploads)
+    return params, images, mask
+
+
+def edit_fields_validate(
+    *, data: QueryDict, files: MultiValueDict, image_model: ImageCapabilities
+) -> tuple[ImageParams, EditUploads]:
+    """The cheap half of an edit's validation: the model's support, the form fields, and the file
+    parts' presence, count and recorded sizes. No file is read."""
     if not image_model.edits_supported:
         raise InvalidRequest(
             f"Model {image_model.model_id} does not support image edits; use a model that does.",
@@ -418,8 +437,7 @@ def edit_params_validate(
             code="edits_not_supported",
         )
     params = _params_validate(values=_form_values(data=data), image_model=image_model, operation="edit")
-    images, mask = _uploads_validate(data=data, files=files)
-    return params, images, mask
+    return params, _uploads_collect(data=data, files=files)
 
 
 def _params_validate(
@@ -485,7 +503,7 @@ def _form_values(*, data: QueryDict) -> dict[str, Any]:
     return values
 
 
-def _uploads_validate(*, data: QueryDict, files: MultiValueDict) -> tuple[tuple[bytes, ...], bytes | None]:
+def _uploads_collect(*, data: QueryDict, files: MultiValueDict) -> EditUploads:
     for name in (*IMAGE_FIELDS, MASK_FIELD):
         if any(not isinstance(value, UploadedFile) for value in data.getlist(name)):
             raise InvalidRequest(
@@ -513,17 +531,25 @@ def _uploads_validate(*, data: QueryDict, files: MultiValueDict) -> tuple[tuple[
     # Every size is checked before any file is read, so a huge file costs no memory.
     for name, upload in [*uploads, *((MASK_FIELD, mask) for mask in masks)]:
         upload_size_check(uploaded=upload, param=name)
+    return EditUploads(images=tuple(uploads), mask=masks[0] if masks else None)
+
+
+def edit_uploads_decode(*, uploads: EditUploads) -> tuple[tuple[bytes, ...], bytes | None]:
+    """Read and fully decode the images and the mask (400 on any that is not a valid image).
+
+    CPU-bound (a 16-megapixel PNG takes a good part of a second): the pipeline runs it through
+    core.offload.cpu_bound, after every cheap refusal. It touches no database."""
     images: list[bytes] = []
     first = None
-    for name, upload in uploads:
+    for name, upload in uploads.images:
         content = upload_read(uploaded=upload, param=name)
         checked = image_bytes_check(data=content, param=name)
         first = first or checked
         images.append(content)
     mask: bytes | None = None
-    if masks:
+    if uploads.mask is not None:
         assert first is not None
-        mask = upload_read(uploaded=masks[0], param=MASK_FIELD)
+        mask = upload_read(uploaded=uploads.mask, param=MASK_FIELD)
         # The mask applies to the first image (as upstream APIs define it).
         mask_bytes_check(data=mask, image=first)
     return tuple(images), mask

@@ -1,14 +1,15 @@
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 
 from api.base import GatewayAPIView
+from api.parsers import GatewayJSONParser
 from images.pipeline import image_call_handle
 
 
 class ImageGenerationView(GatewayAPIView):
     """POST /v1/images/generations (JSON)."""
 
-    parser_classes = [JSONParser]
+    parser_classes = [GatewayJSONParser]
 
     def post(self, request: Request):
         return image_call_handle(request=request, operation="generate")

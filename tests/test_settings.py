@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 from django.test import override_settings
@@ -271,3 +272,35 @@ def test_a_new_worker_starts_even_when_its_cache_is_unreachable():
         _post_worker_init()(worker)
     assert len(worker.warnings) == 1
     assert worker.warnings[0].startswith("worker warm-up:")
+
+
+GUNICORN_LIMITS = {
+    # setting: (environment variable, default, an override)
+    "limit_request_line": ("GUNICORN_LIMIT_REQUEST_LINE", "8190", "6000"),
+    "limit_request_fields": ("GUNICORN_LIMIT_REQUEST_FIELDS", "100", "50"),
+    "limit_request_field_size": ("GUNICORN_LIMIT_REQUEST_FIELD_SIZE", "16384", "12000"),
+    "keepalive": ("GUNICORN_KEEPALIVE", "5", "2"),
+    "worker_connections": ("GUNICORN_WORKER_CONNECTIONS", "1000", "500"),
+    "timeout": ("GUNICORN_TIMEOUT", "300", "120"),
+    "graceful_timeout": ("GUNICORN_GRACEFUL_TIMEOUT", "30", "60"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GUNICORN_LIMITS))
+def test_gunicorn_sets_its_connection_limits_deliberately_and_from_the_environment(name):
+    variable, default, override = GUNICORN_LIMITS[name]
+
+    assert _gunicorn_setting({}, name) == default
+    assert _gunicorn_setting({variable: override}, name) == override
+
+
+def test_gunicorns_request_head_limits_are_above_the_gateways_own():
+    """gunicorn answers a head over its limits with its own HTML page: the gateway's JSON 431 and 414
+    (api.middleware.RequestLimitsMiddleware) must come first."""
+    line = int(_gunicorn_setting({}, "limit_request_line"))
+    field = int(_gunicorn_setting({}, "limit_request_field_size"))
+    fields = int(_gunicorn_setting({}, "limit_request_fields"))
+
+    assert settings.GATEWAY_MAX_REQUEST_LINE_BYTES + len("GET  HTTP/1.1") < line
+    assert field > settings.GATEWAY_MAX_HEADER_FIELD_BYTES
+    assert fields * field > settings.GATEWAY_MAX_HEADER_BYTES
