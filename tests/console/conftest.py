@@ -4,10 +4,20 @@ headless chromium (Debian's, at /usr/bin/chromium) driven by Playwright against 
 from __future__ import annotations
 
 import pytest
+from django.core.cache import cache
 from django.db import connections
 
 from keys.services import api_key_create
 from tests.console.browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS
+
+
+@pytest.fixture(autouse=True)
+def _fresh_sign_in_counters():
+    """Failed sign-ins are counted in the cache for GATEWAY_SIGNIN_WINDOW_SECONDS; with Redis the
+    counters would outlive a test run, and a few runs would lock the fixtures' users out."""
+    cache.clear()
+    yield
+    cache.clear()
 
 
 @pytest.fixture
