@@ -43,6 +43,9 @@ def test_createapikey_refuses_a_group_the_account_may_not_use(alice, alpha_group
     assert ApiKey.objects.get().group_id == alpha_group.pk
 
 
+# Transactional: the changes commit, so their invalidation of the credential cache runs (with Redis)
+# as in production.
+@pytest.mark.django_db(transaction=True)
 def test_a_key_stops_at_once_when_its_group_is_taken_from_the_account(
     client, alice, alpha_group, gamma_group, alpha_model, gamma_model, key_for
 ):
@@ -59,6 +62,7 @@ def test_a_key_stops_at_once_when_its_group_is_taken_from_the_account(
     assert Wallet.objects.get(account=alice).balance == Decimal("10") - gamma_model.price
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_key_serves_again_once_its_group_is_given_back(
     client, alice, alpha_group, gamma_group, gamma_model, key_for
 ):
