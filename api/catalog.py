@@ -13,7 +13,7 @@ from datetime import datetime
 
 from groups.access import groups_listed_for_credential
 from groups.snapshots import GroupSnapshot
-from keys.credentials import Credential
+from keys.credentials import SCOPE_MODELS_INVOKE, Credential
 
 
 @dataclass(frozen=True)
@@ -26,11 +26,13 @@ class CatalogModel:
 
 @dataclass(frozen=True)
 class ListedModel:
-    """One entry of GET /v1/models: `id` is exactly what the caller sends as `model` to use it."""
+    """One entry of GET /v1/models: `id` is exactly what the caller sends as `model` to use it, when
+    `selectable`; otherwise (an allowed group no request can select) the plain model id."""
 
     id: str
     model: CatalogModel
     group: GroupSnapshot
+    selectable: bool = True
 
 
 ModelSource = Callable[..., Iterable[CatalogModel]]  # called as source(group_id=...)
@@ -55,16 +57,17 @@ def model_list_for_credential(*, credential: Credential, all_groups: bool = Fals
         )
         for model in models:
             model_id = f"{group.pk}:{model.model_id}" if entry.prefixed else model.model_id
-            listed.append(ListedModel(id=model_id, model=model, group=group))
+            listed.append(ListedModel(id=model_id, model=model, group=group, selectable=entry.selectable))
     return listed
 
 
 def model_get_for_credential(*, credential: Credential, model_id: str) -> ListedModel | None:
     """The model GET /v1/models lists for this credential under `model_id`, or None: the serving
-    group's by plain id, then (OAuth tokens) another allowed group's by `<group_id>:<model>`."""
-    scopes = (False, True) if credential.kind == "oauth" else (False,)
-    for all_groups in scopes:
+    group's by plain id, then (OAuth tokens with `models:invoke`) another allowed group's by
+    `<group_id>:<model>`. A model no request can select has no detail."""
+    wider = credential.kind == "oauth" and credential.has_scope(SCOPE_MODELS_INVOKE)
+    for all_groups in (False, True) if wider else (False,):
         for listed in model_list_for_credential(credential=credential, all_groups=all_groups):
-            if listed.id == model_id:
+            if listed.selectable and listed.id == model_id:
                 return listed
     return None

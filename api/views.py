@@ -61,6 +61,8 @@ def _model_item(listed: ListedModel, *, with_group: bool) -> dict[str, Any]:
     }
     if with_group:
         item["group"] = _group_summary(listed.group)
+        # False: an allowed group no request can select (`id` is then the plain model id).
+        item["selectable"] = listed.selectable
     return item
 
 
@@ -145,14 +147,17 @@ class ModelCatalogView(GatewayAPIView):
 
 class ModelListView(ModelCatalogView):
     """The models the credential may use, in the OpenAI list shape (or Anthropic's, paginated);
-    `?groups=all` for OAuth tokens."""
+    `?groups=all` for OAuth tokens with `models:invoke` (every allowed group, each item marked
+    `selectable`)."""
 
     def get(self, request: Request) -> Response:
         credential = self.credential
         all_groups = request.query_params.get("groups") == "all" and credential.kind == "oauth"
         listed = model_list_for_credential(credential=credential, all_groups=all_groups)
         if self.anthropic:
-            return Response(_anthropic_page(listed, request.query_params))
+            # Anthropic's model object has no place to say "not selectable": list what can be used.
+            usable = [item for item in listed if item.selectable]
+            return Response(_anthropic_page(usable, request.query_params))
         return Response(
             {"object": "list", "data": [_model_item(item, with_group=all_groups) for item in listed]}
         )

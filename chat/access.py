@@ -1,6 +1,7 @@
 """Which text model serves a request, and whether its upstreams serve the endpoint asked.
 
-On the group `groups.access` resolves for the credential (states, `<group_id>:<model>`):
+After `groups.access.models_invoke_check` (OAuth tokens need `models:invoke`), on the group
+`groups.access` resolves for the credential (states, `<group_id>:<model>`):
 - the model must be an enabled text model of that group: unknown everywhere 404 `model_not_found`,
   known in another group 403 `model_not_allowed`;
 - its upstreams' kind must serve the endpoint (an `openai` upstream serves chat completions and
@@ -16,7 +17,7 @@ from chat.families import FAMILIES, Family
 from chat.selectors import group_text_models_enabled, text_model_ids_enabled
 from chat.snapshots import TextModelSnapshot
 from core.errors import MODEL_NOT_ALLOWED, MODEL_NOT_FOUND, InvalidRequest, NotFound, PermissionDenied
-from groups.access import group_resolve_for_credential
+from groups.access import group_resolve_for_credential, models_invoke_check
 from groups.snapshots import GroupSnapshot
 from keys.credentials import Credential
 from upstreams.providers import adapter_serves
@@ -40,6 +41,7 @@ def _shown(name: str) -> str:
 def text_model_resolve(*, credential: Credential, requested_model: str, family: Family) -> ResolvedTextModel:
     """May this credential use this text model on this endpoint, and in which group? The one place
     that decides."""
+    models_invoke_check(credential=credential)
     selection = group_resolve_for_credential(credential=credential, requested_model=requested_model)
     group = selection.group
     model_name = selection.model_name or ""

@@ -35,7 +35,12 @@ from core.errors import ApiError
 from groups.snapshots import GroupSnapshot
 from images.pipeline import image_call_run
 from keys.credentials import Credential
-from keys.services import api_key_create, api_key_revoke, oauth_application_revoke_for_user
+from keys.services import (
+    ApiKeyGroupNotAllowed,
+    api_key_create,
+    api_key_revoke,
+    oauth_application_revoke_for_user,
+)
 
 SMTP_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
 
@@ -151,12 +156,17 @@ class ApiKeysView(ConsoleView):
         form = self._form(data=request.POST)
         if not form.is_valid():
             return self._page(form=form, status=400)
-        api_key, secret = api_key_create(
-            account=self.account,
-            group=form.cleaned_data["group"],
-            label=form.cleaned_data["label"],
-            expires_at=form.expires_at(),
-        )
+        try:
+            api_key, secret = api_key_create(
+                account=self.account,
+                group=form.cleaned_data["group"],
+                label=form.cleaned_data["label"],
+                expires_at=form.expires_at(),
+            )
+        except ApiKeyGroupNotAllowed:
+            # The form offers allowed groups only; an operator took this one away since.
+            form.add_error("group", "Your account may no longer use this group.")
+            return self._page(form=form, status=400)
         # The secret is rendered in this response only and stored nowhere (not even in the session);
         # never_cache keeps the browser from showing it again from its cache.
         return self._page(form=self._form(), new_key=api_key, secret=secret, status=201)

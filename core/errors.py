@@ -240,8 +240,8 @@ def native_body(error: ApiError, *, request_id: str | None) -> dict[str, Any]:
 
 
 def google_body(error: ApiError, *, request_id: str | None) -> dict[str, Any]:
-    # The spec writes the status in lowercase (permission_denied, resource_exhausted, ...). Upstream
-    # bodies passed through (PassthroughError) keep whatever case the upstream used.
+    # The spec writes the status in lowercase (permission_denied, resource_exhausted, ...); upstream
+    # bodies passed through (upstreams/errors.py) are lowercased the same way.
     return {
         "error": {
             "code": error.status,
@@ -254,10 +254,23 @@ def google_body(error: ApiError, *, request_id: str | None) -> dict[str, Any]:
 BODY_BUILDERS = {"compatible": compatible_body, "native": native_body, "google": google_body}
 
 
+# Statuses the official SDKs would retry on their own (they retry 408, 409, 429 and 5xx) although
+# retrying cannot help: a 409 here is a configuration conflict, not a lock timeout, and a 502/504 comes
+# after the gateway has already spent its own retries on the upstreams. With `x-should-retry: false`
+# (honoured by the openai and anthropic SDKs) the caller's request is sent once.
+_RETRYABLE_STATUSES = frozenset({408, 429, 500, 503})
+
+
+def retry_pointless(status: int) -> bool:
+    """Whether an answer with this status is one a client's retry cannot change: every 4xx but 408
+    and 429, and 502/504 (built after the gateway's own retries)."""
+    return (400 <= status < 500 or status in (502, 504)) and status not in _RETRYABLE_STATUSES
+
+
 def error_response(
     error: ApiError, *, request: HttpRequest | Request | None, shape: Shape | None = None
 ) -> JsonResponse:
-    """The one place an ApiError becomes an HTTP response."""
+    """The one place an ApiError becomes an HTTP response (upstream bodies passed through included)."""
     request_id = getattr(request, "request_id", None)
     path = request.path if request is not None else ""
     if isinstance(error, PassthroughError):
@@ -274,6 +287,8 @@ def error_response(
         response["Retry-After"] = "1"
     if error.status == 401 and "WWW-Authenticate" not in response:
         response["WWW-Authenticate"] = 'Bearer realm="api"'
+    if retry_pointless(error.status):
+        response["x-should-retry"] = "false"
     return response
 
 

@@ -2,7 +2,11 @@
 
 Everything that needs such a decision calls these functions; nothing else decides.
 
-- A manual API key (like any credential other than an OAuth token) is served by its bound group; a
+- Calling a model spends the account's money: an OAuth token needs the `models:invoke` scope for it
+  (`models_invoke_check`, which every endpoint family's resolve function calls first), else 403
+  `insufficient_scope`; so does listing every allowed group's models. Manual keys are not scope-limited.
+- A manual API key (like any credential other than an OAuth token) is served by its bound group, while
+  that group is among its account's allowed groups (else 403 GROUP_NOT_ALLOWED); a
   `<group_id>:<model>` prefix is not an override for it (the model name is looked up as written).
 - An OAuth token is served by its account's current group, unless `model` is `<group_id>:<model>`
   (numeric id): then by that group, if the account may use it and both groups allow the override.
@@ -14,9 +18,9 @@ Everything that needs such a decision calls these functions; nothing else decide
 Subscription checks (SUBSCRIPTION_NOT_FOUND / SUBSCRIPTION_INVALID) belong to billing's reserve step.
 
 Groups are read through groups/selectors.py as snapshots, from per-process caches that every write to
-them invalidates (the next call on every process sees it). An OAuth token's credential carries its
-account's allowed groups, read and cached with the token (keys/selectors.py), so a call makes no query
-for them; a change to them is seen by the next call on every process.
+them invalidates (the next call on every process sees it). A credential's account snapshot carries the
+account's allowed groups, read and cached with the key or token (keys/selectors.py), so a call makes no
+query for them; a change to them is seen by the next call on every process.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from core.errors import (
     GROUP_NOT_ALLOWED,
     GROUP_OVERRIDE_UNSUPPORTED,
     GROUP_UNAVAILABLE,
+    INSUFFICIENT_SCOPE,
     Conflict,
     InvalidRequest,
     PermissionDenied,
@@ -37,7 +42,7 @@ from core.errors import (
 from groups.models import Group
 from groups.selectors import group_get
 from groups.snapshots import GroupSnapshot
-from keys.credentials import Credential
+from keys.credentials import SCOPE_MODELS_INVOKE, Credential
 
 # `<group_id>:<model>`: a numeric id only (not a name), then a non-empty model name.
 _OVERRIDE = re.compile(r"(?P<group_id>[0-9]{1,10}):(?P<model>.+)", re.DOTALL)
@@ -51,6 +56,19 @@ class GroupSelection:
     group: GroupSnapshot
     model_name: str | None
     overridden: bool
+
+
+def models_invoke_check(*, credential: Credential) -> None:
+    """Raise 403 `insufficient_scope` unless the credential may call models, and so spend its
+    account's money: manual keys and the console always, OAuth tokens only with `models:invoke`.
+
+    Every billed endpoint family calls this before anything else of its access decision."""
+    if not credential.has_scope(SCOPE_MODELS_INVOKE):
+        raise PermissionDenied(
+            f"This token may not call models: it needs the scope {SCOPE_MODELS_INVOKE!r}, which "
+            "lets an application spend your balance. Ask for it when authorizing the application.",
+            code=INSUFFICIENT_SCOPE,
+        )
 
 
 def group_override_parse(*, requested_model: str) -> tuple[int, str] | None:
@@ -78,9 +96,8 @@ def group_override_supported(*, group: GroupSnapshot) -> bool:
 
 
 def _credential_allows(*, credential: Credential, group: GroupSnapshot) -> bool:
-    """May the credential's account use `group`? From the groups read with the (OAuth) credential; a
-    credential that carries none may use none."""
-    return credential.allowed_group_ids is not None and group.pk in credential.allowed_group_ids
+    """May the credential's account use `group`? From the allowed groups read with the credential."""
+    return group.pk in credential.account.allowed_group_ids
 
 
 def _override_target(
@@ -121,6 +138,12 @@ def group_resolve_for_credential(
         group = credential.bound_group
         if group is None:
             raise PermissionDenied("This credential is not bound to a group.", code=GROUP_NOT_ALLOWED)
+        if not _credential_allows(credential=credential, group=group):
+            # The key was made while its account could use the group; an operator has taken it since.
+            raise PermissionDenied(
+                f"Your account may no longer use the group {group.name!r} this key is bound to.",
+                code=GROUP_NOT_ALLOWED,
+            )
         group_state_check(group=group)
         return GroupSelection(group=group, model_name=requested_model, overridden=False)
 
@@ -147,26 +170,30 @@ def group_resolve_for_credential(
 
 @dataclass(frozen=True)
 class ListedGroup:
-    """A group whose models GET /v1/models lists; `prefixed`: its models are selected as
-    `<group_id>:<model>` (the plain id would select them in the current group instead)."""
+    """A group whose models GET /v1/models lists. `prefixed`: its models are selected as
+    `<group_id>:<model>` (the plain id would select them in the current group instead).
+    `selectable`: False for an allowed group no id can select per request (e.g. a subscription group
+    other than the current one): its models are listed by their plain ids, for information only."""
 
     group: GroupSnapshot
     prefixed: bool
+    selectable: bool = True
 
 
 def groups_listed_for_credential(*, credential: Credential, all_groups: bool = False) -> list[ListedGroup]:
     """The groups whose models GET /v1/models lists for this credential, in group id order.
 
-    Default: the serving group (bound or current). With `all_groups` (honoured for OAuth tokens only):
-    every active allowed group that some id can reach - the current group by plain ids, a group the
-    override can reach by `<group_id>:<model>`; groups no id can reach are left out, so every listed
-    id works."""
+    Default: the serving group (bound or current). With `all_groups` (honoured for OAuth tokens only,
+    and only with `models:invoke`): every active allowed group - the current group by plain ids, a
+    group the override can reach by `<group_id>:<model>`, and any other (which no id can select) by
+    plain ids marked not selectable. Inactive groups serve nothing and are left out."""
     if not all_groups or credential.kind != "oauth":
         return [ListedGroup(group=group_resolve_for_credential(credential=credential).group, prefixed=False)]
+    models_invoke_check(credential=credential)
     current = credential.account.current_group
     can_leave_current = current is None or group_override_supported(group=current)
     listed: list[ListedGroup] = []
-    allowed = (group_get(group_id=group_id) for group_id in sorted(credential.allowed_group_ids or ()))
+    allowed = (group_get(group_id=group_id) for group_id in sorted(credential.account.allowed_group_ids))
     for group in allowed:
         if group is None or group.status != Group.Status.ACTIVE:
             continue
@@ -174,4 +201,6 @@ def groups_listed_for_credential(*, credential: Credential, all_groups: bool = F
             listed.append(ListedGroup(group=group, prefixed=True))
         elif current is not None and group.pk == current.pk:
             listed.append(ListedGroup(group=group, prefixed=False))
+        else:
+            listed.append(ListedGroup(group=group, prefixed=False, selectable=False))
     return listed

@@ -1,5 +1,5 @@
 """Which image model serves a request: the image endpoints' access decision, on the group that
-`groups.access` resolves for the credential.
+`groups.access` resolves for the credential (after its `models_invoke_check`).
 
 - The serving group must be image-enabled (403 permission_error `image_group_required`).
 - The model must be an enabled image model of that group: unknown everywhere 404 model_not_found,
@@ -20,7 +20,7 @@ from core.errors import (
     NotFound,
     PermissionDenied,
 )
-from groups.access import group_resolve_for_credential
+from groups.access import group_resolve_for_credential, models_invoke_check
 from groups.snapshots import GroupSnapshot
 from images.selectors import group_image_models_enabled, image_model_ids_enabled
 from images.snapshots import ImageModelSnapshot
@@ -66,6 +66,7 @@ def image_model_resolve(
     """May this credential use this image model, and in which group? The one place that decides."""
     if operation not in ("generate", "edit"):
         raise ValueError(f"unknown image operation {operation!r}")
+    models_invoke_check(credential=credential)
     if not isinstance(requested_model, str) or not requested_model.strip():
         raise InvalidRequest(
             "You must provide a model parameter (a model id from GET /v1/models).",

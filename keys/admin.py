@@ -1,3 +1,4 @@
+from django import forms
 from django.contrib import admin, messages
 from django.utils.html import format_html
 
@@ -6,8 +7,25 @@ from keys.models import ApiKey
 from keys.services import api_key_create, api_key_revoke
 
 
+class ApiKeyAdminForm(forms.ModelForm):
+    class Meta:
+        model = ApiKey
+        fields = ("account", "group", "label", "expires_at")
+
+    def clean(self):
+        cleaned = super().clean()
+        account, group = cleaned.get("account"), cleaned.get("group")
+        # New keys only (owner and group are read-only afterwards): api_key_create refuses a group the
+        # account may not use; say so on the form rather than fail in save_model.
+        is_new = self.instance.pk is None and account is not None and group is not None
+        if is_new and not account.allowed_groups.filter(pk=group.pk).exists():
+            self.add_error("group", f"{account} may not use the group {group.name!r}; allow it first.")
+        return cleaned
+
+
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
+    form = ApiKeyAdminForm
     list_display = (
         "prefix",
         "label",

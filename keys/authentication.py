@@ -153,7 +153,6 @@ def _oauth_token_verify(*, token: str, now: datetime) -> Credential:
         bound_group=None,
         scopes=access_token.scopes,
         label=access_token.label,
-        allowed_group_ids=account.allowed_group_ids,
     )
 
 

@@ -9,11 +9,15 @@ if TYPE_CHECKING:
     from accounts.snapshots import AccountSnapshot
     from groups.snapshots import GroupSnapshot
 
+# Calling models spends the account's money: a token needs this scope for every billed endpoint.
+SCOPE_MODELS_INVOKE = "models:invoke"
+
 # Every scope an OAuth token can hold; a manual API key acts for its own account in full.
 SCOPES = {
     "profile:read": "Read your user profile",
     "account:read": "Read your account, current group and allowed groups",
     "account:balance:read": "Read your balance",
+    SCOPE_MODELS_INVOKE: "Call models for you in your allowed groups (charged to your account)",
 }
 
 
@@ -26,9 +30,9 @@ class Credential:
     bound_group: the key's group (API keys); None for OAuth tokens, which act in the account's
     current group unless the request selects another with `<group_id>:<model>`.
     scopes: the token's scopes; empty for API keys (which are not scope-limited).
-    allowed_group_ids: OAuth tokens: the groups the account may use, read with the token (and cached
-    with it: any change to them is seen at the next request); None for API keys, which are bound to
-    one group.
+
+    The groups the account may use are `account.allowed_group_ids`, read with the key or token (and
+    cached with it: any change to them is seen at the next request).
 
     `account` and `bound_group` are immutable snapshots, shared with the per-process credential cache
     (keys/selectors.py); what they do not hold (the wallet, the profile) is read by id.
@@ -40,7 +44,6 @@ class Credential:
     bound_group: GroupSnapshot | None
     scopes: frozenset[str] = frozenset()
     label: str = ""
-    allowed_group_ids: frozenset[int] | None = None
 
     @property
     def limit_key(self) -> str:

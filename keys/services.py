@@ -36,10 +36,21 @@ from keys.selectors import LastUsedMark
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
+class ApiKeyGroupNotAllowed(ValueError):
+    """The group asked for is not among the account's allowed groups."""
+
+
 def api_key_create(
     *, account: Account, group: Group, label: str = "", expires_at: datetime | None = None
 ) -> tuple[ApiKey, str]:
-    """Create a key and return it with its secret. The secret exists only in this return value."""
+    """Create a key and return it with its secret. The secret exists only in this return value.
+
+    The group must be one of the account's allowed groups (ApiKeyGroupNotAllowed otherwise): a key
+    serves only while it is (groups.access), so a key for any other group could never be used."""
+    if not account.allowed_groups.filter(pk=group.pk).exists():
+        raise ApiKeyGroupNotAllowed(
+            f"the group {group.name!r} is not among the groups {account.user.get_username()} may use"
+        )
     secret = api_key_generate()
     api_key = ApiKey.objects.create(
         account=account,

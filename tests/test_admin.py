@@ -136,6 +136,16 @@ def test_adding_a_key_in_the_admin_shows_the_secret_once_and_stores_its_hash(
     assert api_key.prefix in page.content.decode()
 
 
+def test_the_admin_refuses_a_key_for_a_group_the_account_may_not_use(staff_client, alice, beta_group):
+    response = staff_client.post(
+        reverse("admin:keys_apikey_add"), {"account": alice.pk, "group": beta_group.pk, "label": "x"}
+    )
+
+    assert response.status_code == 200  # the form again, with the error
+    assert "may not use the group" in response.content.decode()
+    assert not ApiKey.objects.exists()
+
+
 def test_the_upstream_admin_shows_circuit_state_and_recent_errors(staff_client, demo_upstream):
     from django.core.cache import cache
 

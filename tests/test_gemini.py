@@ -165,7 +165,7 @@ def test_a_request_error_passes_through_in_google_shape_and_is_not_charged(clien
     assert response.status_code == 400
     body = response.json()
     assert body["error"]["code"] == 400
-    assert body["error"]["status"] == "INVALID_ARGUMENT"
+    assert body["error"]["status"] == "invalid_argument"  # the spec's case, whatever the upstream's
     assert "not available" in body["error"]["message"]
     assert len(responses.calls) == 1  # a 4xx about the request is not retried
     assert not LedgerEntry.objects.filter(kind="charge").exists()

@@ -48,7 +48,7 @@ def chat_key(dora, chat_group, chat_models) -> str:
 
 @pytest.fixture
 def dora_token(dora, alpha_model, chat_models) -> str:
-    _, secret = oauth_token_create(account=dora, scopes=[], expires_in_seconds=3600)
+    _, secret = oauth_token_create(account=dora, scopes=["models:invoke"], expires_in_seconds=3600)
     return secret
 
 

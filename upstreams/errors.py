@@ -161,7 +161,7 @@ def _passthrough(*, error: UpstreamError, upstream: Upstream, status: int) -> Ap
         if isinstance(inner.get("code"), int) and isinstance(inner.get("status"), str):
             # Google's shape: {"error": {"code": 400, "message": ..., "status": "INVALID_ARGUMENT"}}
             native: dict[str, Any] = {
-                "error": {"code": status, "message": message, "status": _token(inner["status"])}
+                "error": {"code": status, "message": message, "status": _token(inner["status"].lower())}
             }
             return PassthroughError(status=status, body=native, message=message, shape="google")
         # OpenAI's shape: {"error": {"message", "type", "param", "code"}}

@@ -115,7 +115,7 @@ def grant(account, application: Application, *, scope: str) -> tuple[AccessToken
 
 @pytest.fixture
 def sketchbook_token(alice, alpha_model, sketchbook) -> str:
-    _, secret = grant(alice, sketchbook, scope="profile:read account:read")
+    _, secret = grant(alice, sketchbook, scope="profile:read account:read models:invoke")
     return secret
 
 
@@ -144,7 +144,7 @@ def test_it_serves_a_repeated_oauth_token_without_a_credential_query(client, ali
     assert second.json()["credential"] == {
         "type": "oauth",
         "label": "Sketchbook",
-        "scopes": ["account:read", "profile:read"],
+        "scopes": ["account:read", "models:invoke", "profile:read"],
     }
     assert len(first_statements) == 1
     assert second_statements == []
@@ -242,6 +242,7 @@ def test_it_refuses_a_cached_key_at_the_next_request_after_a_change(client, alic
 def test_it_serves_a_cached_key_from_its_new_group_at_the_next_request(
     client, alice, alice_key, gamma_group, gamma_model
 ):
+    alice.allowed_groups.add(gamma_group)  # a key serves only in a group its account may use
     warm(client, "/v1/models", alice_key)
 
     api_key = ApiKey.objects.get()

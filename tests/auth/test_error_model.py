@@ -12,6 +12,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 
 from core.errors import (
     GROUP_DISABLED,
+    ApiError,
     AuthenticationFailed,
     PassthroughError,
     PermissionDenied,
@@ -88,7 +89,7 @@ def test_it_builds_the_second_native_shape_on_request():
 
 
 def test_it_passes_an_upstream_body_through_unchanged():
-    body = {"error": {"code": 429, "message": "Quota exceeded.", "status": "RESOURCE_EXHAUSTED"}}
+    body = {"error": {"code": 429, "message": "Quota exceeded.", "status": "resource_exhausted"}}
     error = PassthroughError(status=429, body=body, message="Quota exceeded.", shape="google")
 
     response = error_response(error, request=api_request("/v1/images/generations"))
@@ -106,6 +107,41 @@ def test_it_sets_retry_after_on_429_and_503_and_www_authenticate_on_401():
     )
     assert unauthenticated["WWW-Authenticate"].startswith("Bearer")
     assert "Retry-After" not in unauthenticated
+
+
+RETRY_CASES = [
+    (400, "false"),
+    (401, "false"),
+    (402, "false"),
+    (403, "false"),
+    (404, "false"),
+    (408, None),  # a timeout: the SDKs' own retry may well succeed
+    (409, "false"),
+    (413, "false"),
+    (422, "false"),
+    (429, None),  # Retry-After says when
+    (500, None),
+    (502, "false"),  # the gateway has already spent its retries on the upstreams
+    (503, None),  # Retry-After says when
+    (504, "false"),
+]
+
+
+@pytest.mark.parametrize(("status", "header"), RETRY_CASES)
+def test_it_tells_the_sdks_not_to_retry_what_retrying_cannot_fix(status, header):
+    error = ApiError("No.", status=status)
+
+    for path in ("/v1/images/generations", "/v1/messages"):
+        response = error_response(error, request=api_request(path))
+        assert response.get("x-should-retry") == header, (status, path)
+
+
+@pytest.mark.parametrize(("status", "header"), RETRY_CASES)
+def test_it_tells_the_sdks_not_to_retry_an_upstream_error_passed_through(status, header):
+    body = {"error": {"message": "No.", "type": "invalid_request_error", "param": None, "code": None}}
+    error = PassthroughError(status=status, body=body, message="No.", shape="compatible")
+
+    assert error_response(error, request=api_request("/v1/chat/completions")).get("x-should-retry") == header
 
 
 # --- over HTTP ------------------------------------------------------------------------------------------

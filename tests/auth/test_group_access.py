@@ -33,7 +33,7 @@ def key_credential(alice, alpha_group, alpha_model, key_for):
 
 @pytest.fixture
 def carol_credential(carol, alpha_model, beta_model, gamma_model, token_for):
-    return lambda: credential_verify(secret=token_for(carol, ["profile:read"]))
+    return lambda: credential_verify(secret=token_for(carol, ["profile:read", "models:invoke"]))
 
 
 def resolve(credential, model):
@@ -356,7 +356,7 @@ def test_a_key_bound_to_a_group_is_unaffected_by_the_accounts_current_group(
     client, alpha_group, beta_group, beta_model, key_for
 ):
     account = account_create(username="dave")
-    account_set_groups(account=account, allowed_groups=[alpha_group], current_group=alpha_group)
+    account_set_groups(account=account, allowed_groups=[alpha_group, beta_group], current_group=alpha_group)
     secret = key_for(account, beta_group)
 
     response = client.get("/v1/models", headers=bearer(secret))

@@ -11,6 +11,8 @@ from tests.auth.conftest import bearer, model_make
 
 pytestmark = pytest.mark.django_db
 
+INVOKE = "models:invoke"
+
 
 def ids(response) -> list[str]:
     assert response.status_code == 200, response.content
@@ -61,27 +63,42 @@ def test_it_lists_the_current_groups_models_for_an_oauth_token(
 def test_it_lists_every_allowed_group_with_the_id_that_selects_it_for_groups_all(
     client, carol, alpha_model, beta_model, gamma_model, token_for
 ):
-    response = client.get("/v1/models?groups=all", headers=bearer(token_for(carol, [])))
+    response = client.get("/v1/models?groups=all", headers=bearer(token_for(carol, [INVOKE])))
 
     data = response.json()["data"]
-    # Beta-API is subscription-billed: no `<group_id>:<model>` reaches it from Alpha, so it is left out.
-    assert [(item["id"], item["group"]) for item in data] == [
-        ("1:alpha-image-2", {"id": 1, "name": "Alpha-Image"}),
-        ("3:gamma-image-1", {"id": 3, "name": "Gamma-Image"}),
+    # Beta-API is subscription-billed: no `<group_id>:<model>` reaches it from Alpha, so its model is
+    # listed by its plain id and marked as not selectable per request.
+    assert [(item["id"], item["group"], item["selectable"]) for item in data] == [
+        ("1:alpha-image-2", {"id": 1, "name": "Alpha-Image"}, True),
+        ("beta-imagine-image", {"id": 2, "name": "Beta-API"}, False),
+        ("3:gamma-image-1", {"id": 3, "name": "Gamma-Image"}, True),
     ]
     assert all(item["object"] == "model" and isinstance(item["created"], int) for item in data)
 
 
-def test_every_id_listed_for_groups_all_selects_its_model(
+def test_every_selectable_id_listed_for_groups_all_selects_its_model(
     client, carol, alpha_model, beta_model, gamma_model, token_for
 ):
-    secret = token_for(carol, [])
+    secret = token_for(carol, [INVOKE])
     credential = credential_verify(secret=secret)
-    for item in client.get("/v1/models?groups=all", headers=bearer(secret)).json()["data"]:
+    data = client.get("/v1/models?groups=all", headers=bearer(secret)).json()["data"]
+    for item in data:
+        if not item["selectable"]:
+            continue
         resolved = image_model_resolve(
             credential=credential, requested_model=item["id"], operation="generate"
         )
         assert resolved.group.pk == item["group"]["id"]
+    assert [item["id"] for item in data if not item["selectable"]] == ["beta-imagine-image"]
+
+
+def test_a_model_that_cannot_be_selected_has_no_detail_under_its_listed_id(
+    client, carol, alpha_model, beta_model, token_for
+):
+    secret = token_for(carol, [INVOKE])
+
+    assert client.get("/v1/models/beta-imagine-image", headers=bearer(secret)).status_code == 404
+    assert client.get("/v1/models/2:beta-imagine-image", headers=bearer(secret)).status_code == 404
 
 
 def test_it_lists_the_current_subscription_group_by_plain_ids_for_groups_all(
@@ -91,19 +108,33 @@ def test_it_lists_the_current_subscription_group_by_plain_ids_for_groups_all(
         account=carol, allowed_groups=[alpha_group, beta_group, gamma_group], current_group=beta_group
     )
 
-    response = client.get("/v1/models?groups=all", headers=bearer(token_for(carol, [])))
+    response = client.get("/v1/models?groups=all", headers=bearer(token_for(carol, [INVOKE])))
 
-    # From a subscription group no override is possible: only its own models, by plain id.
-    assert [(item["id"], item["group"]["id"]) for item in response.json()["data"]] == [
-        ("beta-imagine-image", 2)
+    # From a subscription group no override is possible: its own models by plain id, the other
+    # allowed groups' listed but not selectable.
+    assert [(item["id"], item["group"]["id"], item["selectable"]) for item in response.json()["data"]] == [
+        ("alpha-image-2", 1, False),
+        ("beta-imagine-image", 2, True),
+        ("gamma-image-1", 3, False),
     ]
+
+
+def test_the_anthropic_shaped_list_leaves_out_what_cannot_be_selected(
+    client, carol, alpha_model, beta_model, gamma_model, token_for
+):
+    response = client.get(
+        "/v1/models?groups=all",
+        headers={**bearer(token_for(carol, [INVOKE])), "anthropic-version": "2023-06-01"},
+    )
+
+    assert [item["id"] for item in response.json()["data"]] == ["1:alpha-image-2", "3:gamma-image-1"]
 
 
 def test_it_leaves_inactive_groups_out_of_groups_all(client, carol, gamma_group, gamma_model, token_for):
     gamma_group.status = "disabled"
     gamma_group.save(update_fields=["status"])
 
-    assert ids(client.get("/v1/models?groups=all", headers=bearer(token_for(carol, [])))) == []
+    assert ids(client.get("/v1/models?groups=all", headers=bearer(token_for(carol, [INVOKE])))) == []
 
 
 @pytest.mark.parametrize("accept", ["text/html", "application/xml", "*/*", "application/json"])

@@ -78,7 +78,8 @@ def test_a_google_shaped_error_passes_through_in_its_shape(openai_upstream):
     code, answer, _ = answered(openai_upstream, status=400, retryable=False, body=body)
     assert (code, answer) == (
         400,
-        {"error": {"code": 400, "message": "Prompt is empty.", "status": "INVALID_ARGUMENT"}},
+        # The spec's lowercase status, whatever case the upstream wrote it in.
+        {"error": {"code": 400, "message": "Prompt is empty.", "status": "invalid_argument"}},
     )
 
 

@@ -308,7 +308,7 @@ def test_an_oauth_token_selects_the_group_with_a_prefixed_model(
     account_set_groups(account=tara, allowed_groups=[alpha_group, chat_group], current_group=alpha_group)
     alpha_group.allow_group_override = True
     alpha_group.save()
-    _, token = oauth_token_create(account=tara, scopes=[], expires_in_seconds=600)
+    _, token = oauth_token_create(account=tara, scopes=["models:invoke"], expires_in_seconds=600)
     upstream.post(CHAT_URL, json=chat_completion())
 
     unprefixed = post(client, "/v1/chat/completions", {"model": "alpha-chat", "messages": []}, token)

@@ -6,11 +6,14 @@ from django.utils import timezone
 from accounts.models import Account
 from accounts.selectors import account_get_by_username
 from groups.models import Group
-from keys.services import api_key_create
+from keys.services import ApiKeyGroupNotAllowed, api_key_create
 
 
 class Command(BaseCommand):
-    help = "Create an API key for USERNAME bound to a group. The key is printed once, alone on the last line."
+    help = (
+        "Create an API key for USERNAME bound to one of the account's allowed groups. "
+        "The key is printed once, alone on the last line."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("username")
@@ -30,9 +33,12 @@ class Command(BaseCommand):
         if expires_in_days is not None and expires_in_days < 1:
             raise CommandError("--expires-in-days must be at least 1")
         expires_at = timezone.now() + timedelta(days=expires_in_days) if expires_in_days else None
-        api_key, secret = api_key_create(
-            account=account, group=bound_group, label=label, expires_at=expires_at
-        )
+        try:
+            api_key, secret = api_key_create(
+                account=account, group=bound_group, label=label, expires_at=expires_at
+            )
+        except ApiKeyGroupNotAllowed as exc:
+            raise CommandError(f"{exc}; allow it for the account first") from None
         self.stderr.write(
             f"Created key {api_key.prefix}… for {username} in group {bound_group.name}. "
             "It is shown once; store it now."
