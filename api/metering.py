@@ -11,12 +11,12 @@ from datetime import datetime
 from decimal import Decimal
 from typing import TypeVar
 
-from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.utils import timezone
 
 from api.usage import UsageScope
 from billing.holds import hold_capture, hold_release, hold_reserve
+from billing.idempotency import idempotency_charge_note
 from billing.limits import (
     ConcurrencySlot,
     concurrency_slot_acquire,
@@ -127,6 +127,9 @@ class MeteredCall:
         if captured:
             captured_amount = self.hold.captured_amount
             self.usage.charged = captured_amount if captured_amount is not None else self.amount
+            # An Idempotency-Key claimed around this call is now never freed: a retry must not
+            # charge again.
+            idempotency_charge_note()
             return True
         # The hold expired before the call returned (GATEWAY_HOLD_TTL_SECONDS shorter than the call):
         # release_stale_holds voided it, and a voided hold is never charged.
@@ -143,12 +146,18 @@ class MeteredCall:
             _release(hold=self.hold)
 
     def close(self) -> None:
+        """Release an unresolved reservation, give the slot and the connection back. Never raises:
+        it runs after a capture too, and nothing after a capture may turn the answer into an error
+        (a slot left behind expires, a connection left broken is discarded by the pool)."""
         self.release()
-        concurrency_slot_release(slot=self.slot)
-        self.slot = None
-        # The call's last statement has run: with a pool, give the connection back now rather than
-        # after the answer has been written to the client (a slow reader would hold it meanwhile).
-        connection_release()
+        slot, self.slot = self.slot, None
+        concurrency_slot_release(slot=slot)
+        try:
+            # The call's last statement has run: with a pool, give the connection back now rather
+            # than after the answer has been written to the client (a slow reader would hold it).
+            connection_release()
+        except Exception:
+            logger.exception("could not give back the connection of request %s", self.usage.request_id)
 
 
 def metered_begin(
@@ -172,11 +181,7 @@ def metered_begin(
     amount = money_parse(price)
     usage.set_target(group=group, model_id=model_id)
     rate_limit_hit(limit_key=credential.limit_key, rpm=group.rpm)
-    slot = concurrency_slot_acquire(
-        limit_key=credential.limit_key,
-        limit=group.concurrency,
-        ttl_seconds=settings.GATEWAY_HOLD_TTL_SECONDS,
-    )
+    slot = concurrency_slot_acquire(limit_key=credential.limit_key, limit=group.concurrency)
     try:
         hold = _reserve(
             credential=credential,

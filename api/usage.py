@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Iterator
@@ -9,9 +10,17 @@ from contextlib import contextmanager
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from django.db import DatabaseError
+from django.db import InterfaceError, OperationalError
 
-from billing.usage import TokenCounts, usage_record_build, usage_record_insert, usage_record_outcome_set
+from billing.usage import (
+    TokenCounts,
+    usage_record_build,
+    usage_record_exists,
+    usage_record_fields_dump,
+    usage_record_insert,
+    usage_record_outcome_set,
+)
+from core.db import database_reconnect
 from core.errors import ApiError
 from upstreams.providers.base import UpstreamError
 
@@ -96,8 +105,9 @@ def usage_scope(*, request_id: str, endpoint: str, credential: Credential) -> It
     or 502, "upstream_error"; anything else: 500, "internal_error"), then the exception is re-raised;
     if the capture had already written the record, the record is updated to that status and keeps
     its charge. The amount is what metered_call captured, which is 0 for every call that failed
-    before or during the upstream call. Failing to write the record is logged and never turns the
-    caller's answer into an error.
+    before or during the upstream call. Failing to write the record is logged (after one retry on a
+    new connection, as a `usage_record_lost {json}` line) and never turns the caller's answer into an
+    error.
     """
     scope = UsageScope(request_id=request_id, endpoint=endpoint, credential=credential)
     error: BaseException | None = None
@@ -108,14 +118,44 @@ def usage_scope(*, request_id: str, endpoint: str, credential: Credential) -> It
         raise
     finally:
         status, code = usage_outcome_for(error=error)
+        _usage_record_write(scope=scope, status=status, code=code)
+
+
+def _usage_record_write(*, scope: UsageScope, status: int, code: str) -> None:
+    """Write (or, after a capture wrote it, update) the call's record. Never raises. A connection
+    broken meanwhile (PostgreSQL restarted) is replaced and the write tried once more; a record that
+    still cannot be written is logged as one line `usage_record_lost {json}` with every field, for an
+    operator to reconcile (`python manage.py usage_records_restore < log`)."""
+    for attempt in (1, 2):
         try:
             if scope.record is None:
-                usage_record_insert(record=scope.record_build(status=status, error_code=code))
+                record = scope.record_build(status=status, error_code=code)
+                if attempt == 2 and usage_record_exists(request_id=scope.request_id, endpoint=scope.endpoint):
+                    return  # the first attempt was committed after all; its answer was lost
+                usage_record_insert(record=record)
             elif (status, code) != (scope.record.status, scope.record.error_code):
                 # Failed after the capture had written the record (the call is charged): one UPDATE,
                 # on this rare path only, so the record says how the call ended.
                 usage_record_outcome_set(
                     record=scope.record, status=status, error_code=code, latency_ms=scope.elapsed_ms()
                 )
-        except DatabaseError:
-            logger.exception("could not write the usage record of request %s", request_id)
+            return
+        except (OperationalError, InterfaceError):
+            if attempt == 1 and _reconnected():
+                continue
+            logger.exception("could not write the usage record of request %s", scope.request_id)
+        except Exception:
+            logger.exception("could not write the usage record of request %s", scope.request_id)
+        break
+    record = scope.record or scope.record_build(status=status, error_code=code)
+    if scope.record is not None:
+        record.status, record.error_code, record.latency_ms = status, code, scope.elapsed_ms()
+    logger.error("usage_record_lost %s", json.dumps(usage_record_fields_dump(record=record), default=str))
+
+
+def _reconnected() -> bool:
+    try:
+        return database_reconnect()
+    except Exception:
+        logger.exception("could not reconnect to the database")
+        return False

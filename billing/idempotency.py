@@ -4,15 +4,18 @@ The same `Idempotency-Key` from the same account with the same request (method, 
 GATEWAY_IDEMPOTENCY_TTL_SECONDS gets the first response again: no second upstream call, no second
 charge. While the first is still running: 409 idempotency_key_in_use. The same key with another
 request: 422 idempotency_key_reused. Only 2xx responses are stored; a failed first attempt leaves the
-key free for the retry.
+key free for the retry, unless it was charged before it failed: then the key is kept and answers
+500 idempotent_answer_lost (replayed), so that a retry never charges twice.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import uuid
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -22,7 +25,7 @@ from django.utils import timezone
 
 from accounts.models import Account
 from billing.models import IdempotencyRecord
-from core.errors import ApiError, Conflict, InvalidRequest
+from core.errors import ApiError, Conflict, InvalidRequest, compatible_body
 from core.modelutils import queryset_delete_in_batches
 
 logger = logging.getLogger("gateway.idempotency")
@@ -76,7 +79,9 @@ def idempotent_execute(
 
     Exactly one of several concurrent requests with one key claims it (the unique (account, key) row
     it inserts); the others get 409 while it runs and its stored response once it is done. If
-    `produce` raises or answers non-2xx, the claim is removed, so a retry runs again.
+    `produce` raises or answers non-2xx without having been charged, the claim is removed, so a retry
+    runs again; if it was charged (`idempotency_charge_note`), the key is completed instead (a raise:
+    with the 500 idempotent_answer_lost answer), so a retry is never charged a second time.
     """
     if key is None:
         return produce()
@@ -84,26 +89,78 @@ def idempotent_execute(
     record = _claim(account=account, key=key, fingerprint=fingerprint, now=now or timezone.now())
     if isinstance(record, StoredResponse):
         return record
+    charges: list[bool] = []
+    noted = _charged.set(charges)
     try:
         response = produce()
     except BaseException:
-        _unclaim(record=record)
+        if charges:
+            # Charged, then failed: the key must not run the call again (a second charge).
+            _complete(record=record, response=_answer_lost())
+        else:
+            _unclaim(record=record)
         raise
+    finally:
+        _charged.reset(noted)
     if not 200 <= response.status < 300:
-        _unclaim(record=record)
+        if charges:
+            _complete(record=record, response=response)
+        else:
+            _unclaim(record=record)
         return response
-    # Only the current owner may complete the row: a row taken over from us (we ran past
-    # locked_until) belongs to the new owner.
-    IdempotencyRecord.objects.filter(
-        pk=record.pk, owner=record.owner, status=IdempotencyRecord.Status.IN_PROGRESS
-    ).update(
-        status=IdempotencyRecord.Status.COMPLETED,
-        response_status=response.status,
-        response_body=response.body,
-        response_content_type=response.content_type,
-        response_headers=dict(response.headers),
-    )
+    _complete(record=record, response=response)
     return response
+
+
+# Set by idempotent_execute around `produce`; the metered call's capture appends to it. A context
+# variable, so each thread and each gevent greenlet sees its own call's.
+_charged: ContextVar[list[bool] | None] = ContextVar("igw_idempotency_charged", default=None)
+
+
+def idempotency_charge_note() -> None:
+    """Say that the call running under the current `idempotent_execute` has been charged: its key is
+    then never freed, whatever happens after (api.metering calls it on every capture)."""
+    charges = _charged.get()
+    if charges is not None:
+        charges.append(True)
+
+
+ANSWER_LOST_CODE = "idempotent_answer_lost"
+
+
+def _answer_lost() -> StoredResponse:
+    """What a key whose call was charged but failed afterwards answers its retries (replayed, with
+    Idempotent-Replayed: true): 500, the call is not made again and not charged again."""
+    error = ApiError(
+        "The first request with this Idempotency-Key was completed and charged, but its answer could "
+        "not be delivered. It is not run again; use a new Idempotency-Key to make a new call.",
+        status=500,
+        type="api_error",
+        code=ANSWER_LOST_CODE,
+    )
+    return StoredResponse(
+        status=500,
+        body=json.dumps(compatible_body(error, request_id=None)).encode(),
+        content_type="application/json",
+    )
+
+
+def _complete(*, record: IdempotencyRecord, response: StoredResponse) -> None:
+    """Store the response for replays. Only the current owner may complete the row: a row taken over
+    from us (we ran past locked_until) belongs to the new owner. Never raises: the call has run; a row
+    left in progress answers 409 until locked_until."""
+    try:
+        IdempotencyRecord.objects.filter(
+            pk=record.pk, owner=record.owner, status=IdempotencyRecord.Status.IN_PROGRESS
+        ).update(
+            status=IdempotencyRecord.Status.COMPLETED,
+            response_status=response.status,
+            response_body=response.body,
+            response_content_type=response.content_type,
+            response_headers=dict(response.headers),
+        )
+    except Exception:
+        logger.exception("could not store the response of idempotency record %s", record.pk)
 
 
 def _claim(

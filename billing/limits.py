@@ -4,21 +4,74 @@ With REDIS_URL set the cache is Redis, so every process and machine shares one c
 (the `make run` default) it is a per-process memory cache and each worker process counts on its own.
 The group's `rpm` and `concurrency` come from the per-process configuration cache, which every group
 save invalidates after commit (core/config_cache.py), so staff changes apply from the next call.
+
+Redis unreachable (core/redis_health.py, docs/failure-modes.md): with GATEWAY_REDIS_FAILURE_MODE=open
+(the default) the limits are counted per process meanwhile, in memory, as without REDIS_URL (each
+worker process allows up to the limit); with "closed" a call is refused with 503 limits_unavailable
+and Retry-After. Giving a slot back never raises: a slot that cannot be deleted expires after
+GATEWAY_CONCURRENCY_SLOT_TTL_SECONDS.
 """
 
 from __future__ import annotations
 
+import logging
+import math
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
+from django.conf import settings
 from django.core.cache import cache
+from django.core.cache.backends.base import BaseCache
+from django.core.cache.backends.locmem import LocMemCache
 from django_ratelimit.core import get_usage
 
-from core.errors import RateLimited
+from core.errors import ApiError, RateLimited
+from core.redis_health import RedisUnavailable, redis_fail_open, redis_guarded
+
+logger = logging.getLogger("gateway.billing")
+
+T = TypeVar("T")
 
 RATE_GROUP = "igw.credential.rpm"
 RATE_PERIOD_SECONDS = 60
 SLOT_KEY_PREFIX = "igw:concurrency"
+
+# This process's own counters, used only while Redis cannot be reached (fail-open).
+_local = LocMemCache("igw-limits-fallback", {"OPTIONS": {"MAX_ENTRIES": 100_000}})
+
+
+def _limits_unavailable() -> ApiError:
+    return ApiError(
+        "Usage limits cannot be checked right now; the call was not made and nothing was charged. "
+        "Retry after the Retry-After header's seconds.",
+        status=503,
+        type="api_error",
+        code="limits_unavailable",
+        retry_after=max(1, math.ceil(settings.GATEWAY_REDIS_RETRY_SECONDS)),
+    )
+
+
+def _shared_or_local(operation: Callable[[BaseCache], T]) -> tuple[T, bool]:
+    """(operation(shared cache), False), or while Redis is down (operation(this process's counters),
+    True) when failing open; 503 when failing closed."""
+    try:
+        return redis_guarded(lambda: operation(cache)), False
+    except RedisUnavailable:
+        if not redis_fail_open():
+            raise _limits_unavailable() from None
+        return operation(_local), True
+
+
+def _rate_refused(rpm: int, time_left: int) -> RateLimited:
+    return RateLimited(
+        f"Rate limit reached: this key may make {rpm} requests per minute. Retry after the "
+        "Retry-After header's seconds.",
+        code="rate_limit_exceeded",
+        retry_after=max(1, time_left),
+    )
 
 
 def rate_limit_hit(*, limit_key: str, rpm: int) -> None:
@@ -26,44 +79,64 @@ def rate_limit_hit(*, limit_key: str, rpm: int) -> None:
     over `rpm` (0 = unlimited). django-ratelimit's fixed windows, over the Django cache."""
     if rpm <= 0:
         return
-    usage = get_usage(
-        None,
-        group=RATE_GROUP,
-        key=lambda _group, _request: limit_key,
-        rate=(rpm, RATE_PERIOD_SECONDS),
-        increment=True,
-    )
-    if usage is not None and usage["should_limit"]:
-        raise RateLimited(
-            f"Rate limit reached: this key may make {rpm} requests per minute. Retry after the "
-            "Retry-After header's seconds.",
-            code="rate_limit_exceeded",
-            retry_after=max(1, usage["time_left"]),
-        )
+
+    def count(store: BaseCache) -> tuple[int, int]:
+        if store is cache:
+            usage = get_usage(
+                None,
+                group=RATE_GROUP,
+                key=lambda _group, _request: limit_key,
+                rate=(rpm, RATE_PERIOD_SECONDS),
+                increment=True,
+            )
+            if usage is None:
+                return 0, 0
+            return (rpm + 1 if usage["should_limit"] else usage["count"]), usage["time_left"]
+        # Per process, while Redis is down: the same fixed one-minute windows.
+        now = int(time.time())
+        window_end = now - now % RATE_PERIOD_SECONDS + RATE_PERIOD_SECONDS
+        key = f"rate:{limit_key}:{window_end}"
+        store.add(key, 0, timeout=RATE_PERIOD_SECONDS + 1)
+        return store.incr(key), window_end - now
+
+    (used, time_left), _ = _shared_or_local(count)
+    if used > rpm:
+        raise _rate_refused(rpm, time_left)
 
 
 @dataclass(frozen=True)
 class ConcurrencySlot:
     key: str
     token: str
+    local: bool = False  # taken from this process's counters while Redis was down
 
 
-def concurrency_slot_acquire(*, limit_key: str, limit: int, ttl_seconds: int) -> ConcurrencySlot | None:
+def concurrency_slot_acquire(
+    *, limit_key: str, limit: int, ttl_seconds: int | None = None
+) -> ConcurrencySlot | None:
     """Take one of the credential's `limit` in-flight slots (0 = unlimited: None, nothing to release);
     429 with Retry-After when all are taken.
 
     Each slot is its own cache key, taken with `cache.add` (SET NX in Redis), so two calls can never
-    hold one slot. Each expires after `ttl_seconds`: a process killed without releasing its slot
-    cannot leak it for longer than that.
+    hold one slot. A slot is a lease: it expires after `ttl_seconds` (GATEWAY_CONCURRENCY_SLOT_TTL_SECONDS,
+    far shorter than a hold), so a process killed without releasing its slot leaks it for at most that.
     """
     if limit <= 0:
         return None
+    ttl = ttl_seconds if ttl_seconds is not None else settings.GATEWAY_CONCURRENCY_SLOT_TTL_SECONDS
     keys = [f"{SLOT_KEY_PREFIX}:{limit_key}:{index}" for index in range(limit)]
-    taken = cache.get_many(keys)
     token = uuid.uuid4().hex
-    for key in keys:
-        if key not in taken and cache.add(key, token, timeout=ttl_seconds):
-            return ConcurrencySlot(key=key, token=token)
+
+    def take(store: BaseCache) -> str | None:
+        taken = store.get_many(keys)
+        for key in keys:
+            if key not in taken and store.add(key, token, timeout=ttl):
+                return key
+        return None
+
+    key, local = _shared_or_local(take)
+    if key is not None:
+        return ConcurrencySlot(key=key, token=token, local=local)
     raise RateLimited(
         f"Concurrency limit reached: this key may have {limit} call(s) in flight. Retry when one "
         "has finished.",
@@ -73,8 +146,28 @@ def concurrency_slot_acquire(*, limit_key: str, limit: int, ttl_seconds: int) ->
 
 
 def concurrency_slot_release(*, slot: ConcurrencySlot | None) -> None:
-    """Give the slot back, unless its TTL already expired and another call holds it now."""
+    """Give the slot back, unless its TTL already expired and another call holds it now. Never raises:
+    a slot that cannot be given back (Redis down) expires after its TTL."""
     if slot is None:
         return
-    if cache.get(slot.key) == slot.token:
-        cache.delete(slot.key)
+
+    def give_back(store: BaseCache) -> None:
+        if store.get(slot.key) == slot.token:
+            store.delete(slot.key)
+
+    if slot.local:
+        give_back(_local)
+        return
+    try:
+        redis_guarded(lambda: give_back(cache))
+    except RedisUnavailable:
+        logger.warning(
+            "concurrency slot %s not given back (Redis unreachable); it expires by itself", slot.key
+        )
+    except Exception:
+        logger.exception("concurrency slot %s not given back; it expires by itself", slot.key)
+
+
+def limits_local_clear() -> None:
+    """Drop this process's fallback counters (tests)."""
+    _local.clear()

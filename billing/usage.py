@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
@@ -80,6 +83,44 @@ def usage_record_outcome_set(*, record: UsageRecord, status: int, error_code: st
     UsageRecord.objects.filter(pk=record.pk).update(
         status=record.status, error_code=record.error_code, latency_ms=record.latency_ms
     )
+
+
+def usage_record_exists(*, request_id: str, endpoint: str) -> bool:
+    return UsageRecord.objects.filter(request_id=request_id, endpoint=endpoint).exists()
+
+
+LOST_PREFIX = "usage_record_lost "
+
+
+def usage_record_fields_dump(*, record: UsageRecord) -> dict[str, Any]:
+    """Every column of a record (by attribute name; `id` when it was written), for the
+    `usage_record_lost {json}` log line that `usage_records_restore` reads back."""
+    return {field.attname: getattr(record, field.attname) for field in record._meta.concrete_fields}
+
+
+def usage_records_restore(*, lines: Iterable[str]) -> tuple[int, int]:
+    """Write the records of `usage_record_lost {json}` log lines that are not in the table yet (a
+    record with an id is updated to the logged outcome instead). Returns (written, skipped); running it
+    twice over the same log writes nothing the second time."""
+    written = skipped = 0
+    for line in lines:
+        at = line.find(LOST_PREFIX)
+        if at < 0:
+            continue
+        fields = json.loads(line[at + len(LOST_PREFIX) :])
+        pk = fields.pop("id", None)
+        if pk is not None:
+            updated = UsageRecord.objects.filter(pk=pk).update(
+                status=fields["status"], error_code=fields["error_code"], latency_ms=fields["latency_ms"]
+            )
+            written += updated
+            skipped += 1 - updated
+        elif usage_record_exists(request_id=fields["request_id"], endpoint=fields["endpoint"]):
+            skipped += 1
+        else:
+            UsageRecord(**fields).save(force_insert=True)
+            written += 1
+    return written, skipped
 
 
 def usage_records_purge(

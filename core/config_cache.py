@@ -41,6 +41,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from redis.utils import str_if_bytes
 
+from core.redis_health import RedisUnavailable, redis_available, redis_guarded, redis_guarded_now
+
 logger = logging.getLogger("gateway.cache")
 
 GENERATION_KEY = "config:generation"
@@ -71,6 +73,8 @@ def config_generation() -> int | None:
     if in_request and hasattr(_local, "generation"):
         return _local.generation
     generation = _watch.generation()
+    if generation is None and not redis_available():
+        return None  # Redis failed a moment ago: not tried again before GATEWAY_REDIS_RETRY_SECONDS
     if generation is None:
         generation = _watch.read(_generation_get)
     if in_request:
@@ -80,28 +84,39 @@ def config_generation() -> int | None:
 
 def _generation_get() -> int | None:
     """The counter as Redis holds it now (one round trip), or None when Redis cannot be read."""
-    try:
+
+    def read() -> Any:
         value = cache.get(GENERATION_KEY)
         if value is None:
             # First use (or Redis lost the key): start a counter, from the clock so that it cannot
             # come back to a value some process still holds entries under. `add` keeps a concurrent bump.
             cache.add(GENERATION_KEY, time.time_ns() // 1_000_000, timeout=None)
             value = cache.get(GENERATION_KEY)
-        return int(value) if value is not None else None
-    except Exception:  # Redis down: no cache, the database answers (and limits report their own errors)
-        logger.warning("configuration generation unreadable; serving without the config cache", exc_info=True)
+        return value
+
+    try:
+        value = redis_guarded(read)
+    except RedisUnavailable:
+        # Redis down (logged once per outage by redis_health): no cache, the database answers every
+        # read until Redis is back; not even tried for GATEWAY_REDIS_RETRY_SECONDS after a failure.
         return None
+    return int(value) if value is not None else None
 
 
 def config_generation_bump() -> None:
     """Invalidate every process's cached configuration now (this process's at once, the others' at
     their next request)."""
     if settings.REDIS_URL:
-        try:
+
+        def bump() -> None:
             try:
                 cache.incr(GENERATION_KEY)
             except ValueError:  # no counter yet: any value differs from what no entry was stored under
                 cache.set(GENERATION_KEY, time.time_ns() // 1_000_000, timeout=None)
+
+        try:
+            # Tried even while Redis is marked down: a lost bump is worse than a refused connection.
+            redis_guarded_now(bump)
         except Exception:
             # The entries still expire after GATEWAY_CONFIG_CACHE_SECONDS; say loudly that until then
             # a change may not be seen by every process.
@@ -405,7 +420,11 @@ def _watch_connection() -> tuple[redis.Connection, str]:
     """A new RESP2 connection to REDIS_URL's server and database (credentials and TLS included), and
     the counter's full key as the Django cache writes it. No retries: an error closes the watch."""
     pool = redis.ConnectionPool.from_url(
-        settings.REDIS_URL, protocol=2, client_name=WATCH_CLIENT_NAME, retry=Retry(NoBackoff(), 0)
+        settings.REDIS_URL,
+        protocol=2,
+        client_name=WATCH_CLIENT_NAME,
+        retry=Retry(NoBackoff(), 0),
+        socket_connect_timeout=settings.CACHES["default"].get("OPTIONS", {}).get("socket_connect_timeout"),
     )
     return pool.make_connection(), cache.make_and_validate_key(GENERATION_KEY)
 

@@ -20,3 +20,20 @@ class StatementConnection(psycopg.Connection):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.statement_cursors: dict[str, psycopg.Cursor] = {}
+
+
+def database_reconnect() -> bool:
+    """After a statement failed on a broken connection (PostgreSQL restarted, its backends
+    terminated): drop this thread's connection so the next statement opens a working one. With a pool,
+    also check the pool's idle connections (psycopg_pool's `check`, one `SELECT 1` each, on this rare
+    path only), which were broken by the same restart and would each fail one more statement. False
+    inside an atomic block, where a new connection cannot continue the transaction."""
+    from django.db import connection
+
+    if connection.in_atomic_block:
+        return False
+    connection.close()
+    pool = getattr(connection, "pool", None) if connection.vendor == "postgresql" else None
+    if pool is not None:
+        pool.check()
+    return True

@@ -172,7 +172,13 @@ if REDIS_URL:
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": "igw",
             # One connection pool per process, not one per thread (per greenlet under gevent).
-            "OPTIONS": {"pool_class": "core.redis_pool.ProcessConnectionPool"},
+            # A Redis that does not answer costs a call at most these timeouts, once per outage: the
+            # first failure marks Redis down for GATEWAY_REDIS_RETRY_SECONDS (core/redis_health.py).
+            "OPTIONS": {
+                "pool_class": "core.redis_pool.ProcessConnectionPool",
+                "socket_connect_timeout": env_float("REDIS_CONNECT_TIMEOUT_SECONDS", 0.5, minimum=0.01),
+                "socket_timeout": env_float("REDIS_TIMEOUT_SECONDS", 1.0, minimum=0.01),
+            },
         }
     }
 else:
@@ -332,6 +338,17 @@ GATEWAY_USAGE_RETENTION_DAYS = env_int("GATEWAY_USAGE_RETENTION_DAYS", 30, minim
 # Per-process caches of credentials and routing, exact through a shared generation counter in Redis
 # (core/config_cache.py); this is only the backstop age of an entry. 0 turns caching off.
 GATEWAY_CONFIG_CACHE_SECONDS = env_int("GATEWAY_CONFIG_CACHE_SECONDS", 60, minimum=0)
+# Concurrency slots are leases: a worker killed mid-call leaks its slot for at most this long. Keep
+# it above the longest call (GATEWAY_RETRY_DEADLINE_SECONDS, the upstreams' timeouts).
+GATEWAY_CONCURRENCY_SLOT_TTL_SECONDS = env_int("GATEWAY_CONCURRENCY_SLOT_TTL_SECONDS", 120, minimum=10)
+# Redis down (docs/failure-modes.md): "open" counts limits per process meanwhile, "closed" answers
+# billed calls 503 with Retry-After. Redis is tried again this many seconds after a failure.
+GATEWAY_REDIS_FAILURE_MODE = env_str("GATEWAY_REDIS_FAILURE_MODE", "open")
+if GATEWAY_REDIS_FAILURE_MODE not in ("open", "closed"):
+    raise ImproperlyConfigured(
+        f"GATEWAY_REDIS_FAILURE_MODE must be open or closed, not {GATEWAY_REDIS_FAILURE_MODE!r}."
+    )
+GATEWAY_REDIS_RETRY_SECONDS = env_float("GATEWAY_REDIS_RETRY_SECONDS", 2.0, minimum=0)
 GATEWAY_IDEMPOTENCY_TTL_SECONDS = env_int("GATEWAY_IDEMPOTENCY_TTL_SECONDS", 24 * 60 * 60, minimum=60)
 
 LOGGING = {

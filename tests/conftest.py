@@ -13,7 +13,9 @@ import requests
 
 from accounts.services import account_create, account_set_groups
 from billing.ledger import wallet_top_up
+from billing.limits import limits_local_clear
 from core.config_cache import config_caches_clear
+from core.redis_health import redis_health_reset
 from groups.services import group_upsert
 from images.services import image_model_upsert
 from tests.factories import image_model_make, upstream_make
@@ -25,8 +27,12 @@ def _fresh_config_caches():
     """Each test starts with empty per-process caches: rolled-back rows fire no invalidation, and the
     fixtures reuse ids (group 1, 2) from test to test."""
     config_caches_clear()
+    redis_health_reset()
+    limits_local_clear()
     yield
     config_caches_clear()
+    redis_health_reset()
+    limits_local_clear()
 
 
 @pytest.fixture

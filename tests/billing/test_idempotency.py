@@ -188,3 +188,29 @@ def test_a_replay_does_not_charge_again(alice, alpha_group, alpha_model):
         idempotent_execute(account=alice, key="pay-once", fingerprint=FP, produce=produce)
     alice.wallet.refresh_from_db()
     assert (upstream.calls, alice.wallet.balance) == (1, Decimal("9.8500"))
+
+
+def test_a_call_charged_then_failing_keeps_its_key(alice, alpha_model, alpha_group):
+    credential = credential_for(alice)
+    upstream = FakeUpstream()
+
+    def produce():
+        with usage_scope(request_id="req_1", endpoint="images.generations", credential=credential) as usage:
+            metered_call(
+                usage=usage,
+                credential=credential,
+                group=alpha_group,
+                model_id="alpha-image-2",
+                price=Decimal("0.15"),
+                call=upstream,
+            )
+            raise RuntimeError("the worker is stopped after the capture")
+
+    with pytest.raises(RuntimeError):
+        idempotent_execute(account=alice, key="charged", fingerprint=FP, produce=produce)
+    retry = idempotent_execute(account=alice, key="charged", fingerprint=FP, produce=produce)
+
+    alice.wallet.refresh_from_db()
+    assert (upstream.calls, alice.wallet.balance) == (1, Decimal("9.8500"))
+    assert (retry.status, retry.headers[REPLAY_HEADER]) == (500, "true")
+    assert b"idempotent_answer_lost" in retry.body
