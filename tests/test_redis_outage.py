@@ -175,11 +175,6 @@ def test_it_uses_redis_again_after_the_retry_interval_once_it_is_back(own_redis,
     assert "gateway recovered" in warnings_of(caplog)[-1].getMessage()
 
 
-@pytest.mark.xfail(
-    reason="the upstream circuit breaker (upstreams/circuit.py) still raises while Redis is down; "
-    "its fallback is a separate change",
-    strict=False,
-)
 def test_it_serves_billed_calls_while_redis_is_down(client, own_redis, key, alice):
     own_redis.stop()
     answers = [generate(client, key, prompt=f"call {i}") for i in range(3)]

@@ -31,8 +31,8 @@ upstreams.resilience only when nothing else is admissible): Envoy's panic thresh
 cool down the only deployment". Its success closes the circuit, its failure opens it again.
 
 The shared state lives in Redis; when Redis cannot be reached the circuit never raises: it keeps its
-state in this process's memory (one warning per outage), asks Redis again at most every
-SHARED_RETRY_SECONDS, and goes back to it once it answers (what was counted meanwhile stays local).
+state in this process's memory (core.redis_health: one warning per outage), asks Redis again after
+GATEWAY_REDIS_RETRY_SECONDS, and goes back to it once it answers (what was counted meanwhile stays local).
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ from django.core.cache import cache
 from django.core.cache.backends.base import BaseCache
 from django.core.cache.backends.locmem import LocMemCache
 
+from core.redis_health import RedisUnavailable, redis_guarded
+
 logger = logging.getLogger("gateway.upstream")
 
 DEFAULT_THRESHOLD = 5
@@ -57,7 +59,6 @@ DEFAULT_COOLDOWN_SECONDS = 30
 STATS_WINDOW_MINUTES = 5
 STATS_FLUSH_SECONDS = 5.0
 CLEAN_VIEW_SECONDS = 0.25
-SHARED_RETRY_SECONDS = 5.0
 T = TypeVar("T")
 
 # upstream id -> time.monotonic() of the last read that found its circuit closed with no failure.
@@ -65,32 +66,18 @@ _clean_views: dict[int, float] = {}
 # upstream id -> time.monotonic() of this process's last call let through its open circuit.
 _panic_probes: dict[int, float] = {}
 _panic_lock = threading.Lock()
-# Where the circuits live while the shared cache cannot be reached, and since when (monotonic).
+# Where the circuits live while Redis cannot be reached.
 _fallback: BaseCache = LocMemCache("circuit-fallback", {"TIMEOUT": None, "OPTIONS": {"MAX_ENTRIES": 10000}})
-_outage = {"since": None}
 
 
 def _stored(operation: Callable[[BaseCache], T]) -> T:
-    """Run `operation` on the shared cache, or on this process's memory while the shared cache is
-    unreachable: the circuit breaker must never fail a call."""
-    since = _outage["since"]
-    if since is not None and time.monotonic() - since < SHARED_RETRY_SECONDS:
-        return operation(_fallback)
+    """Run `operation` on the shared cache, or on this process's memory while Redis cannot be
+    reached (core.redis_health: one warning per outage, Redis tried again after
+    GATEWAY_REDIS_RETRY_SECONDS): the circuit breaker must never fail a call."""
     try:
-        result = operation(cache)
-    except Exception:
-        if since is None:
-            logger.warning(
-                "the circuit breaker's shared state is unreachable; each process keeps its own circuits "
-                "until it answers again",
-                exc_info=True,
-            )
-        _outage["since"] = time.monotonic()
+        return redis_guarded(lambda: operation(cache))
+    except RedisUnavailable:
         return operation(_fallback)
-    if since is not None:
-        logger.warning("the circuit breaker's shared state answers again")
-        _outage["since"] = None
-    return result
 
 
 def _key(upstream_id: int, name: str) -> str:
@@ -262,7 +249,6 @@ def circuit_views_clear() -> None:
     _clean_views.clear()
     with _panic_lock:
         _panic_probes.clear()
-    _outage["since"] = None
     _fallback.clear()
 
 
