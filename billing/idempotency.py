@@ -24,7 +24,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from accounts.models import Account
-from billing.models import IdempotencyRecord
+from billing.models import Hold, IdempotencyRecord
 from core.errors import ApiError, Conflict, InvalidRequest, compatible_body
 from core.modelutils import queryset_delete_in_batches
 
@@ -70,9 +70,14 @@ def idempotent_execute(
     key: str | None,
     fingerprint: str,
     produce: Callable[[], StoredResponse],
+    reference: str = "",
     now: datetime | None = None,
 ) -> StoredResponse:
     """Run `produce` at most once per (account, key) while the key lives, and replay its response.
+
+    `reference` is the call's request id, its hold's reference: a key whose worker died mid-call is
+    taken over after locked_until only when that call was not charged; if it was, the key answers
+    500 idempotent_answer_lost, as below.
 
     `fingerprint` identifies the request; a later request with the key must match it. Without a key
     it is not used (callers may pass "" rather than compute it).
@@ -86,7 +91,9 @@ def idempotent_execute(
     if key is None:
         return produce()
     idempotency_key_validate(key=key)
-    record = _claim(account=account, key=key, fingerprint=fingerprint, now=now or timezone.now())
+    record = _claim(
+        account=account, key=key, fingerprint=fingerprint, reference=reference, now=now or timezone.now()
+    )
     if isinstance(record, StoredResponse):
         return record
     charges: list[bool] = []
@@ -164,7 +171,7 @@ def _complete(*, record: IdempotencyRecord, response: StoredResponse) -> None:
 
 
 def _claim(
-    *, account: Account, key: str, fingerprint: str, now: datetime
+    *, account: Account, key: str, fingerprint: str, reference: str, now: datetime
 ) -> IdempotencyRecord | StoredResponse:
     owner = uuid.uuid4().hex
     locked_until = now + timedelta(seconds=settings.GATEWAY_HOLD_TTL_SECONDS)
@@ -178,6 +185,7 @@ def _claim(
                     key=key,
                     fingerprint=fingerprint,
                     owner=owner,
+                    reference=reference[:200],
                     locked_until=locked_until,
                     created_at=now,
                     expires_at=now + timedelta(seconds=settings.GATEWAY_IDEMPOTENCY_TTL_SECONDS),
@@ -208,13 +216,18 @@ def _claim(
                 headers=headers,
             )
         if existing.locked_until <= now:
-            # Its worker died mid-call (it would have finished or failed by now): take the row over.
-            # Guarded by the old owner, so of several takers exactly one wins.
+            # Its worker died mid-call (it would have finished or failed by now). If that call was
+            # charged (its hold captured), it must not run again: the key answers "answer lost".
+            if existing.reference and _reference_charged(reference=existing.reference):
+                _complete(record=existing, response=_answer_lost())
+                continue  # replayed by the next round
+            # Not charged: take the row over, guarded by the old owner, so of several takers exactly
+            # one wins.
             taken = IdempotencyRecord.objects.filter(
                 pk=existing.pk, owner=existing.owner, status=IdempotencyRecord.Status.IN_PROGRESS
-            ).update(owner=owner, locked_until=locked_until)
+            ).update(owner=owner, locked_until=locked_until, reference=reference[:200])
             if taken == 1:
-                existing.owner, existing.locked_until = owner, locked_until
+                existing.owner, existing.locked_until, existing.reference = owner, locked_until, reference
                 return existing
             continue
         break
@@ -223,6 +236,11 @@ def _claim(
         code="idempotency_key_in_use",
         retry_after=1,
     )
+
+
+def _reference_charged(*, reference: str) -> bool:
+    """Was the call with this request id charged (or counted, on a subscription)?"""
+    return Hold.objects.filter(reference=reference, status=Hold.Status.CAPTURED).exists()
 
 
 def _unclaim(*, record: IdempotencyRecord) -> None:

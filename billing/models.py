@@ -299,6 +299,9 @@ class IdempotencyRecord(models.Model):
     fingerprint = models.CharField(max_length=128)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.IN_PROGRESS)
     owner = models.CharField(max_length=32)
+    # The request id of the call the owner runs (its hold's reference): a row taken over from a dead
+    # worker is not run again when that call was charged.
+    reference = models.CharField(max_length=200, blank=True)
     locked_until = models.DateTimeField()
     response_status = models.PositiveSmallIntegerField(null=True, blank=True)
     response_body = models.BinaryField(null=True, blank=True)

@@ -125,6 +125,7 @@ def text_call_run(
         return idempotent_execute(
             account=credential.account,
             key=idempotency_key,
+            reference=request_id,
             fingerprint=(
                 _fingerprint(family=family, resolved=resolved, raw=raw) if idempotency_key is not None else ""
             ),

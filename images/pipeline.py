@@ -135,6 +135,7 @@ def image_call_run(
         return idempotent_execute(
             account=credential.account,
             key=idempotency_key,
+            reference=request_id,
             # Only a keyed request is compared with the one that claimed its key: without a key, neither
             # the body nor the uploaded files (megabytes for an edit) are hashed.
             fingerprint=(

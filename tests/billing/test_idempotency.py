@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from api.metering import metered_call
 from api.usage import usage_scope
+from billing.holds import hold_capture, hold_reserve
 from billing.idempotency import (
     REPLAY_HEADER,
     StoredResponse,
@@ -18,7 +19,7 @@ from billing.idempotency import (
     idempotency_records_purge,
     idempotent_execute,
 )
-from billing.models import IdempotencyRecord
+from billing.models import IdempotencyRecord, LedgerEntry
 from core.errors import ApiError, Conflict, InvalidRequest
 from tests.billing.conftest import FakeUpstream, credential_for
 
@@ -214,3 +215,30 @@ def test_a_call_charged_then_failing_keeps_its_key(alice, alpha_model, alpha_gro
     assert (upstream.calls, alice.wallet.balance) == (1, Decimal("9.8500"))
     assert (retry.status, retry.headers[REPLAY_HEADER]) == (500, "true")
     assert b"idempotent_answer_lost" in retry.body
+
+
+def test_a_key_whose_dead_worker_had_charged_its_call_is_not_run_again(alice):
+    now = timezone.now()
+    # A worker claimed the key, charged its call (hold captured), then died before answering.
+    IdempotencyRecord.objects.create(
+        account=alice,
+        key="k-1",
+        fingerprint=FP,
+        owner="dead-worker",
+        reference="req-dead",
+        locked_until=now + timedelta(seconds=settings.GATEWAY_HOLD_TTL_SECONDS),
+        created_at=now,
+        expires_at=now + timedelta(days=1),
+    )
+    hold_capture(hold=hold_reserve(account_id=alice.pk, amount=Decimal("0.15"), reference="req-dead"))
+    producer = Producer()
+    later = now + timedelta(seconds=settings.GATEWAY_HOLD_TTL_SECONDS + 1)
+
+    result = idempotent_execute(
+        account=alice, key="k-1", fingerprint=FP, produce=producer, reference="req-retry", now=later
+    )
+
+    assert producer.calls == 0
+    assert result.status == 500 and b"idempotent_answer_lost" in result.body
+    assert LedgerEntry.objects.filter(kind="charge").count() == 1
+    assert IdempotencyRecord.objects.get().status == IdempotencyRecord.Status.COMPLETED
