@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -22,6 +23,7 @@ from billing.usage import (
 )
 from core.db import database_reconnect
 from core.errors import ApiError
+from core.metrics import call_observe
 from upstreams.providers.base import UpstreamError
 
 if TYPE_CHECKING:
@@ -119,6 +121,7 @@ def usage_scope(*, request_id: str, endpoint: str, credential: Credential) -> It
     finally:
         status, code = usage_outcome_for(error=error)
         _usage_record_write(scope=scope, status=status, code=code)
+        _metrics_record(scope=scope, status=status, code=code)
 
 
 def _usage_record_write(*, scope: UsageScope, status: int, code: str) -> None:
@@ -151,6 +154,21 @@ def _usage_record_write(*, scope: UsageScope, status: int, code: str) -> None:
     if scope.record is not None:
         record.status, record.error_code, record.latency_ms = status, code, scope.elapsed_ms()
     logger.error("usage_record_lost %s", json.dumps(usage_record_fields_dump(record=record), default=str))
+
+
+def _metrics_record(*, scope: UsageScope, status: int, code: str) -> None:
+    """The call in the Prometheus metrics (core/metrics.py), as its usage record says it ended."""
+    tokens = scope.tokens
+    call_observe(
+        endpoint=scope.endpoint,
+        model=scope.model_id,
+        group=scope.group.pk if scope.group is not None else None,
+        status=status,
+        error_code=code,
+        seconds=time.monotonic() - scope.started,
+        charged=scope.charged,
+        tokens=None if tokens is None else dataclasses.asdict(tokens),
+    )
 
 
 def _reconnected() -> bool:

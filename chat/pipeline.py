@@ -31,6 +31,7 @@ from chat.pricing import text_call_ceiling
 from chat.streaming import StreamedTextCall, stream_open, text_stream_relay
 from chat.validation import TextBody, input_ceiling_tokens, output_limit_validate, text_body_parse
 from core.errors import UpstreamFailed
+from core.metrics import stream_counted
 from keys.credentials import Credential
 from upstreams.errors import upstream_error_to_api_error
 from upstreams.providers import adapter_for
@@ -112,14 +113,17 @@ def text_call_run(
             opened = stream_open(usage=usage, resolved=resolved, request=text_request, family=family)
             owned = stack.pop_all()  # from here the stream owns the usage scope and the hold
             return StreamedTextCall(
-                events=text_stream_relay(
-                    owned=owned,
-                    usage=usage,
-                    meter=meter,
-                    family=family,
-                    resolved=resolved,
-                    opened=opened,
-                    usage_asked=_usage_asked(parsed.body),
+                events=stream_counted(
+                    text_stream_relay(
+                        owned=owned,
+                        usage=usage,
+                        meter=meter,
+                        family=family,
+                        resolved=resolved,
+                        opened=opened,
+                        usage_asked=_usage_asked(parsed.body),
+                    ),
+                    endpoint=usage.endpoint,
                 )
             )
         return idempotent_execute(

@@ -22,6 +22,7 @@ from api.answers import event_stream_response, stored_response, stream_idempoten
 from api.metering import balance_precheck, connection_release, metered_begin, metered_call
 from api.usage import UsageScope, usage_scope
 from billing.idempotency import StoredResponse, idempotent_execute
+from core.metrics import stream_counted
 from core.offload import cpu_bound
 from images.access import ResolvedModel, image_model_resolve
 from images.results import result_body, result_render
@@ -124,12 +125,15 @@ def image_call_run(
             prepared = upstream_request()  # an undecodable upload releases the reservation
             owned = stack.pop_all()  # from here the stream owns the usage scope and the reservation
             return StreamedCall(
-                events=stream_relay(
-                    owned=owned,
-                    usage=usage,
-                    meter=meter,
-                    resolved=resolved,
-                    upstream_request=prepared,
+                events=stream_counted(
+                    stream_relay(
+                        owned=owned,
+                        usage=usage,
+                        meter=meter,
+                        resolved=resolved,
+                        upstream_request=prepared,
+                    ),
+                    endpoint=usage.endpoint,
                 )
             )
         return idempotent_execute(

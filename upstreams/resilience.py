@@ -38,6 +38,7 @@ from typing import TypeVar
 from django.conf import settings
 
 from core.errors import ApiError, RateLimited, UpstreamFailed
+from core.metrics import upstream_attempt_observe
 from upstreams.circuit import (
     Admission,
     circuit_admit,
@@ -264,18 +265,46 @@ def _attempt(
     classify: Callable[[UpstreamError, Upstream], ApiError],
 ) -> tuple[T] | None:
     """One attempt: (its result,) on success, None after a failure worth going on from."""
+    retry, started = bool(call.attempts or call.excluded), time.monotonic()
     try:
         result = attempt(upstream, deadline)
     except UpstreamMisconfigured as exc:
+        _attempt_observe(upstream, started, retry, exc)
         call.failed(upstream, exc, admission, classify)
         return None
     except UpstreamError as exc:
+        _attempt_observe(upstream, started, retry, exc)
         call.attempts += 1
         call.failed(upstream, exc, admission, classify)
         return None
+    _attempt_observe(upstream, started, retry, None)
     call.attempts += 1
     circuit_record_success(upstream_id=upstream.pk, admission=admission)
     return (result,)
+
+
+def _attempt_observe(upstream: Upstream, started: float, retry: bool, error: UpstreamError | None) -> None:
+    """The attempt in the Prometheus metrics (core/metrics.py), its failure by class."""
+    upstream_attempt_observe(
+        upstream=upstream.name,
+        seconds=time.monotonic() - started,
+        retry=retry,
+        failure=None if error is None else _failure_class(error),
+    )
+
+
+def _failure_class(error: UpstreamError) -> str:
+    if isinstance(error, UpstreamMisconfigured):
+        return "misconfigured"
+    if error.status is None:
+        return "connect"
+    if error.status == 504:
+        return "timeout"
+    if error.outcome_unknown:
+        return "dropped"
+    if error.status == 429:
+        return "429"
+    return "5xx" if error.status >= 500 else "4xx"
 
 
 def _retryable(error: UpstreamError) -> bool:
