@@ -351,6 +351,11 @@ if GATEWAY_REDIS_FAILURE_MODE not in ("open", "closed"):
 GATEWAY_REDIS_RETRY_SECONDS = env_float("GATEWAY_REDIS_RETRY_SECONDS", 2.0, minimum=0)
 GATEWAY_IDEMPOTENCY_TTL_SECONDS = env_int("GATEWAY_IDEMPOTENCY_TTL_SECONDS", 24 * 60 * 60, minimum=60)
 
+# GET /metrics (README, "Metrics"): with a token set, `Authorization: Bearer <token>` is required;
+# without one it answers 404, unless GATEWAY_METRICS_PUBLIC=1 (a scrape address only monitoring reaches).
+GATEWAY_METRICS_TOKEN = env_str("GATEWAY_METRICS_TOKEN", "") or ""
+GATEWAY_METRICS_PUBLIC = env_bool("GATEWAY_METRICS_PUBLIC", False)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

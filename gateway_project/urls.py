@@ -11,6 +11,8 @@ urlpatterns = [
     path("v1/", include("images.urls")),
     path("v1/", include("chat.urls")),
     path("oauth/", include("console.oauth_urls")),
+    # Prometheus metrics, behind GATEWAY_METRICS_TOKEN (monitoring/views.py).
+    path("", include("monitoring.urls")),
     # The web console (/console/), its sign-in pages (/accounts/) and / → console (docs/console.md).
     path("", include("console.urls")),
 ]
