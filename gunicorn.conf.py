@@ -32,7 +32,9 @@ behind each choice are in docs/benchmarks.md, "Serving settings".
 import ctypes
 import ctypes.util
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -91,6 +93,42 @@ accesslog = os.environ.get("GUNICORN_ACCESSLOG", "-") or None
 access_log_format = ACCESS_LOG_FORMAT
 logger_class = "core.access_log.AccessLogger"  # writes that format without gunicorn's atoms
 forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
+
+
+# Metrics (core/metrics.py): every worker writes its counts to files in PROMETHEUS_MULTIPROC_DIR and
+# a scrape of /metrics, whichever worker answers it, adds them up. The hooks below run in the master.
+METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"
+_METRICS_DIR_CREATED = "GATEWAY_METRICS_DIR_CREATED"  # the directory on_starting made (removed on exit)
+
+
+def on_starting(server: object) -> None:
+    """Before the first worker starts (not again on a reload): a fresh metrics directory when none
+    is set; one that is set is emptied of what a previous run left, so the totals never carry a dead
+    run's counts. The workers inherit the variable before they import the application, which is when
+    prometheus_client decides to share its values through files (with --preload, set it yourself)."""
+    if not os.environ.get(METRICS_DIR):
+        os.environ[METRICS_DIR] = os.environ[_METRICS_DIR_CREATED] = tempfile.mkdtemp(
+            prefix="gateway-metrics-"
+        )
+    directory = Path(os.environ[METRICS_DIR])
+    directory.mkdir(parents=True, exist_ok=True)
+    for leftover in directory.glob("*.db"):
+        leftover.unlink(missing_ok=True)
+
+
+def child_exit(server: object, worker: object) -> None:
+    """A worker is gone: its live gauges (streams open) stop counting; its counters stay in the
+    totals. prometheus_client is imported here, in the master, only once a worker has exited."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)  # type: ignore[attr-defined]
+
+
+def on_exit(server: object) -> None:
+    """Remove the metrics directory on_starting made (one given in the environment is kept)."""
+    created = os.environ.get(_METRICS_DIR_CREATED)
+    if created and created == os.environ.get(METRICS_DIR):
+        shutil.rmtree(created, ignore_errors=True)
 
 
 M_ARENA_MAX = -8
