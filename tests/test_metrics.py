@@ -9,7 +9,10 @@ in tests/test_metrics_workers.py."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from decimal import Decimal
 from pathlib import Path
 
@@ -340,3 +343,46 @@ def test_the_sample_dashboard_parses_and_asks_only_for_metrics_that_exist():
         "gateway_refusals",
         "gateway_streams_open",
     } <= families
+
+
+# --- The metrics directory under gunicorn (its hooks, run as gunicorn runs them in the master) ----------
+
+
+def _hooks_run(script: str, env: dict[str, str]) -> str:
+    clean = {k: v for k, v in os.environ.items() if k not in ("PROMETHEUS_MULTIPROC_DIR", "WEB_CONCURRENCY")}
+    prelude = "import os, runpy\nconf = runpy.run_path('gunicorn.conf.py')\nclass Worker:\n    pid = 4242\n"
+    result = subprocess.run(
+        [sys.executable, "-c", prelude + script],
+        cwd=ROOT,
+        env={**clean, "GATEWAY_ENV_FILE": "", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_gunicorn_empties_a_given_metrics_directory_and_forgets_a_dead_workers_live_gauges(tmp_path):
+    for name in ("counter_1.db", "gauge_livesum_1.db"):
+        (tmp_path / name).write_bytes(b"left by an earlier run")
+    _hooks_run("conf['on_starting'](None)", {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path)})
+    assert list(tmp_path.iterdir()) == []
+    for name in ("counter_4242.db", "gauge_livesum_4242.db"):
+        (tmp_path / name).write_bytes(b"")
+    _hooks_run("conf['child_exit'](None, Worker())", {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path)})
+    assert [path.name for path in tmp_path.iterdir()] == ["counter_4242.db"]  # its counts stay
+    _hooks_run("conf['on_exit'](None)", {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path)})
+    assert tmp_path.is_dir()  # a directory the operator gave is kept
+
+
+def test_gunicorn_makes_a_fresh_metrics_directory_and_removes_it_on_exit():
+    made = _hooks_run(
+        "conf['on_starting'](None)\n"
+        "made = os.environ['PROMETHEUS_MULTIPROC_DIR']\n"
+        "assert os.path.isdir(made)\n"
+        "conf['on_exit'](None)\n"
+        "print(made)",
+        {},
+    )
+    assert made and not Path(made).exists()

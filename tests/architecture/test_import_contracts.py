@@ -24,6 +24,7 @@ PACKAGES = (
     "chat",
     "console",
     "configuration",
+    "monitoring",
 )
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
