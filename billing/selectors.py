@@ -223,8 +223,9 @@ class OpenHolds:
 
 
 def holds_open_totals() -> list[OpenHolds]:
-    """The open holds and the amount they reserve, by kind: one aggregate query over the open holds
-    (the calls in flight, found through the partial index on open holds), for the metrics scrape."""
+    """The open holds and the amount they reserve, by kind: one aggregate query for the metrics
+    scrape. Open holds are the calls in flight (plus any a dead worker left until
+    release_stale_holds), and the partial index on open holds lets PostgreSQL find only those."""
     rows = (
         Hold.objects.filter(status=Hold.Status.OPEN)
         .values("kind")
