@@ -373,3 +373,8 @@ GATEWAY_RETRY = {
     "circuit_threshold": env_int("GATEWAY_CIRCUIT_THRESHOLD", 5, minimum=1),
     "circuit_cooldown": env_float("GATEWAY_CIRCUIT_COOLDOWN_SECONDS", 30.0, minimum=1),
 }
+
+# --- Operations: health probes (README, "Production") ---------------------------------------------
+# GET /healthz and /readyz: answered by the first middleware, before ALLOWED_HOSTS is checked (probes
+# name a node by its address) and before any credential (api/health.py).
+MIDDLEWARE.insert(0, "api.health.HealthProbeMiddleware")
