@@ -197,3 +197,10 @@ def env_origins(name: str) -> list[str]:
         if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query:
             raise _fail(name, origin, "expected an origin such as https://app.example.com (no path)")
     return origins
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = (env_str(name, default) or default).strip().lower()
+    if value not in choices:
+        raise _fail(name, value, f"expected one of {', '.join(choices)}")
+    return value

@@ -17,6 +17,7 @@ from gateway_project.env import (
     database_from_url,
     database_url,
     env_bool,
+    env_choice,
     env_file_load,
     env_float,
     env_int,
@@ -375,7 +376,7 @@ GATEWAY_RETRY = {
     "circuit_cooldown": env_float("GATEWAY_CIRCUIT_COOLDOWN_SECONDS", 30.0, minimum=1),
 }
 
-# --- Operations: health probes, CORS (README, "Production") --------------------------------------
+# --- Operations: health probes, CORS, log format (README, "Production") --------------------------
 # GET /healthz and /readyz: answered by the first middleware, before ALLOWED_HOSTS is checked (probes
 # name a node by its address) and before any credential (api/health.py).
 # CORS for browser clients of /v1, off unless GATEWAY_CORS_ALLOWED_ORIGINS lists origins (or is `*`):
@@ -425,3 +426,10 @@ if GATEWAY_CORS_ALLOWED_ORIGINS:
     ]
     CORS_EXPOSE_HEADERS = ["x-request-id", "retry-after", "x-should-retry", "idempotent-replayed"]
     CORS_PREFLIGHT_MAX_AGE = 600
+# LOG_FORMAT=json: every log line is one JSON object (python-json-logger), gunicorn's too
+# (core/access_log.py); text (the default) keeps the format above. Either way each API call logs one
+# `gateway.call` line when its usage scope closes (api/usage.py).
+LOG_FORMAT = env_choice("LOG_FORMAT", "text", ("text", "json"))
+if LOG_FORMAT == "json":
+    LOGGING["formatters"]["json"] = {"()": "core.access_log.json_formatter"}
+    LOGGING["handlers"]["console"]["formatter"] = "json"
