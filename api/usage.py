@@ -32,6 +32,10 @@ if TYPE_CHECKING:
     from keys.credentials import Credential
 
 logger = logging.getLogger("gateway.usage")
+# One line per API call when its scope closes: who, which model, how it ended, where it went, how long
+# it took and what it cost. Never a secret (a key by its display prefix) and never the request's
+# content. Its fields are the `extra` of the record: JSON fields with LOG_FORMAT=json.
+call_logger = logging.getLogger("gateway.call")
 
 
 class UsageScope:
@@ -44,6 +48,8 @@ class UsageScope:
         self.group: Group | None = None
         self.model_id = ""
         self.upstream = ""
+        # Upstream attempts made (each one names its upstream first): retries and failovers included.
+        self.attempts = 0
         self.billing = ""
         # What was charged (wallet) or counted (subscription); set by metered_call on capture only.
         self.charged = Decimal("0")
@@ -60,7 +66,9 @@ class UsageScope:
         self.billing = group.billing
 
     def set_upstream(self, name: str) -> None:
+        """The upstream of the attempt about to be made (called once per attempt)."""
         self.upstream = name
+        self.attempts += 1
 
     def elapsed_ms(self) -> int:
         return int((time.monotonic() - self.started) * 1000)
@@ -122,6 +130,33 @@ def usage_scope(*, request_id: str, endpoint: str, credential: Credential) -> It
         status, code = usage_outcome_for(error=error)
         _usage_record_write(scope=scope, status=status, code=code)
         _metrics_record(scope=scope, status=status, code=code)
+        _call_log(scope=scope, status=status, code=code)
+
+
+def _call_log(*, scope: UsageScope, status: int, code: str) -> None:
+    """The call's `gateway.call` line. Never raises: a log line must not change the answer."""
+    if not call_logger.isEnabledFor(logging.INFO):
+        return
+    try:
+        fields = {
+            "request_id": scope.request_id,
+            "credential": scope.credential.log_name,
+            "model": scope.model_id,
+            "endpoint": scope.endpoint,
+            "status": status,
+            "error_code": code,
+            "upstream": scope.upstream,
+            "attempts": scope.attempts,
+            "latency_ms": scope.elapsed_ms(),
+            "amount": str(scope.charged),
+        }
+        call_logger.info(
+            "call %s",
+            " ".join(f"{name}={value if value != '' else '-'}" for name, value in fields.items()),
+            extra=fields,
+        )
+    except Exception:
+        logger.exception("could not log the call of request %s", scope.request_id)
 
 
 def _usage_record_write(*, scope: UsageScope, status: int, code: str) -> None:

@@ -6,10 +6,15 @@ strftime'd timestamp, each string escaped (its cost: docs/benchmarks.md). `Acces
 line of `ACCESS_LOG_FORMAT`, the format gunicorn.conf.py sets, from the five values it uses, through
 the same logging handler (stdout or the file of GUNICORN_ACCESSLOG, reopened on USR1 as before). Any
 other format (`--access-logformat`) is formatted by gunicorn itself.
+
+With LOG_FORMAT=json, gunicorn's own log and the access log are JSON lines too (python-json-logger),
+the access line's values as fields of their own. Health probes that pass (GET /healthz, /readyz, every
+second from a load balancer) are not logged; a failing one is.
 """
 
 from __future__ import annotations
 
+import os
 import traceback
 from typing import Any
 
@@ -19,12 +24,41 @@ from gunicorn.glogging import Logger
 ACCESS_LOG_FORMAT = '%(h)s "%(m)s %(U)s %(H)s" %(s)s %(B)s %(M)sms rid=%({x-request-id}o)s'
 
 
+# Polled every second by load balancers: an answer 2xx is not worth a line (api/health.py).
+PROBE_PATHS = frozenset({"/healthz", "/readyz"})
+
+
+def log_format_json() -> bool:
+    """LOG_FORMAT=json (the settings refuse any value but text and json)."""
+    return os.environ.get("LOG_FORMAT", "text").strip().lower() == "json"
+
+
+def json_formatter() -> Any:
+    """The JSON formatter of every log line, Django's and gunicorn's: time, level, logger, message, and
+    any fields the call passed as `extra`."""
+    from pythonjsonlogger.json import JsonFormatter
+
+    return JsonFormatter(
+        "{asctime}{levelname}{name}{message}",
+        style="{",
+        rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+    )
+
+
 def _safe(value: Any) -> Any:
     """As gunicorn's SafeAtoms: strings get their double quotes escaped, other values stay."""
     return value.replace('"', '\\"') if isinstance(value, str) else value
 
 
 class AccessLogger(Logger):
+    def setup(self, cfg: Any) -> None:
+        super().setup(cfg)
+        if log_format_json():
+            formatter = json_formatter()
+            for log in (self.error_log, self.access_log):
+                for handler in log.handlers:
+                    handler.setFormatter(formatter)
+
     def access(self, resp: Any, req: Any, environ: dict[str, Any], request_time: Any) -> None:
         if not self.access_log_enabled:
             return
@@ -34,6 +68,9 @@ class AccessLogger(Logger):
         status = resp.status
         if isinstance(status, str):
             status = status.split(None, 1)[0]
+        path = environ.get("PATH_INFO")
+        if path in PROBE_PATHS and str(status).startswith("2"):
+            return
         request_id = "-"
         for name, value in resp.headers:
             if name.lower() == "x-request-id":
@@ -43,14 +80,24 @@ class AccessLogger(Logger):
         line = '%s "%s %s %s" %s %s %sms rid=%s' % (  # noqa: UP031 - the format gunicorn would apply
             _safe(environ.get("REMOTE_ADDR", "-")),
             _safe(environ.get("REQUEST_METHOD")),
-            _safe(environ.get("PATH_INFO")),
+            _safe(path),
             _safe(environ.get("SERVER_PROTOCOL")),
             _safe(status),
             getattr(resp, "sent", None),
             milliseconds,
             _safe(request_id),
         )
+        fields = {
+            "client": environ.get("REMOTE_ADDR", "-"),
+            "method": environ.get("REQUEST_METHOD"),
+            "path": path,
+            "status": int(status) if str(status).isdigit() else status,
+            "bytes": getattr(resp, "sent", None),
+            "latency_ms": milliseconds,
+            "request_id": request_id,
+        }
         try:
-            self.access_log.info("%s", line)
+            # The fields are ignored by the text formatter and become the JSON line's fields.
+            self.access_log.info("%s", line, extra=fields)
         except Exception:
             self.error(traceback.format_exc())

@@ -182,3 +182,25 @@ def database_from_url(name: str, value: str, *, base_dir: Path) -> dict:
         return config
     # Never echo a URL that may hold a password.
     raise _fail(name, f"{scheme}://…", "only sqlite:// and postgres:// URLs are supported")
+
+
+def env_origins(name: str) -> list[str]:
+    """Comma-separated browser origins (`https://app.example.com`), or `*` alone for any origin;
+    unset or empty: none."""
+    origins = env_list(name, [])
+    if origins == ["*"]:
+        return origins
+    for origin in origins:
+        parts = urlsplit(origin)
+        if origin == "*":
+            raise _fail(name, ",".join(origins), "`*` allows every origin: give it alone")
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query:
+            raise _fail(name, origin, "expected an origin such as https://app.example.com (no path)")
+    return origins
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = (env_str(name, default) or default).strip().lower()
+    if value not in choices:
+        raise _fail(name, value, f"expected one of {', '.join(choices)}")
+    return value

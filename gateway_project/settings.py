@@ -17,10 +17,12 @@ from gateway_project.env import (
     database_from_url,
     database_url,
     env_bool,
+    env_choice,
     env_file_load,
     env_float,
     env_int,
     env_list,
+    env_origins,
     env_public_url,
     env_str,
     env_timezone,
@@ -378,3 +380,61 @@ GATEWAY_RETRY = {
     "circuit_threshold": env_int("GATEWAY_CIRCUIT_THRESHOLD", 5, minimum=1),
     "circuit_cooldown": env_float("GATEWAY_CIRCUIT_COOLDOWN_SECONDS", 30.0, minimum=1),
 }
+
+# --- Operations: health probes, CORS, log format (README, "Production") --------------------------
+# GET /healthz and /readyz: answered by the first middleware, before ALLOWED_HOSTS is checked (probes
+# name a node by its address) and before any credential (api/health.py).
+# CORS for browser clients of /v1, off unless GATEWAY_CORS_ALLOWED_ORIGINS lists origins (or is `*`):
+# then django-cors-headers answers preflights first of all middleware, before any credential is
+# looked at, and only for /v1 paths. No cookie authenticates a /v1 call: credentials are never allowed.
+MIDDLEWARE.insert(0, "api.health.HealthProbeMiddleware")
+GATEWAY_CORS_ALLOWED_ORIGINS = env_origins("GATEWAY_CORS_ALLOWED_ORIGINS")
+if GATEWAY_CORS_ALLOWED_ORIGINS:
+    INSTALLED_APPS.append("corsheaders")
+    MIDDLEWARE.insert(0, "corsheaders.middleware.CorsMiddleware")
+    CORS_ALLOW_ALL_ORIGINS = GATEWAY_CORS_ALLOWED_ORIGINS == ["*"]
+    CORS_ALLOWED_ORIGINS = [] if CORS_ALLOW_ALL_ORIGINS else GATEWAY_CORS_ALLOWED_ORIGINS
+    CORS_URLS_REGEX = r"^/v1(/.*)?$"
+    CORS_ALLOW_CREDENTIALS = False
+    # What the official SDKs send: the three credential headers, the provider's versioning headers,
+    # the Stainless client's telemetry and retry headers (no wildcard: browsers never let `*` cover
+    # Authorization).
+    CORS_ALLOW_HEADERS = [
+        "accept",
+        "authorization",
+        "content-type",
+        "x-api-key",
+        "x-goog-api-key",
+        "x-request-id",
+        "idempotency-key",
+        "anthropic-version",
+        "anthropic-beta",
+        "anthropic-dangerous-direct-browser-access",
+        "openai-organization",
+        "openai-project",
+        "openai-beta",
+        "x-stainless-arch",
+        "x-stainless-async",
+        "x-stainless-helper",
+        "x-stainless-helper-method",
+        "x-stainless-lang",
+        "x-stainless-os",
+        "x-stainless-package-version",
+        "x-stainless-poll-helper",
+        "x-stainless-raw-response",
+        "x-stainless-read-timeout",
+        "x-stainless-retry-count",
+        "x-stainless-runtime",
+        "x-stainless-runtime-version",
+        "x-stainless-stream-helper",
+        "x-stainless-timeout",
+    ]
+    CORS_EXPOSE_HEADERS = ["x-request-id", "retry-after", "x-should-retry", "idempotent-replayed"]
+    CORS_PREFLIGHT_MAX_AGE = 600
+# LOG_FORMAT=json: every log line is one JSON object (python-json-logger), gunicorn's too
+# (core/access_log.py); text (the default) keeps the format above. Either way each API call logs one
+# `gateway.call` line when its usage scope closes (api/usage.py).
+LOG_FORMAT = env_choice("LOG_FORMAT", "text", ("text", "json"))
+if LOG_FORMAT == "json":
+    LOGGING["formatters"]["json"] = {"()": "core.access_log.json_formatter"}
+    LOGGING["handlers"]["console"]["formatter"] = "json"

@@ -38,6 +38,7 @@ from keys.credentials import Credential
 from keys.secrets import (
     KEY_PREFIX,
     OAUTH_ACCESS_TOKEN_PREFIX,
+    api_key_display_prefix,
     api_key_well_formed,
     oauth_access_token_well_formed,
 )
@@ -128,6 +129,7 @@ def _api_key_verify(*, secret: str, now: datetime) -> Credential:
         bound_group=api_key.group,
         scopes=frozenset(),
         label=api_key.label,
+        prefix=api_key_display_prefix(secret),
     )
 
 

@@ -44,11 +44,20 @@ class Credential:
     bound_group: GroupSnapshot | None
     scopes: frozenset[str] = frozenset()
     label: str = ""
+    # An API key's public display prefix (`sk-abc12345`, as the console shows it); never the secret.
+    prefix: str = ""
 
     @property
     def limit_key(self) -> str:
         """Stable string naming this credential, for rate/concurrency counters and usage records."""
         return f"{self.kind}:{self.id}"
+
+    @property
+    def log_name(self) -> str:
+        """How logs name this credential: an API key by its display prefix, a token by its id."""
+        if self.kind == "api_key" and self.prefix:
+            return f"{self.prefix}…"
+        return self.limit_key
 
     def has_scope(self, scope: str) -> bool:
         return self.kind in ("api_key", "console") or scope in self.scopes
