@@ -183,9 +183,15 @@ def free_form(description: str) -> dict[str, Any]:
 EVENT_STREAM = component_register(
     "EventStream",
     {
-        "type": "string",
-        "description": "Server-sent events (`event:` / `data:` lines), relayed as they arrive; a "
-        "failed stream ends with an `error` event in the family's shape.",
+        "type": "object",
+        "description": "One server-sent event of a `text/event-stream` (its `event:` and `data:` lines), "
+        "relayed as it arrives; a failed stream ends with an `error` event in the family's shape.",
+        "properties": {
+            "event": {"type": "string", "example": "message_start"},
+            "data": {"type": "string", "description": "Usually JSON; `[DONE]` ends a chat stream."},
+            "id": {"type": "string"},
+            "retry": {"type": "integer"},
+        },
     },
 )
 
