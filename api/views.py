@@ -17,6 +17,7 @@ from accounts.models import Account
 from accounts.selectors import account_get_for_profile
 from api.base import GatewayAPIView
 from api.catalog import ListedModel, model_get_for_credential, model_list_for_credential
+from api.schema import me_schema, model_detail_schema, model_list_schema
 from billing.models import Wallet
 from billing.money import money_str
 from billing.selectors import UsageTotals, usage_totals_get
@@ -150,6 +151,7 @@ class ModelListView(ModelCatalogView):
     `?groups=all` for OAuth tokens with `models:invoke` (every allowed group, each item marked
     `selectable`)."""
 
+    @model_list_schema
     def get(self, request: Request) -> Response:
         credential = self.credential
         all_groups = request.query_params.get("groups") == "all" and credential.kind == "oauth"
@@ -166,6 +168,7 @@ class ModelListView(ModelCatalogView):
 class ModelDetailView(ModelCatalogView):
     """One model the credential may use, by the id GET /v1/models lists it under; 404 otherwise."""
 
+    @model_detail_schema
     def get(self, request: Request, model_id: str) -> Response:
         listed = model_get_for_credential(credential=self.credential, model_id=model_id)
         if listed is None:
@@ -222,6 +225,7 @@ def _usage_part(account: Account) -> dict[str, Any]:
 class MeView(GatewayAPIView):
     """Who the credential acts for. Each part needs its scope; a manual API key sees everything."""
 
+    @me_schema
     def get(self, request: Request) -> Response:
         credential = self.credential
         if not any(credential.has_scope(scope) for scope in ME_SCOPES):

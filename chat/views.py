@@ -10,6 +10,7 @@ from rest_framework.request import Request
 from api.base import GatewayAPIView
 from chat.families import CHAT, COUNT_TOKENS, MESSAGES_FAMILY, RESPONSES_FAMILY, Family
 from chat.pipeline import text_call_handle
+from chat.schema import chat_completions_schema, count_tokens_schema, messages_schema, responses_schema
 
 
 class TextView(GatewayAPIView):
@@ -22,21 +23,25 @@ class TextView(GatewayAPIView):
         return text_call_handle(request=request, family=self.family)
 
 
+@chat_completions_schema
 class ChatCompletionsView(TextView):
     family = CHAT
     error_shape = "compatible"
 
 
+@responses_schema
 class ResponsesView(TextView):
     family = RESPONSES_FAMILY
     error_shape = "compatible"
 
 
+@messages_schema
 class MessagesView(TextView):
     family = MESSAGES_FAMILY
     error_shape = "native"
 
 
+@count_tokens_schema
 class CountTokensView(TextView):
     family = COUNT_TOKENS
     error_shape = "native"

@@ -305,6 +305,29 @@ REST_FRAMEWORK = {
     "UNAUTHENTICATED_USER": None,
 }
 
+# OpenAPI: GET /v1/openapi.json and its docs page /docs/ (Swagger UI from drf-spectacular-sidecar's
+# static files, no CDN). The /v1 views take no serializers: each family describes its bodies in its
+# schema.py, the shared parts are in api/openapi.py.
+INSTALLED_APPS += ["drf_spectacular", "drf_spectacular_sidecar"]
+REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"] = "drf_spectacular.openapi.AutoSchema"
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Image Gateway API",
+    "DESCRIPTION": "Image generation and editing, chat completions, responses, messages and token "
+    "counting behind one key. Errors come in three shapes (components CompatibleError, NativeError, "
+    "GoogleError); every error message ends with its request id.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": "/v1",
+    "PREPROCESSING_HOOKS": ["api.openapi.endpoints_v1_only"],
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "api.openapi.components_add",
+    ],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
 # OAuth 2 authorization server (django-oauth-toolkit): authorization code + PKCE (S256), rotating
 # refresh tokens. Tokens are stored only as SHA-256 checksums (RFC 9700 token storage); access tokens
 # are `sk_oauth_…` (keys/secrets.py). See docs/authentication.md.

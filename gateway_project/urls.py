@@ -2,6 +2,7 @@ from django.conf import settings
 from django.contrib import admin
 from django.contrib.staticfiles.urls import staticfiles_urlpatterns
 from django.urls import include, path
+from drf_spectacular.views import SpectacularSwaggerView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -13,6 +14,8 @@ urlpatterns = [
     path("oauth/", include("console.oauth_urls")),
     # Prometheus metrics, behind GATEWAY_METRICS_TOKEN (monitoring/views.py).
     path("", include("monitoring.urls")),
+    # Swagger UI over GET /v1/openapi.json, its scripts from drf-spectacular-sidecar's static files.
+    path("docs/", SpectacularSwaggerView.as_view(url_name="v1-openapi"), name="api-docs"),
     # The web console (/console/), its sign-in pages (/accounts/) and / → console (docs/console.md).
     path("", include("console.urls")),
 ]

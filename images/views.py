@@ -4,6 +4,7 @@ from rest_framework.request import Request
 from api.base import GatewayAPIView
 from api.parsers import GatewayJSONParser
 from images.pipeline import image_call_handle
+from images.schema import edit_schema, generation_schema
 
 
 class ImageGenerationView(GatewayAPIView):
@@ -11,6 +12,7 @@ class ImageGenerationView(GatewayAPIView):
 
     parser_classes = [GatewayJSONParser]
 
+    @generation_schema
     def post(self, request: Request):
         return image_call_handle(request=request, operation="generate")
 
@@ -20,5 +22,6 @@ class ImageEditView(GatewayAPIView):
 
     parser_classes = [MultiPartParser, FormParser]
 
+    @edit_schema
     def post(self, request: Request):
         return image_call_handle(request=request, operation="edit")
