@@ -9,6 +9,7 @@ from decimal import Decimal
 
 import pytest
 import schemathesis
+from django.db import connection
 from drf_spectacular.generators import SchemaGenerator
 from hypothesis import HealthCheck, Phase, settings
 from schemathesis.checks import (
@@ -54,6 +55,11 @@ def caller(transactional_db, alpha_group, demo_upstream):
 schema = schemathesis.openapi.from_dict(SchemaGenerator().get_schema(request=None, public=True))
 
 
+@pytest.mark.skipif(
+    connection.vendor != "postgresql",
+    reason="the live server's threads share SQLite's in-memory test database, which refuses a write "
+    "while another thread (a stream still settling) holds it instead of waiting: needs PostgreSQL",
+)
 @schema.parametrize()
 @settings(
     max_examples=8,
