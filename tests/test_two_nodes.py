@@ -175,7 +175,7 @@ def test_the_limits_hold_for_both_nodes_together(cluster, alice, alpha_group, fa
     rate_window_wait(f"api_key:{api_key.pk}", seconds=10)
     answers = [call((a, b)[index % 2], cluster.key) for index in range(10)]
     assert [r.status_code for r in answers] == [200] * 6 + [429] * 4
-    # The eight calls of the first part count in this minute too when it has not changed since.
+    # Charged: the 2 calls let through at once and the 6 within the minute.
     assert Wallet.objects.get(account=alice).balance == Decimal("10") - 8 * PRICE
 
 
