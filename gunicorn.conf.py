@@ -49,6 +49,7 @@ from gateway_project.env import (  # noqa: E402
     database_url,
     env_file_load,
     env_int,
+    env_networks,
 )
 
 env_file_load(ROOT)  # DATABASE_URL may come from .env, as Django's settings read it
@@ -92,7 +93,9 @@ accesslog = os.environ.get("GUNICORN_ACCESSLOG", "-") or None
 # The request line is logged without its query string: a key sent as ?key= must never reach a log.
 access_log_format = ACCESS_LOG_FORMAT
 logger_class = "core.access_log.AccessLogger"  # writes that format without gunicorn's atoms
-forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
+# The proxies whose X-Forwarded-Proto gunicorn believes (wsgi.url_scheme): the same list the gateway
+# believes X-Forwarded-For/-Proto/-Host from (GATEWAY_TRUSTED_PROXIES, settings.py); empty trusts none.
+forwarded_allow_ips = ",".join(str(network) for network in env_networks("GATEWAY_TRUSTED_PROXIES"))
 
 
 # Metrics (core/metrics.py): every worker writes its counts to files in PROMETHEUS_MULTIPROC_DIR and

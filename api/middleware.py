@@ -1,8 +1,10 @@
-"""Request ids, the request-size limits gunicorn leaves to the gateway, JSON errors for every /v1 and
-/files answer that is not produced by a DRF view, and the browser-only middleware those requests skip."""
+"""The client's address behind a trusted proxy, request ids, the request-size limits gunicorn leaves
+to the gateway, JSON errors for every /v1 and /files answer that is not produced by a DRF view, and
+the browser-only middleware those requests skip."""
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import re
 import uuid
@@ -37,6 +39,57 @@ FILES_PREFIX = "/files/"
 
 def new_request_id() -> str:
     return f"req_{uuid.uuid4().hex}"
+
+
+_FORWARDED = ("HTTP_X_FORWARDED_FOR", "HTTP_X_FORWARDED_PROTO", "HTTP_X_FORWARDED_HOST")
+
+
+class ForwardedHeadersMiddleware:
+    """Believe X-Forwarded-For/-Proto/-Host only from a proxy in GATEWAY_TRUSTED_PROXIES.
+
+    From a trusted peer, REMOTE_ADDR becomes the client's address: X-Forwarded-For read from the
+    right (each proxy appends the address it was called from), skipping trusted proxies, as nginx's
+    `real_ip_recursive` does; the addresses left of the first untrusted one are the client's to
+    invent and are ignored. The proto and host headers stay for Django (SECURE_PROXY_SSL_HEADER,
+    USE_X_FORWARDED_HOST). From any other peer all three are dropped, so a client cannot claim an
+    address, https or a host. REMOTE_ADDR is changed in the WSGI environ itself: gunicorn's access
+    log line, written after the answer, shows the client too."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        meta = request.META
+        trusted = settings.GATEWAY_TRUSTED_PROXIES
+        if trusted and _is_trusted(meta.get("REMOTE_ADDR", ""), trusted):
+            forwarded_for = meta.get("HTTP_X_FORWARDED_FOR")
+            if forwarded_for:
+                meta["REMOTE_ADDR"] = _client_address(forwarded_for, meta["REMOTE_ADDR"], trusted)
+        else:
+            for name in _FORWARDED:
+                meta.pop(name, None)
+        return self.get_response(request)
+
+
+def _is_trusted(address: str, trusted: tuple) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False  # a UNIX socket's peer has no address: nothing says it is the proxy
+    return any(ip in network for network in trusted)
+
+
+def _client_address(forwarded_for: str, peer: str, trusted: tuple) -> str:
+    address = peer
+    for hop in reversed(forwarded_for.split(",")):
+        if not _is_trusted(address, trusted):
+            break
+        hop = hop.strip()
+        try:
+            address = str(ipaddress.ip_address(hop))
+        except ValueError:
+            break  # not an address (a port, "unknown", garbage): the last good hop is the client
+    return address
 
 
 class RequestIdMiddleware:

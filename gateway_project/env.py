@@ -7,6 +7,7 @@ process at start instead of surfacing later as odd behaviour.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from pathlib import Path
@@ -119,6 +120,19 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if value is None or value.strip() == "":
         return list(default)
     return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def env_networks(name: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """A comma-separated list of addresses or CIDR networks (`10.0.0.5`, `10.0.0.0/24`, `::1`); empty
+    or unset is none. Strict as gunicorn's `forwarded_allow_ips` is: `10.0.0.5/24` (host bits set) is
+    refused, since it is usually a typo for one address or for `10.0.0.0/24`."""
+    networks = []
+    for item in env_list(name, []):
+        try:
+            networks.append(ipaddress.ip_network(item))
+        except ValueError as error:
+            raise _fail(name, os.environ.get(name, ""), f"{item!r}: {error}") from None
+    return tuple(networks)
 
 
 def env_timezone(name: str, default: str = "UTC") -> str:

@@ -23,6 +23,7 @@ from gateway_project.env import (
     env_int,
     env_list,
     env_origins,
+    env_networks,
     env_public_url,
     env_str,
     env_timezone,
@@ -58,6 +59,16 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 GATEWAY_PUBLIC_URL = env_public_url("GATEWAY_PUBLIC_URL", "http://127.0.0.1:8000")
 GATEWAY_TIMEZONE = env_timezone("GATEWAY_TIMEZONE", "UTC")
 CSRF_TRUSTED_ORIGINS = [GATEWAY_PUBLIC_URL]
+# The reverse proxies in front (docs/deployment.md): addresses or CIDR networks, comma-separated. Only
+# a request whose immediate peer is one of them may say who the client is (X-Forwarded-For: the
+# address the console's sign-in throttle and the access log see), which scheme it came in on
+# (X-Forwarded-Proto) and which host it asked for (X-Forwarded-Host); from any other peer those
+# headers are dropped (api.middleware.ForwardedHeadersMiddleware). gunicorn.conf.py gives gunicorn
+# the same list. Empty (the default): no proxy is trusted.
+GATEWAY_TRUSTED_PROXIES = env_networks("GATEWAY_TRUSTED_PROXIES")
+if GATEWAY_TRUSTED_PROXIES:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    USE_X_FORWARDED_HOST = True
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -84,6 +95,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: everything after it (the access log too) sees the client's address, not the proxy's.
+    "api.middleware.ForwardedHeadersMiddleware",
     "api.middleware.RequestIdMiddleware",
     "api.middleware.RequestLimitsMiddleware",
     "api.middleware.ApiErrorMiddleware",
