@@ -20,12 +20,18 @@ WORKDIR /app
 # A venv rather than the base's own Python: Debian's python3 refuses `pip install` into the system.
 RUN useradd --create-home --uid 10001 gateway && python3 -m venv /opt/venv
 
-# What is copied is decided by .dockerignore (no tests, docs, .env or local databases).
-COPY . .
-
+# The dependencies first, from pyproject.toml alone: a layer that survives changes to the code.
+COPY pyproject.toml ./
 RUN --mount=type=secret,id=pip_ca \
     if [ -f /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
-    && pip install --no-cache-dir --disable-pip-version-check . \
+    && python -c "import tomllib; d = tomllib.load(open('pyproject.toml', 'rb')); \
+        print(*d['project']['dependencies'], *d['build-system']['requires'], sep='\n')" > /tmp/requirements.txt \
+    && pip install --no-cache-dir --disable-pip-version-check -r /tmp/requirements.txt \
+    && rm /tmp/requirements.txt
+
+# What is copied is decided by .dockerignore (no tests, docs, .env or local databases).
+COPY . .
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-build-isolation . \
     && rm -rf build ./*.egg-info \
     && DEBUG=1 python manage.py collectstatic --noinput -v0 \
     && mkdir -p media && chown -R gateway staticfiles media
