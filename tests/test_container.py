@@ -5,7 +5,8 @@ with keys `createapikey` made.
 
 PostgreSQL only: the container uses the server the tests use (database `<test database>_container`),
 on the host's network. Skipped, with the daemon's own words, only when no Docker engine can start.
-About a minute and a half: debootstrap ~40 s, the build ~20 s (pip from the index), the rest ~15 s.
+About 1.5 to 3 minutes on 2 cores, most of it debootstrap's downloads and unpacking; the build
+(pip from the index) ~15 s, starting the daemon, migrating and the calls ~20 s.
 """
 
 from __future__ import annotations
