@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+NGINX_CONF = ROOT / "deploy" / "nginx.conf"
 COMPOSE = ROOT / "deploy" / "compose.yaml"
 REQUIRED_ENV = {
     "SECRET_KEY": "compose-test",
@@ -49,7 +50,7 @@ def test_it_has_the_gateway_its_stores_the_proxy_and_the_scheduler(services: dic
         # No default secret: compose refuses to start without them.
         assert environment["SECRET_KEY"].startswith("${SECRET_KEY:?")
         assert environment["GATEWAY_KEY_PEPPER"].startswith("${GATEWAY_KEY_PEPPER:?")
-    assert "./nginx.conf:/etc/nginx/nginx.conf:ro" in services["nginx"]["volumes"]
+    assert "./nginx.conf:/srv/nginx/image-gateway.conf:ro" in services["nginx"]["volumes"]
     assert services["nginx"]["depends_on"]["gateway"]["condition"] == "service_healthy"
     assert "ports" not in services["gateway"]  # only nginx faces clients
 
@@ -92,3 +93,18 @@ def test_it_is_valid_for_docker_compose_where_installed():
         check=False,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_nginx_runs_deploy_nginx_conf_pointed_at_the_gateway_service_without_tls(services: dict):
+    script = _script(services["nginx"])
+    rendered = subprocess.run(
+        ["sh", "-c", script.split(" > ")[0].replace("/srv/nginx/image-gateway.conf", str(NGINX_CONF))],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "server gateway:8000;" in rendered and "127.0.0.1:8000" not in rendered
+    assert "ssl" not in rendered and "443" not in rendered
+    assert "> /etc/nginx/conf.d/default.conf" in script and "exec nginx -g 'daemon off;'" in script
+    assert "static:/srv/image-gateway/staticfiles:ro" in services["nginx"]["volumes"]
+    assert "alias /srv/image-gateway/staticfiles/;" in rendered
