@@ -1,14 +1,24 @@
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
+from django.contrib.auth.models import Group as DjangoGroup
 
 from accounts.models import Account, User
 from accounts.services import account_create_for_user
 from billing.money import money_display
 
+# Django's permission groups are not used here (staff get permissions one by one, and the gateway's
+# own groups are groups.Group): their admin page would only be confused with the gateway's groups.
+admin.site.unregister(DjangoGroup)
+
 
 @admin.register(User)
 class UserAdmin(DjangoUserAdmin):
-    pass
+    # Without Django's permission groups (above): permissions are given one by one.
+    fieldsets = tuple(
+        (name, {**options, "fields": tuple(f for f in options["fields"] if f != "groups")})
+        for name, options in DjangoUserAdmin.fieldsets
+    )
+    list_filter = ("is_staff", "is_superuser", "is_active")
 
 
 @admin.register(Account)

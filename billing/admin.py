@@ -22,12 +22,15 @@ from core.admin_confirm import admin_action_confirmed
 
 
 class MoneyMovementForm(forms.Form):
-    amount = forms.CharField(help_text="¥, e.g. 10.00 (adjustments may be negative).")
+    amount = forms.CharField()
     note = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
 
     def __init__(self, *args, allow_negative: bool, note_required: bool, **kwargs):
         super().__init__(*args, **kwargs)
         self.allow_negative = allow_negative
+        self.fields["amount"].help_text = (
+            "¥, e.g. 10.00 to credit or -10.00 to debit." if allow_negative else "¥ to credit, e.g. 10.00."
+        )
         self.fields["note"].required = note_required
 
     def clean_amount(self):
@@ -140,7 +143,7 @@ class WalletAdmin(MoneyShownAdmin):
             form = MoneyMovementForm(request.POST, allow_negative=allow_negative, note_required=note_required)
             if form.is_valid():
                 amount, note = form.cleaned_data["amount"], form.cleaned_data["note"]
-                done = 0
+                done, failures = 0, []
                 for wallet in queryset.select_related("account"):
                     try:
                         if action == "top_up":
@@ -161,14 +164,21 @@ class WalletAdmin(MoneyShownAdmin):
                             )
                         done += 1
                     except MoneyError as exc:
-                        self.message_user(request, f"{wallet.account}: {exc}", messages.ERROR)
+                        failures.append(f"{wallet.account}: {exc}")
                 if done:
+                    # Some wallets moved: back to the list, which says what was written and what not
+                    # (the form again could write the others twice).
+                    for failure in failures:
+                        self.message_user(request, failure, messages.ERROR)
                     self.message_user(
                         request,
                         f"{title}: {money_display(amount)} written to {done} wallet(s).",
                         messages.SUCCESS,
                     )
-                return None
+                    return None
+                # Nothing was written: the same form again, with the input kept and the reasons on it.
+                for failure in failures:
+                    form.add_error("amount", failure)
         else:
             form = MoneyMovementForm(allow_negative=allow_negative, note_required=note_required)
         context = {

@@ -101,7 +101,7 @@ def _hold_reserve_orm(*, account_id: int, values: dict[str, Any]) -> Hold | None
         updated = (
             Wallet.objects.alias(held_after=money_sql(F("held") + amount))
             .filter(account_id=account_id, balance__gte=F("held_after"))
-            .update(held=money_sql(F("held") + amount))
+            .update(held=money_sql(F("held") + amount), updated_at=values["created_at"])
         )
         if updated != 1:
             return None
@@ -209,8 +209,11 @@ def _hold_capture_orm(
             # Lock the wallet row so balance_after is exactly this charge's result under concurrency.
             # The whole hold leaves `held`; only the charge leaves the balance.
             wallet = Wallet.objects.select_for_update().get(pk=hold.wallet_id)
+            # update() skips auto_now: updated_at is set with the columns it stands for.
             Wallet.objects.filter(pk=wallet.pk).update(
-                balance=money_sql(F("balance") - charge), held=money_sql(F("held") - hold.amount)
+                balance=money_sql(F("balance") - charge),
+                held=money_sql(F("held") - hold.amount),
+                updated_at=now,
             )
             if charge > 0:
                 LedgerEntry.objects.create(
@@ -274,7 +277,9 @@ def _hold_release_orm(*, hold: Hold, now: datetime, status: str) -> bool:
             return False
         if hold.kind == Hold.Kind.WALLET:
             # A relative update under the row lock; the held >= 0 constraint is the backstop.
-            Wallet.objects.filter(pk=hold.wallet_id).update(held=money_sql(F("held") - hold.amount))
+            Wallet.objects.filter(pk=hold.wallet_id).update(
+                held=money_sql(F("held") - hold.amount), updated_at=now
+            )
         else:
             _subscription_windows_give_back(hold=hold, amount=hold.amount)
         return True

@@ -6,6 +6,7 @@ from decimal import Decimal
 
 from django.db import transaction
 from django.db.models import F
+from django.utils import timezone
 
 from accounts.models import Account, User
 from billing.models import LedgerEntry, Wallet
@@ -44,7 +45,10 @@ def ledger_write(
                 f"this would leave the balance at {new_balance}, "
                 f"below the {wallet.held} held by calls in flight"
             )
-        Wallet.objects.filter(pk=wallet.pk).update(balance=money_sql(F("balance") + amount))
+        # update() skips auto_now: the time is set here, so the admin's "updated at" stays true.
+        Wallet.objects.filter(pk=wallet.pk).update(
+            balance=money_sql(F("balance") + amount), updated_at=timezone.now()
+        )
         return LedgerEntry.objects.create(
             wallet_id=wallet.pk,
             kind=kind,

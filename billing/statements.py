@@ -139,7 +139,7 @@ def hold_reserve_sql(*, own_transaction: bool) -> str:
     return f"""
         WITH {no_flush_wait}
         reserved AS (
-            UPDATE {w.table} SET {w.held} = {w.held} + %(amount)s
+            UPDATE {w.table} SET {w.held} = {w.held} + %(amount)s, {w.updated_at} = %(created_at)s
             WHERE {w.account_id} = %(account_id)s AND {w.balance} >= {w.held} + %(amount)s
             RETURNING {w.id} AS wallet_id
         )
@@ -208,7 +208,8 @@ def hold_capture_sql(*, recorded: bool) -> str:
         debited AS (
             UPDATE {w.table} SET
                 {w.balance} = {w.table}.{w.balance} - captured.amount,
-                {w.held} = {w.table}.{w.held} - captured.held_amount
+                {w.held} = {w.table}.{w.held} - captured.held_amount,
+                {w.updated_at} = %(now)s
             FROM captured
             WHERE {w.table}.{w.id} = captured.wallet_id AND captured.held_amount > 0
             RETURNING {w.table}.{w.id} AS wallet_id, {w.table}.{w.balance} AS balance_after
@@ -238,7 +239,7 @@ def hold_release_sql() -> str:
             RETURNING {h.wallet_id} AS wallet_id, {h.amount} AS amount
         ),
         unheld AS (
-            UPDATE {w.table} SET {w.held} = {w.table}.{w.held} - released.amount
+            UPDATE {w.table} SET {w.held} = {w.table}.{w.held} - released.amount, {w.updated_at} = %(now)s
             FROM released
             WHERE {w.table}.{w.id} = released.wallet_id AND released.amount > 0
         )

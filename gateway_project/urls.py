@@ -4,6 +4,10 @@ from django.contrib.staticfiles.urls import staticfiles_urlpatterns
 from django.urls import include, path
 from drf_spectacular.views import SpectacularSwaggerView
 
+# The admin's pages name this product, not Django.
+admin.site.site_header = admin.site.site_title = "Image Gateway admin"
+admin.site.index_title = "Operations"
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     # Signed links to hosted images: outside /v1, no API key (images/hosting.py).

@@ -391,3 +391,35 @@ def test_the_account_list_shows_each_balance_as_people_read_it(staff_client, ali
     html = _page(staff_client, reverse("admin:accounts_account_changelist"))
 
     assert '<td class="field-balance">¥33.079976</td>' in html
+
+
+def test_the_admin_names_the_product_and_hides_djangos_permission_groups(staff_client):
+    index = staff_client.get(reverse("admin:index")).content.decode()
+    assert "Image Gateway admin" in index
+    assert "Django administration" not in index
+    assert "/admin/auth/group/" not in index
+    user_page = staff_client.get(reverse("admin:accounts_user_change", args=[User.objects.first().pk]))
+    assert 'name="groups"' not in user_page.content.decode()
+
+
+def test_the_top_up_page_has_one_heading_and_top_up_help(staff_client, alice):
+    url = reverse("admin:billing_wallet_changelist")
+    wallet = Wallet.objects.get(account=alice)
+    page = staff_client.post(url, {"action": "top_up", "_selected_action": [wallet.pk]}).content.decode()
+    assert page.count("<h1>Top up wallets</h1>") == 1
+    assert "may be negative" not in page and "to credit" in page
+
+
+def test_an_invalid_amount_comes_back_as_a_form_error_with_the_input_kept(staff_client, alice):
+    url = reverse("admin:billing_wallet_changelist")
+    wallet = Wallet.objects.get(account=alice)
+    for action, amount, note in (("top_up", "-5", ""), ("top_up", "abc", ""), ("adjust", "-11", "oops")):
+        page = staff_client.post(
+            url,
+            {"action": action, "_selected_action": [wallet.pk], "apply": "1", "amount": amount, "note": note},
+        )
+        html = page.content.decode()
+        assert page.status_code == 200, amount
+        assert 'class="errorlist' in html, amount
+        assert f'value="{amount}"' in html, amount
+    assert Wallet.objects.get(pk=wallet.pk).balance == Decimal("10")

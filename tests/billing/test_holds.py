@@ -166,3 +166,25 @@ def test_check_ledger_fails_when_held_does_not_match_the_open_holds(alice):
     Wallet.objects.filter(account=alice).update(held=Decimal("0.5"))
     problems = [str(p) for p in ledger_check()]
     assert any("held 0.50000000 != sum of open holds 1.00000000" in p for p in problems)
+
+
+def test_every_change_of_a_wallet_moves_its_updated_at(alice):
+    def backdate() -> None:
+        Wallet.objects.filter(account=alice).update(updated_at=timezone.now() - timedelta(days=1))
+
+    def moved() -> bool:
+        return wallet_of(alice).updated_at > timezone.now() - timedelta(minutes=1)
+
+    backdate()
+    wallet_top_up(account=alice, amount="1")
+    assert moved()
+    backdate()
+    hold = hold_reserve(account_id=alice.pk, amount=Decimal("0.15"), reference="req_u1")
+    assert moved()
+    backdate()
+    hold_capture(hold=hold, amount=Decimal("0.10"))
+    assert moved()
+    other = hold_reserve(account_id=alice.pk, amount=Decimal("0.15"), reference="req_u2")
+    backdate()
+    hold_release(hold=other)
+    assert moved()
