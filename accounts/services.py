@@ -55,3 +55,21 @@ def account_set_groups(
             account.save(update_fields=["current_group"])
             changed = True
     return changed
+
+
+class AccountExists(ValueError):
+    """The username is taken."""
+
+
+def account_open(
+    *, username: str, email: str = "", allowed_groups: Iterable[Group], current_group: Group | None
+) -> Account:
+    """A new user with its account, wallet and groups, all or nothing (operators: createaccount).
+
+    The user has no usable password until one is set (changepassword, or the console's reset)."""
+    with transaction.atomic():
+        if User.objects.filter(username=username).exists():
+            raise AccountExists(f"a user named {username!r} already exists")
+        account = account_create(username=username, email=email)
+        account_set_groups(account=account, allowed_groups=allowed_groups, current_group=current_group)
+        return account

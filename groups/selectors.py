@@ -25,3 +25,13 @@ def group_get(*, group_id: int) -> GroupSnapshot | None:
 
 def _groups_load() -> Mapping[int, GroupSnapshot]:
     return MappingProxyType({group.pk: GroupSnapshot.from_model(group) for group in Group.objects.all()})
+
+
+def group_get_by_reference(*, reference: str) -> Group:
+    """The group an operator names by its name or its numeric id; Group.DoesNotExist naming it."""
+    group = Group.objects.filter(name=reference).first()
+    if group is None and reference.isdigit():
+        group = Group.objects.filter(pk=int(reference)).first()
+    if group is None:
+        raise Group.DoesNotExist(f"no group named {reference!r} or with that id")
+    return group

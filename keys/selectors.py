@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import cast
 
+from django.db.models import QuerySet
 from oauth2_provider.models import AccessToken
 
 from accounts.models import Account, User
@@ -28,7 +29,7 @@ from accounts.snapshots import AccountSnapshot
 from core.config_cache import GenerationCache
 from groups.snapshots import GroupSnapshot
 from keys.models import ApiKey
-from keys.secrets import api_key_hash, oauth_token_checksum
+from keys.secrets import KEY_PREFIX, api_key_hash, api_key_well_formed, oauth_token_checksum
 
 
 class LastUsedMark:
@@ -176,3 +177,48 @@ def _access_token_snapshot_load(*, checksum: str) -> AccessTokenSnapshot:
         # row), so this answer must not be kept.
         raise _Uncached(snapshot)
     return snapshot
+
+
+class ApiKeyAmbiguous(LookupError):
+    """A prefix matched several keys: `matches` are them, for the operator to pick from."""
+
+    def __init__(self, reference: str, matches: list[ApiKey]) -> None:
+        super().__init__(f"{reference!r} matches {len(matches)} keys")
+        self.matches = matches
+
+
+def api_keys_list(*, account: Account | None = None) -> QuerySet[ApiKey]:
+    """Keys, newest first, with what an operator's list shows (owner and group); all accounts' keys
+    unless `account` is given."""
+    keys = ApiKey.objects.select_related("account__user", "group")
+    return keys.filter(account=account) if account is not None else keys
+
+
+def api_key_get_by_secret(*, secret: str) -> ApiKey | None:
+    """The key whose secret this is, whatever its state, or None; found by its digest."""
+    if not api_key_well_formed(secret):
+        return None
+    return _api_key_get_by_digest(digest=api_key_hash(secret))
+
+
+def api_key_get_by_reference(*, reference: str) -> ApiKey:
+    """The one key an operator means by `reference`: the whole secret (a leaked key pasted as is), its
+    numeric id, or a display prefix (`sk-AbCd1234`, a trailing "…" allowed), whole or the start of one.
+
+    Raises ApiKey.DoesNotExist naming the reference, or ApiKeyAmbiguous when a prefix fits several keys.
+    """
+    value = reference.strip().rstrip("…")
+    if value.isdigit():
+        api_key = api_keys_list().filter(pk=int(value)).first()
+    elif api_key_well_formed(value):
+        api_key = api_key_get_by_secret(secret=value)
+    elif value.startswith(KEY_PREFIX) and len(value) > len(KEY_PREFIX):
+        matches = list(api_keys_list().filter(prefix__startswith=value))
+        if len(matches) > 1:
+            raise ApiKeyAmbiguous(reference, matches)
+        api_key = matches[0] if matches else None
+    else:
+        raise ApiKey.DoesNotExist(f"{reference!r} is not a key, a key prefix (sk-…) or a key id")
+    if api_key is None:
+        raise ApiKey.DoesNotExist(f"no API key matches {reference!r}")
+    return api_key
