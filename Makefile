@@ -46,4 +46,4 @@ migrate: $(BIN)/.installed
 	$(BIN)/python manage.py migrate
 
 clean:
-	rm -rf $(VENV) db.sqlite3 artifacts .pytest_cache .ruff_cache
+	rm -rf $(VENV) db.sqlite3 .demo-keys artifacts .pytest_cache .ruff_cache
