@@ -60,6 +60,13 @@ class UsageScope:
         self.tokens: TokenCounts | None = None
         self.started = time.monotonic()
 
+    def set_requested_model(self, model: object) -> None:
+        """The model the caller asked for, recorded before resolution so that a call refused before
+        it (unknown model, no access) still says which model it was for; set_target then replaces it
+        with the resolved one."""
+        if isinstance(model, str):
+            self.model_id = model[:200]  # UsageRecord.model_id's max_length
+
     def set_target(self, *, group: Group, model_id: str) -> None:
         self.group = group
         self.model_id = model_id

@@ -79,6 +79,7 @@ def text_call_run(
             usage_scope(request_id=request_id, endpoint=family.endpoint, credential=credential)
         )
         parsed = text_body_parse(raw=raw, family=family)
+        usage.set_requested_model(parsed.model)
         resolved = text_model_resolve(credential=credential, requested_model=parsed.model, family=family)
         text_model = resolved.text_model
         usage.set_target(group=resolved.group, model_id=text_model.model_id)

@@ -135,3 +135,34 @@ class PlaygroundForm(forms.Form):
 
 def _model_label(image_model: ImageModel) -> str:
     return f"{image_model.model_id} — {image_model.group.name}, {money_display(image_model.price)} per call"
+
+
+STATUS_PATTERN = r"^(ok|error|[1-5][0-9]{2})$"
+
+
+class UsageFilterForm(forms.Form):
+    """The usage page's filters (a GET form); the key and model choices are the account's own."""
+
+    key = forms.ChoiceField(required=False, label="Key")
+    model = forms.ChoiceField(required=False, label="Model")
+    status = forms.RegexField(regex=STATUS_PATTERN, required=False, label="Status")
+    first_day = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}))
+    last_day = forms.DateField(required=False, label="To", widget=forms.DateInput(attrs={"type": "date"}))
+
+    def __init__(self, data, *, choices: dict[str, list[tuple[str, str]]]) -> None:
+        super().__init__(data)
+        self.fields["key"].choices = [("", "All keys"), *choices["credentials"]]
+        self.fields["model"].choices = [("", "All models"), *choices["models"]]
+        self.status_choices = [
+            ("", "Any status"),
+            ("ok", "OK (2xx)"),
+            ("error", "Errors"),
+            *choices["statuses"],
+        ]
+
+    def clean(self):
+        cleaned = super().clean()
+        first, last = cleaned.get("first_day"), cleaned.get("last_day")
+        if first and last and first > last:
+            raise ValidationError("The first day comes after the last.")
+        return cleaned

@@ -13,7 +13,7 @@ from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
-from django.db.models import Q, Sum
+from django.db.models import OuterRef, Q, Subquery, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 from oauth2_provider.models import AccessToken, Application, RefreshToken
@@ -374,3 +374,161 @@ def application_for_account(
         if item_id == application_id:
             return item
     return None
+
+
+# --- Usage -------------------------------------------------------------------------------------------
+
+USAGE_PAGE_SIZE = 50
+
+
+@dataclass(frozen=True)
+class UsageFilters:
+    """The usage page's filters, already checked (console.forms.UsageFilterForm); empty: no filter.
+
+    `status` is "ok" (2xx), "error" (anything else) or one HTTP status code; `first_day` and
+    `last_day` are local days in GATEWAY_TIMEZONE, both included."""
+
+    credential: str = ""
+    model_id: str = ""
+    status: str = ""
+    first_day: date | None = None
+    last_day: date | None = None
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    record: UsageRecord
+    via: str
+    amount: str  # for people (money_display)
+    is_text: bool  # a text call has tokens; an image call has none
+
+    @property
+    def tokens(self) -> dict[str, int]:
+        record = self.record
+        return {
+            "input": record.input_tokens or 0,
+            "cached": record.cached_tokens or 0,
+            "cache_write": record.cache_write_tokens or 0,
+            "output": record.output_tokens or 0,
+        }
+
+
+def _via(names: dict[str, str], credential: str) -> str:
+    return names.get(credential) or ("OAuth token" if credential.startswith("oauth:") else credential)
+
+
+def usage_records_for_account(*, account: Account, filters: UsageFilters):
+    """The account's usage records matching the filters, newest first (a lazy queryset)."""
+    records = UsageRecord.objects.filter(account=account)
+    if filters.credential:
+        records = records.filter(credential=filters.credential)
+    if filters.model_id:
+        records = records.filter(model_id=filters.model_id)
+    if filters.status == "ok":
+        records = records.filter(status__gte=200, status__lt=300)
+    elif filters.status == "error":
+        records = records.exclude(status__gte=200, status__lt=300)
+    elif filters.status:
+        records = records.filter(status=int(filters.status))
+    zone = ZoneInfo(settings.GATEWAY_TIMEZONE)
+    if filters.first_day is not None:
+        records = records.filter(created_at__gte=datetime.combine(filters.first_day, time.min, tzinfo=zone))
+    if filters.last_day is not None:
+        next_day = filters.last_day + timedelta(days=1)
+        records = records.filter(created_at__lt=datetime.combine(next_day, time.min, tzinfo=zone))
+    return records.order_by("-created_at", "-id")
+
+
+def credential_names_for_account(*, account: Account) -> dict[str, str]:
+    return _credential_names(account=account)
+
+
+def usage_row(*, record: UsageRecord, names: dict[str, str]) -> UsageRow:
+    return UsageRow(
+        record=record,
+        via=_via(names, record.credential),
+        amount=money_display(record.amount),
+        is_text=record.input_tokens is not None or record.output_tokens is not None,
+    )
+
+
+def usage_rows(*, account: Account, records) -> list[UsageRow]:
+    names = _credential_names(account=account)
+    return [usage_row(record=record, names=names) for record in records]
+
+
+def usage_filter_choices_for_account(*, account: Account) -> dict[str, list[tuple[str, str]]]:
+    """What the usage filters offer: the account's keys (and any other credential that made calls),
+    the models and the status codes its calls have."""
+    names = _credential_names(account=account)
+    records = UsageRecord.objects.filter(account=account)
+    used = set(records.values_list("credential", flat=True).distinct())
+    credentials = {**{key: name for key, name in names.items()}, **{c: _via(names, c) for c in used}}
+    models = sorted(m for m in records.values_list("model_id", flat=True).distinct() if m)
+    statuses = sorted(set(records.values_list("status", flat=True).distinct()))
+    return {
+        "credentials": sorted(credentials.items(), key=lambda item: item[1].lower()),
+        "models": [(model, model) for model in models],
+        "statuses": [(str(status), str(status)) for status in statuses],
+    }
+
+
+# --- Spend per model ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelSpend:
+    model_id: str  # "" for charges without a usage record of the account (e.g. an operator's charge)
+    amount: Decimal
+
+
+@dataclass(frozen=True)
+class SpendDayByModel:
+    day: date
+    models: list[ModelSpend]  # in the order of the chart's legend
+
+    @property
+    def amount(self) -> Decimal:
+        return sum((spend.amount for spend in self.models), start=Decimal(0))
+
+
+def spend_per_day_by_model_for_account(
+    *, account: Account, now: datetime | None = None
+) -> tuple[list[str], list[SpendDayByModel]]:
+    """Wallet charges per local day and model for the last SPEND_DAYS days: (the models, biggest
+    spend first; every day, oldest first). A charge's model is that of the usage record with its
+    request id, so the days add up to exactly spend_per_day_for_account's."""
+    zone = ZoneInfo(settings.GATEWAY_TIMEZONE)
+    today = (now or timezone.now()).astimezone(zone).date()
+    first = today - timedelta(days=SPEND_DAYS - 1)
+    model_of_call = UsageRecord.objects.filter(account=account, request_id=OuterRef("reference")).order_by(
+        "-id"
+    )
+    rows = (
+        LedgerEntry.objects.filter(
+            wallet__account=account,
+            kind=LedgerEntry.Kind.CHARGE,
+            created_at__gte=datetime.combine(first, time.min, tzinfo=zone),
+        )
+        .annotate(
+            day=TruncDate("created_at", tzinfo=zone), model=Subquery(model_of_call.values("model_id")[:1])
+        )
+        .values("day", "model")
+        .annotate(total=Sum("amount"))
+    )
+    totals: dict[tuple[date, str], Decimal] = {}
+    per_model: dict[str, Decimal] = {}
+    for row in rows:
+        model = row["model"] or ""
+        amount = -row["total"]  # charges are stored negative; spend is shown positive
+        totals[(row["day"], model)] = totals.get((row["day"], model), Decimal(0)) + amount
+        per_model[model] = per_model.get(model, Decimal(0)) + amount
+    models = sorted(per_model, key=lambda model: (-per_model[model], model))
+    days = [
+        SpendDayByModel(
+            day=day,
+            models=[ModelSpend(model_id=m, amount=totals.get((day, m), Decimal(0))) for m in models],
+        )
+        for day in (first + timedelta(days=offset) for offset in range(SPEND_DAYS))
+    ]
+    return models, days

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import base64
 import binascii
+import csv
 import json
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.mixins import LoginRequiredMixin
-from django.http import Http404, HttpRequest, HttpResponse
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse_lazy
 from django.utils.decorators import method_decorator
@@ -28,9 +31,9 @@ from django.views.decorators.cache import never_cache
 
 from accounts.models import Account
 from accounts.snapshots import AccountSnapshot
-from billing.money import money_display
+from billing.money import money_display, money_str
 from console import queries
-from console.forms import ApiKeyCreateForm, ConsoleAuthenticationForm, PlaygroundForm
+from console.forms import ApiKeyCreateForm, ConsoleAuthenticationForm, PlaygroundForm, UsageFilterForm
 from core.errors import ApiError
 from groups.snapshots import GroupSnapshot
 from images.pipeline import image_call_run
@@ -133,6 +136,7 @@ class OverviewView(ConsoleView):
     def get(self, request: HttpRequest) -> HttpResponse:
         account = self.account
         spend = queries.spend_per_day_for_account(account=account)
+        spend_models, spend_by_model = queries.spend_per_day_by_model_for_account(account=account)
         return self.render(
             "console/overview.html",
             {
@@ -140,7 +144,7 @@ class OverviewView(ConsoleView):
                 "allowed_groups": sorted(account.allowed_groups.all(), key=lambda group: group.pk),
                 "subscriptions": queries.subscriptions_for_account(account=account),
                 "spend": spend,
-                "chart": spend_chart(spend),
+                "chart": spend_chart(spend, by_model=spend_by_model, models=spend_models),
                 "calls": queries.latest_calls_for_account(account=account),
             },
         )
@@ -315,6 +319,96 @@ def playground_images(body: bytes) -> list[PlaygroundImage]:
     return images
 
 
+class UsageView(ConsoleView):
+    """The account's calls, filtered, 50 a page; `?format=csv` streams every matching call as CSV."""
+
+    section = "usage"
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        choices = queries.usage_filter_choices_for_account(account=self.account)
+        form = UsageFilterForm(request.GET or None, choices=choices)
+        if form.is_bound and not form.is_valid():
+            return self.render("console/usage.html", {"form": form, "page": None}, status=400)
+        data = form.cleaned_data if form.is_bound else {}
+        filters = queries.UsageFilters(
+            credential=data.get("key") or "",
+            model_id=data.get("model") or "",
+            status=data.get("status") or "",
+            first_day=data.get("first_day"),
+            last_day=data.get("last_day"),
+        )
+        records = queries.usage_records_for_account(account=self.account, filters=filters)
+        if request.GET.get("format") == "csv":
+            return self._csv(records)
+        page = Paginator(records, queries.USAGE_PAGE_SIZE).get_page(request.GET.get("page"))
+        rows = queries.usage_rows(account=self.account, records=page.object_list)
+        query = request.GET.copy()
+        query.pop("page", None)
+        query.pop("format", None)
+        return self.render(
+            "console/usage.html",
+            {"form": form, "page": page, "rows": rows, "query": query.urlencode()},
+        )
+
+    def _csv(self, records) -> StreamingHttpResponse:
+        response = StreamingHttpResponse(
+            usage_csv_lines(account=self.account, records=records), content_type="text/csv; charset=utf-8"
+        )
+        response["Content-Disposition"] = 'attachment; filename="usage.csv"'
+        return response
+
+
+class _Echo:
+    """A file-like object whose write returns the line: csv.writer formats, the response streams."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
+USAGE_CSV_HEADER = (
+    "time",
+    "request_id",
+    "key",
+    "model",
+    "endpoint",
+    "status",
+    "error_code",
+    "input_tokens",
+    "cached_tokens",
+    "cache_write_tokens",
+    "output_tokens",
+    "amount",
+    "billing",
+)
+
+
+def usage_csv_lines(*, account: Account, records):
+    """The CSV of the usage page: times in GATEWAY_TIMEZONE (ISO 8601), amounts as exact decimal
+    strings (money_str), token counts empty for image calls."""
+    writer = csv.writer(_Echo())
+    zone = ZoneInfo(settings.GATEWAY_TIMEZONE)
+    yield writer.writerow(USAGE_CSV_HEADER)
+    names = queries.credential_names_for_account(account=account)
+    for record in records.iterator(chunk_size=500):
+        row = queries.usage_row(record=record, names=names)
+        record = row.record
+        tokens = (record.input_tokens, record.cached_tokens, record.cache_write_tokens, record.output_tokens)
+        yield writer.writerow(
+            (
+                record.created_at.astimezone(zone).isoformat(),
+                record.request_id,
+                row.via,
+                record.model_id,
+                record.endpoint,
+                record.status,
+                record.error_code,
+                *("" if count is None else count for count in tokens),
+                money_str(record.amount),
+                record.billing,
+            )
+        )
+
+
 class ApplicationsView(ConsoleView):
     section = "applications"
 
@@ -349,6 +443,17 @@ class ApplicationRevokeView(ConsoleView):
 
 
 @dataclass(frozen=True)
+class ChartSegment:
+    """One model's part of a day's bar (stacked from the baseline up, in the legend's order)."""
+
+    y: float
+    height: float
+    colour: int  # the legend entry's index, mod CHART_COLOURS (CSS class seg-N)
+    model: str
+    label: str
+
+
+@dataclass(frozen=True)
 class ChartBar:
     x: float
     y: float
@@ -356,6 +461,14 @@ class ChartBar:
     height: float
     day: Any
     label: str
+    segments: tuple[ChartSegment, ...] = ()
+
+
+@dataclass(frozen=True)
+class LegendEntry:
+    model: str
+    colour: int
+    total_label: str
 
 
 @dataclass(frozen=True)
@@ -368,13 +481,48 @@ class SpendChart:
     total_label: str
     first_day: Any
     last_day: Any
+    legend: tuple[LegendEntry, ...] = ()
 
 
 CHART_WIDTH, CHART_HEIGHT, CHART_TOP, CHART_BOTTOM = 600, 160, 16, 20
+CHART_COLOURS = 8
+UNKNOWN_MODEL = "other charges"
 
 
-def spend_chart(days: list[queries.SpendDay]) -> SpendChart:
-    """Bar geometry for the server-rendered SVG (floats here are pixels, never money)."""
+def _segments(
+    day: queries.SpendDayByModel | None, *, models: list[str], baseline: float, height: float
+) -> tuple[ChartSegment, ...]:
+    """A bar of `height` pixels cut into the day's models, in proportion to their amounts."""
+    if day is None or not day.amount or not height:
+        return ()
+    segments, top = [], baseline
+    for index, spend in enumerate(day.models):
+        if not spend.amount:
+            continue
+        part = float(spend.amount / day.amount) * height
+        top -= part
+        segments.append(
+            ChartSegment(
+                y=round(top, 2),
+                height=round(part, 2),
+                colour=models.index(spend.model_id) % CHART_COLOURS if spend.model_id in models else index,
+                model=spend.model_id or UNKNOWN_MODEL,
+                label=money_display(spend.amount),
+            )
+        )
+    return tuple(segments)
+
+
+def spend_chart(
+    days: list[queries.SpendDay],
+    *,
+    by_model: list[queries.SpendDayByModel] | None = None,
+    models: list[str] | None = None,
+) -> SpendChart:
+    """Bar geometry for the server-rendered SVG (floats here are pixels, never money); with
+    `by_model` each bar is stacked by model and the chart has a legend."""
+    models = models or []
+    split = {day.day: day for day in by_model or []}
     peak = max((day.amount for day in days), default=Decimal(0))
     slot = CHART_WIDTH / max(len(days), 1)
     baseline = CHART_HEIGHT - CHART_BOTTOM
@@ -392,9 +540,17 @@ def spend_chart(days: list[queries.SpendDay]) -> SpendChart:
                 height=round(height, 2),
                 day=day.day,
                 label=money_display(day.amount),
+                segments=_segments(split.get(day.day), models=models, baseline=baseline, height=height),
             )
         )
     total = sum((day.amount for day in days), start=Decimal(0))
+    model_totals = {
+        model: sum(
+            (spend.amount for day in split.values() for spend in day.models if spend.model_id == model),
+            start=Decimal(0),
+        )
+        for model in models
+    }
     return SpendChart(
         width=CHART_WIDTH,
         height=CHART_HEIGHT,
@@ -404,4 +560,12 @@ def spend_chart(days: list[queries.SpendDay]) -> SpendChart:
         total_label=money_display(total),
         first_day=days[0].day if days else None,
         last_day=days[-1].day if days else None,
+        legend=tuple(
+            LegendEntry(
+                model=model or UNKNOWN_MODEL,
+                colour=index % CHART_COLOURS,
+                total_label=money_display(model_totals[model]),
+            )
+            for index, model in enumerate(models)
+        ),
     )

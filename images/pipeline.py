@@ -84,6 +84,7 @@ def image_call_run(
             usage_scope(request_id=request_id, endpoint=ENDPOINTS[operation], credential=credential)
         )
         requested_model = data.get("model") if hasattr(data, "get") else None
+        usage.set_requested_model(requested_model)
         resolved = image_model_resolve(
             credential=credential, requested_model=requested_model, operation=operation
         )

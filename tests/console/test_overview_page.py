@@ -202,8 +202,8 @@ def test_it_shows_a_text_calls_tokens_and_cost_beside_image_calls(alice_client, 
     assert rows["req_messages"].tokens == "12 in · 2,048 cached · 300 cache write · 7 out"
     html = response.content.decode()
     assert (
-        '<span title="1,234 input tokens (uncached), 0 cached input tokens, 0 cache-write tokens, '
-        '56 output tokens">1,234 in · 56 out</span>'
+        '<span class="tokens" title="1,234 input tokens (uncached), 0 cached input tokens, '
+        '0 cache-write tokens, 56 output tokens">1,234 in · 56 out</span>'
     ) in html
     assert "¥0.000024" in html and "¥0.0031" in html
     assert "<td>chat.completions</td>" in html and "<td>messages</td>" in html
@@ -253,3 +253,34 @@ def test_it_shows_caps_and_their_use_to_the_fraction_of_a_fen(alice_client, alic
 
     [cap] = response.context["subscriptions"][0].caps
     assert (cap.used_shown, cap.cap_shown) == ("¥0.000024", "¥0.50")
+
+
+def test_it_stacks_each_days_spend_by_model(alice_client, alice):
+    _charge(alice, "0.15", "req_image_1")
+    _call(alice, "req_image_1")
+    _charge(alice, "0.15", "req_image_2")
+    _call(alice, "req_image_2")
+    _charge(alice, "0.000024", "req_chat", reserved="0.01")
+    _call(alice, "req_chat", amount="0.000024", tokens=TokenCounts(input=10, output=2))
+    _charge(alice, "0.05", "req_no_record")  # a charge without a usage record of the account
+
+    response = alice_client.get("/console/")
+
+    chart = response.context["chart"]
+    assert [(entry.model, entry.total_label) for entry in chart.legend] == [
+        ("alpha-image-2", "¥0.30"),
+        ("other charges", "¥0.05"),
+        ("alpha-chat", "¥0.000024"),
+    ]
+    today = chart.bars[-1]
+    assert today.label == "¥0.350024"
+    assert [(segment.model, segment.label) for segment in today.segments] == [
+        ("alpha-image-2", "¥0.30"),
+        ("other charges", "¥0.05"),
+        ("alpha-chat", "¥0.000024"),
+    ]
+    assert abs(sum(segment.height for segment in today.segments) - today.height) < 0.05
+    assert round(today.segments[-1].y, 1) == round(today.y, 1)  # stacked up to the bar's top
+    assert all(not bar.segments for bar in chart.bars[:-1])
+    html = response.content.decode()
+    assert 'data-testid="spend-legend"' in html and "alpha-image-2: ¥0.30" in html

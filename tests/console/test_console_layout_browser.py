@@ -1,0 +1,103 @@
+"""Every console page at a phone's width (390 px) and a laptop's (1280 px) in a real browser: no
+page-level horizontal scroll, and the overview's latest calls one line each at 1280 px. Screenshots
+go to artifacts/screenshots/layout-<page>-<width>.png."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+from playwright.sync_api import expect
+
+from billing.models import UsageRecord
+from keys.services import oauth_token_create
+from tests.console.browser import browser_test, screenshot, sign_in
+
+pytestmark = [browser_test, pytest.mark.django_db(transaction=True)]
+
+PAGES = {
+    "overview": "/console/",
+    "keys": "/console/keys/",
+    "key-revoke": "/console/keys/{key}/revoke/",
+    "usage": "/console/usage/",
+    "playground": "/console/playground/",
+    "applications": "/console/applications/",
+    "operator-revoke": "/console/applications/operator/revoke/",
+}
+
+
+@pytest.fixture
+def busy_alice(alice, alice_key, alpha_model):
+    """alice with a key, an operator-issued token and calls of every kind, with long request ids."""
+    oauth_token_create(account=alice, scopes=["profile:read"])
+    api_key = alice_key[0]
+    now = timezone.now()
+    common = {"account": alice, "credential": f"api_key:{api_key.pk}", "latency_ms": 12, "billing": "balance"}
+    UsageRecord.objects.create(
+        request_id="req_9f1c2b7e4d5a46c0b1e2f3a4b5c6d7e8",
+        model_id="alpha-image-2",
+        endpoint="/v1/images/generations",
+        status=200,
+        amount=Decimal("0.15"),
+        created_at=now - timedelta(minutes=3),
+        **common,
+    )
+    UsageRecord.objects.create(
+        request_id="req_0a1b2c3d4e5f60718293a4b5c6d7e8f9",
+        model_id="a-rather-long-chat-model-name-2026-11",
+        endpoint="/v1/chat/completions",
+        status=200,
+        amount=Decimal("0.00002400"),
+        input_tokens=123456,
+        cached_tokens=2048,
+        cache_write_tokens=512,
+        output_tokens=4321,
+        created_at=now - timedelta(minutes=2),
+        **common,
+    )
+    UsageRecord.objects.create(
+        request_id="req_ffeeddccbbaa99887766554433221100",
+        model_id="no-such-model",
+        endpoint="/v1/images/generations",
+        status=404,
+        error_code="model_not_found",
+        created_at=now - timedelta(minutes=1),
+        **common,
+    )
+    return alice
+
+
+def no_horizontal_scroll(page) -> bool:
+    return page.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth")
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_every_console_page_fits_the_viewport(browser_context, live_server, busy_alice, alice_key, width):
+    page = browser_context.new_page()
+    page.set_viewport_size({"width": width, "height": 844 if width == 390 else 900})
+    sign_in(page, live_server.url, username="alice", password="alice-password-1")
+    for name, path in PAGES.items():
+        page.goto(live_server.url + path.format(key=alice_key[0].pk))
+        expect(page.locator("h1")).to_be_visible()
+        screenshot(page, f"layout-{name}-{width}")
+        widths = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+        assert no_horizontal_scroll(page), f"{name} at {width} px scrolls sideways: {widths}"
+
+
+def test_the_latest_calls_are_one_line_each_at_1280(page, live_server, busy_alice):
+    sign_in(page, live_server.url, username="alice", password="alice-password-1")
+    calls = page.locator("#latest-calls")
+    expect(calls).to_contain_text("no-such-model")  # the refused call names the model it asked for
+    line = page.evaluate("() => parseFloat(getComputedStyle(document.body).lineHeight)")
+    for row in calls.locator("tbody tr").all():
+        height = row.bounding_box()["height"]
+        assert height < 2 * line, f"a latest-calls row is {height} px high (one line is {line} px)"
+    request_id = calls.locator("code.request-id").first
+    assert request_id.get_attribute("title") == "req_ffeeddccbbaa99887766554433221100"
+    assert request_id.bounding_box()["width"] < 120  # cut to its first characters on screen
+    request_id.click()
+    assert page.evaluate("() => String(window.getSelection())") == "req_ffeeddccbbaa99887766554433221100"
+    assert no_horizontal_scroll(page)
+    screenshot(page, "layout-latest-calls-1280")
