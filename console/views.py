@@ -382,6 +382,12 @@ USAGE_CSV_HEADER = (
 )
 
 
+def _csv_text(value: str) -> str:
+    """Text a caller chose (a key's label, a model name, a request id) as a spreadsheet cell: one that
+    starts like a formula is quoted, so opening the file never runs it (CWE-1236)."""
+    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+
+
 def usage_csv_lines(*, account: Account, records):
     """The CSV of the usage page: times in GATEWAY_TIMEZONE (ISO 8601), amounts as exact decimal
     strings (money_str), token counts empty for image calls."""
@@ -396,9 +402,9 @@ def usage_csv_lines(*, account: Account, records):
         yield writer.writerow(
             (
                 record.created_at.astimezone(zone).isoformat(),
-                record.request_id,
-                row.via,
-                record.model_id,
+                _csv_text(record.request_id),
+                _csv_text(row.via),
+                _csv_text(record.model_id),
                 record.endpoint,
                 record.status,
                 record.error_code,

@@ -187,3 +187,13 @@ def test_a_refused_call_shows_the_model_it_asked_for(alice_client, alice, alice_
     assert "no-such-model" in overview
     usage = alice_client.get(URL).content.decode()
     assert "no-such-model" in usage
+
+
+def test_the_csv_never_hands_a_spreadsheet_a_formula(alice_client, alice, alice_key):
+    key = f"api_key:{alice_key[0].pk}"
+    record(alice, credential=key, status=404, model_id='=HYPERLINK("http://x")', request_id="req_formula")
+
+    rows = csv_rows(alice_client.get(URL, {"format": "csv"}))
+
+    by_id = {row[1]: row for row in rows[1:]}
+    assert by_id["req_formula"][3] == '\'=HYPERLINK("http://x")'
