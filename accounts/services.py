@@ -1,12 +1,15 @@
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from accounts.models import Account, User
 from billing.ledger import wallet_create
 from groups.models import Group
+
+audit_logger = logging.getLogger("gateway.audit")
 
 
 def account_create(
@@ -55,3 +58,35 @@ def account_set_groups(
             account.save(update_fields=["current_group"])
             changed = True
     return changed
+
+
+class AccountUsernameTaken(ValueError):
+    """A user with this username already exists."""
+
+
+def account_create_with_groups(
+    *, staff: User, username: str, email: str = "", groups: Iterable[Group], current_group: Group | None
+) -> Account:
+    """Create an account (no password: it signs in only once one is set) allowed in `groups`, for the
+    provisioning API; logged to `gateway.audit` with the staff user who asked.
+
+    AccountUsernameTaken for a username in use (also when a concurrent request took it first);
+    ValueError when the current group is not among the groups."""
+    allowed = list(groups)
+    try:
+        # One transaction: no account appears without its groups.
+        with transaction.atomic():
+            if User.objects.filter(username=username).exists():
+                raise AccountUsernameTaken(f"the username {username!r} is taken")
+            account = account_create(username=username, email=email)
+            account_set_groups(account=account, allowed_groups=allowed, current_group=current_group)
+    except IntegrityError:
+        raise AccountUsernameTaken(f"the username {username!r} is taken") from None
+    audit_logger.info(
+        "staff=%s action=account_create target=account:%s username=%s groups=%s",
+        staff.get_username(),
+        account.pk,
+        username,
+        ",".join(str(group.pk) for group in allowed),
+    )
+    return account

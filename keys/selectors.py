@@ -176,3 +176,8 @@ def _access_token_snapshot_load(*, checksum: str) -> AccessTokenSnapshot:
         # row), so this answer must not be kept.
         raise _Uncached(snapshot)
     return snapshot
+
+
+def api_keys_list_for_account(*, account_id: int) -> list[ApiKey]:
+    """An account's keys, newest first, with their groups (revoked and expired ones included)."""
+    return list(ApiKey.objects.filter(account_id=account_id).select_related("group"))
