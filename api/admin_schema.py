@@ -170,7 +170,7 @@ account_create_schema = extend_schema(
     operation_id="admin_accounts_create",
     summary="Create an account" + _SUMMARY_SUFFIX,
     tags=_TAGS,
-    request=ADMIN_ACCOUNT_CREATE,
+    request={"application/json": ADMIN_ACCOUNT_CREATE},
     responses={201: OpenApiResponse(response=ADMIN_ACCOUNT, description="Created"), **_errors(409)},
 )
 key_list_schema = extend_schema(
@@ -185,7 +185,7 @@ key_create_schema = extend_schema(
     summary="Create an API key for an account" + _SUMMARY_SUFFIX,
     tags=_TAGS,
     parameters=[_ACCOUNT_ID],
-    request=ADMIN_KEY_CREATE,
+    request={"application/json": ADMIN_KEY_CREATE},
     responses={201: OpenApiResponse(response=ADMIN_KEY_CREATED, description="The secret, once"), **_errors()},
 )
 key_revoke_schema = extend_schema(
@@ -201,7 +201,7 @@ topup_schema = extend_schema(
     summary="Top up an account's wallet" + _SUMMARY_SUFFIX,
     tags=_TAGS,
     parameters=[_ACCOUNT_ID, IDEMPOTENCY_KEY],
-    request=ADMIN_TOPUP,
+    request={"application/json": ADMIN_TOPUP},
     responses={
         201: OpenApiResponse(response=ADMIN_LEDGER_ENTRY, description="The ledger entry"),
         **_errors(409, 422),
