@@ -1,12 +1,15 @@
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from accounts.models import Account, User
 from billing.ledger import wallet_create
 from groups.models import Group
+
+audit_logger = logging.getLogger("gateway.audit")
 
 
 def account_create(
@@ -64,12 +67,35 @@ class AccountExists(ValueError):
 def account_open(
     *, username: str, email: str = "", allowed_groups: Iterable[Group], current_group: Group | None
 ) -> Account:
-    """A new user with its account, wallet and groups, all or nothing (operators: createaccount).
+    """A new user with its account, wallet and groups, all or nothing (operators: createaccount; staff:
+    the provisioning API, through account_create_with_groups).
 
-    The user has no usable password until one is set (changepassword, or the console's reset)."""
-    with transaction.atomic():
-        if User.objects.filter(username=username).exists():
-            raise AccountExists(f"a user named {username!r} already exists")
-        account = account_create(username=username, email=email)
-        account_set_groups(account=account, allowed_groups=allowed_groups, current_group=current_group)
-        return account
+    The user has no usable password until one is set (changepassword, or the console's reset).
+    AccountExists for a username in use (also when a concurrent request took it first)."""
+    try:
+        with transaction.atomic():
+            if User.objects.filter(username=username).exists():
+                raise AccountExists(f"a user named {username!r} already exists")
+            account = account_create(username=username, email=email)
+            account_set_groups(account=account, allowed_groups=allowed_groups, current_group=current_group)
+            return account
+    except IntegrityError:
+        raise AccountExists(f"a user named {username!r} already exists") from None
+
+
+def account_create_with_groups(
+    *, staff: User, username: str, email: str = "", groups: Iterable[Group], current_group: Group | None
+) -> Account:
+    """`account_open` for the provisioning API, logged to `gateway.audit` with the staff user who asked."""
+    allowed = list(groups)
+    account = account_open(
+        username=username, email=email, allowed_groups=allowed, current_group=current_group
+    )
+    audit_logger.info(
+        "staff=%s action=account_create target=account:%s username=%s groups=%s",
+        staff.get_username(),
+        account.pk,
+        username,
+        ",".join(str(group.pk) for group in allowed),
+    )
+    return account

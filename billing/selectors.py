@@ -235,3 +235,34 @@ def holds_open_totals() -> list[OpenHolds]:
     return [
         OpenHolds(kind=row["kind"], count=row["count"], amount=money_exact(row["amount"])) for row in rows
     ]
+
+
+def usage_totals_between(*, account_id: int, start: datetime, end: datetime) -> UsageTotals:
+    """The account's usage from `start` (inclusive) to `end` (exclusive), counted as usage_totals_get
+    counts a period."""
+    succeeded = Q(status__gte=200, status__lt=300) & ~Q(billing="")
+    row = UsageRecord.objects.filter(
+        account_id=account_id, created_at__gte=start, created_at__lt=end
+    ).aggregate(
+        calls=Count("pk", filter=succeeded),
+        amount=Sum("amount"),
+        **{column: Sum(column) for column in TOKEN_COLUMNS},
+    )
+    return UsageTotals(
+        calls=row["calls"],
+        amount=money_exact(row["amount"]),
+        **{column: row[column] or 0 for column in TOKEN_COLUMNS},
+    )
+
+
+def usage_records_page(
+    *, account_id: int, start: datetime, end: datetime, limit: int, before_id: int | None = None
+) -> tuple[list[UsageRecord], bool]:
+    """One page of the account's usage records in [start, end), newest first, and whether more
+    follow; `before_id` continues after the previous page's last record. Ordered by id, the order
+    they were logged in (a stable cursor, unlike `created_at`, which several records can share)."""
+    records = UsageRecord.objects.filter(account_id=account_id, created_at__gte=start, created_at__lt=end)
+    if before_id is not None:
+        records = records.filter(pk__lt=before_id)
+    page = list(records.order_by("-pk")[: limit + 1])
+    return page[:limit], len(page) > limit

@@ -347,6 +347,8 @@ SPECTACULAR_SETTINGS = {
 OAUTH2_PROVIDER = {
     "SCOPES": OAUTH_SCOPES,
     "DEFAULT_SCOPES": ["profile:read"],
+    # The consent flow never grants the staff-only scopes (admin:provision).
+    "SCOPES_BACKEND_CLASS": "keys.scopes.ConsentFlowScopes",
     "ACCESS_TOKEN_GENERATOR": "keys.secrets.oauth_access_token_generate",
     "REFRESH_TOKEN_GENERATOR": "keys.secrets.oauth_refresh_token_generate",
     "ACCESS_TOKEN_EXPIRE_SECONDS": env_int("OAUTH_ACCESS_TOKEN_EXPIRE_SECONDS", 3600, minimum=60),

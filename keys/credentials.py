@@ -11,6 +11,10 @@ if TYPE_CHECKING:
 
 # Calling models spends the account's money: a token needs this scope for every billed endpoint.
 SCOPE_MODELS_INVOKE = "models:invoke"
+# Staff automation: the /v1/admin provisioning API (docs/authentication.md). Only ever issued to a
+# staff user's token, never through the OAuth consent flow (keys/scopes.py), and checked at each use.
+SCOPE_ADMIN_PROVISION = "admin:provision"
+STAFF_ONLY_SCOPES = frozenset({SCOPE_ADMIN_PROVISION})
 
 # Every scope an OAuth token can hold; a manual API key acts for its own account in full.
 SCOPES = {
@@ -18,6 +22,7 @@ SCOPES = {
     "account:read": "Read your account, current group and allowed groups",
     "account:balance:read": "Read your balance",
     SCOPE_MODELS_INVOKE: "Call models for you in your allowed groups (charged to your account)",
+    SCOPE_ADMIN_PROVISION: "Staff only: create accounts and keys, top up wallets, read usage",
 }
 
 

@@ -9,6 +9,7 @@ saves and deletes do so through the receivers of core/config_cache.py (`invalida
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
@@ -18,10 +19,10 @@ from django.utils import timezone
 from oauth2_provider.models import AccessToken, RefreshToken, set_token_value
 from oauth2_provider.settings import oauth2_settings
 
-from accounts.models import Account
+from accounts.models import Account, User
 from core.config_cache import config_generation_bump_on_commit
 from groups.models import Group
-from keys.credentials import SCOPES
+from keys.credentials import SCOPES, STAFF_ONLY_SCOPES
 from keys.models import ApiKey
 from keys.secrets import (
     api_key_display_prefix,
@@ -128,6 +129,9 @@ def oauth_token_create(
     Returns the token row and its secret; only the secret's SHA-256 is stored.
     """
     wanted = oauth_scopes_validate(scopes=scopes)
+    staff_only = sorted(wanted & STAFF_ONLY_SCOPES)
+    if staff_only and not account.user.is_staff:
+        raise ValueError(f"only staff users may hold the scope(s) {', '.join(staff_only)}")
     lifetime = (
         expires_in_seconds if expires_in_seconds is not None else oauth2_settings.ACCESS_TOKEN_EXPIRE_SECONDS
     )
@@ -179,4 +183,37 @@ def oauth_application_revoke_for_user(*, user_id: int, application_id: int | Non
         ):
             refresh_token.revoke()
             revoked += 1
+    return revoked
+
+
+audit_logger = logging.getLogger("gateway.audit")
+
+
+def api_key_create_by_staff(
+    *, staff: User, account: Account, group: Group, label: str = "", expires_at: datetime | None = None
+) -> tuple[ApiKey, str]:
+    """`api_key_create` on a staff user's behalf (the provisioning API), logged to `gateway.audit`."""
+    api_key, secret = api_key_create(account=account, group=group, label=label, expires_at=expires_at)
+    audit_logger.info(
+        "staff=%s action=api_key_create target=api_key:%s account=%s group=%s prefix=%s",
+        staff.get_username(),
+        api_key.pk,
+        account.pk,
+        group.pk,
+        api_key.prefix,
+    )
+    return api_key, secret
+
+
+def api_key_revoke_by_staff(*, staff: User, api_key: ApiKey) -> bool:
+    """`api_key_revoke` on a staff user's behalf, logged to `gateway.audit` (also when it already was)."""
+    revoked = api_key_revoke(api_key=api_key)
+    audit_logger.info(
+        "staff=%s action=api_key_revoke target=api_key:%s account=%s prefix=%s changed=%s",
+        staff.get_username(),
+        api_key.pk,
+        api_key.account_id,
+        api_key.prefix,
+        revoked,
+    )
     return revoked

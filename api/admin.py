@@ -1,0 +1,370 @@
+"""/v1/admin/...: the provisioning API for staff automation (docs/authentication.md, "Provisioning").
+
+Thin views: the body is checked by a serializer, `keys.access.admin_provision_check` decides who may
+call, and the services of accounts, keys and billing do the writes (and the audit log lines).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, time, timedelta
+from typing import Any
+
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from accounts.models import Account, User
+from accounts.services import AccountExists, account_create_with_groups
+from api.admin_schema import (
+    account_create_schema,
+    key_create_schema,
+    key_list_schema,
+    key_revoke_schema,
+    topup_schema,
+    usage_schema,
+)
+from api.answers import stored_response
+from api.base import GatewayAPIView
+from api.views import _usage_totals
+from billing.idempotency import (
+    StoredResponse,
+    idempotency_charge_note,
+    idempotency_fingerprint,
+    idempotent_execute,
+)
+from billing.ledger import wallet_top_up
+from billing.models import LedgerEntry, UsageRecord
+from billing.money import MoneyError, money_parse, money_str
+from billing.selectors import usage_records_page, usage_totals_between
+from core.errors import Conflict, InvalidRequest, NotFound
+from groups.models import Group
+from keys.access import admin_provision_check
+from keys.models import ApiKey
+from keys.selectors import api_keys_list
+from keys.services import ApiKeyGroupNotAllowed, api_key_create_by_staff, api_key_revoke_by_staff
+
+USAGE_PAGE_DEFAULT = 100
+USAGE_PAGE_MAX = 1000
+USAGE_DEFAULT_DAYS = 30
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment is not None else None
+
+
+def _invalid(serializer: serializers.Serializer) -> InvalidRequest:
+    field, messages = next(iter(serializer.errors.items()))
+    message = messages[0] if isinstance(messages, list) else messages
+    if isinstance(message, dict):  # a list field: {index: [messages]}
+        message = next(iter(message.values()))[0]
+    param = None if field == "non_field_errors" else field
+    return InvalidRequest(f"{param + ': ' if param else ''}{message}", param=param, code="invalid_value")
+
+
+def _valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
+    serializer = serializer_class(data=data)
+    if not serializer.is_valid():
+        raise _invalid(serializer)
+    return serializer.validated_data
+
+
+def _group_get(ref: int | str, *, param: str) -> Group:
+    """A group by id (a number) or name; 400 naming `param` when there is none."""
+    lookup = Q(pk=int(ref)) if str(ref).isdigit() else Q(name=ref)
+    group = Group.objects.filter(lookup).first()
+    if group is None:
+        raise InvalidRequest(f"There is no group {ref!r}.", param=param, code="group_not_found")
+    return group
+
+
+def _account_get(account_id: int) -> Account:
+    account = Account.objects.select_related("user").filter(pk=account_id).first()
+    if account is None:
+        raise NotFound(f"There is no account {account_id}.", code="account_not_found")
+    return account
+
+
+class GroupRef(serializers.Field):
+    """A group id (integer) or name (string)."""
+
+    def to_internal_value(self, data: Any) -> int | str:
+        if isinstance(data, bool) or not isinstance(data, int | str) or data == "":
+            raise serializers.ValidationError("a group is its id (integer) or its name (string)")
+        return data
+
+
+class AccountCreateBody(serializers.Serializer):
+    username = serializers.RegexField(r"^[\w.@+-]+\Z", max_length=150)
+    email = serializers.EmailField(required=False, default="", allow_blank=True)
+    groups = serializers.ListField(child=GroupRef(), required=False, default=list, max_length=100)
+    current_group = GroupRef(required=False, allow_null=True, default=None)
+
+
+class KeyCreateBody(serializers.Serializer):
+    group = GroupRef()
+    label = serializers.CharField(required=False, default="", allow_blank=True, max_length=100)
+    expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
+
+
+class MoneyString(serializers.CharField):
+    """An amount as a JSON string ("10.00"): a JSON number may have passed through a float."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            raise serializers.ValidationError('an amount is a string, e.g. "10.00"')
+        return super().to_internal_value(data)
+
+
+class TopUpBody(serializers.Serializer):
+    amount = MoneyString(max_length=40)
+    note = serializers.CharField(max_length=1000, allow_blank=False)
+    reference = serializers.CharField(required=False, default="", allow_blank=True, max_length=200)
+
+
+def _account_body(account: Account) -> dict[str, Any]:
+    return {
+        "object": "account",
+        "id": account.pk,
+        "username": account.user.get_username(),
+        "email": account.user.email,
+        "groups": sorted(account.allowed_groups.values_list("pk", flat=True)),
+        "current_group": account.current_group_id,
+        "created_at": _iso(account.created_at),
+    }
+
+
+def _key_body(api_key: ApiKey) -> dict[str, Any]:
+    return {
+        "object": "api_key",
+        "id": api_key.pk,
+        "account_id": api_key.account_id,
+        "prefix": api_key.prefix,
+        "label": api_key.label,
+        "group": {"id": api_key.group_id, "name": api_key.group.name},
+        "created_at": _iso(api_key.created_at),
+        "last_used_at": _iso(api_key.last_used_at),
+        "expires_at": _iso(api_key.expires_at),
+        "revoked_at": _iso(api_key.revoked_at),
+        "state": api_key.status,
+    }
+
+
+def _entry_body(entry: LedgerEntry, *, account: Account, created_by: User) -> dict[str, Any]:
+    return {
+        "object": "ledger_entry",
+        "id": entry.pk,
+        "account_id": account.pk,
+        "kind": entry.kind,
+        "amount": money_str(entry.amount),
+        "balance_after": money_str(entry.balance_after),
+        "reference": entry.reference,
+        "note": entry.note,
+        "created_by": created_by.get_username(),
+        "created_at": _iso(entry.created_at),
+    }
+
+
+def _record_body(record: UsageRecord) -> dict[str, Any]:
+    return {
+        "id": record.pk,
+        "request_id": record.request_id,
+        "created_at": _iso(record.created_at),
+        "credential": record.credential,
+        "group_id": record.group_id,
+        "model": record.model_id,
+        "endpoint": record.endpoint,
+        "billing": record.billing,
+        "status": record.status,
+        "error_code": record.error_code,
+        "amount": money_str(record.amount),
+        "input_tokens": record.input_tokens,
+        "cached_tokens": record.cached_tokens,
+        "cache_write_tokens": record.cache_write_tokens,
+        "output_tokens": record.output_tokens,
+        "latency_ms": record.latency_ms,
+    }
+
+
+def _moment(value: str | None, *, param: str) -> datetime | None:
+    """An ISO 8601 date-time (no zone: the gateway's) or date (its midnight, the gateway's zone)."""
+    if not value:
+        return None
+    try:
+        moment = parse_datetime(value)
+        if moment is None and (day := parse_date(value)) is not None:
+            moment = datetime.combine(day, time.min)
+    except ValueError:
+        moment = None
+    if moment is None:
+        raise InvalidRequest(
+            f"{param} must be an ISO 8601 date or date-time, got {value[:60]!r}.",
+            param=param,
+            code="invalid_value",
+        )
+    return moment if timezone.is_aware(moment) else timezone.make_aware(moment)
+
+
+def _whole(value: str | None, *, param: str, low: int, high: int, default: int | None) -> int | None:
+    if value is None:
+        return default
+    if not value.isdigit() or not low <= int(value) <= high:
+        raise InvalidRequest(
+            f"{param} must be a whole number from {low} to {high}.", param=param, code="invalid_value"
+        )
+    return int(value)
+
+
+class AdminAPIView(GatewayAPIView):
+    """A staff credential required (keys.access.admin_provision_check); `self.staff` is its user."""
+
+    error_shape = "compatible"
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        self.staff = admin_provision_check(credential=self.credential)
+
+
+class AdminAccountCreateView(AdminAPIView):
+    @account_create_schema
+    def post(self, request: Request) -> Response:
+        body = _valid(AccountCreateBody, request.data)
+        groups = [_group_get(ref, param="groups") for ref in body["groups"]]
+        current = body["current_group"]
+        current_group = _group_get(current, param="current_group") if current is not None else None
+        if current_group is None and groups:
+            current_group = groups[0]
+        if current_group is not None and current_group.pk not in {group.pk for group in groups}:
+            raise InvalidRequest(
+                "current_group must be one of groups.", param="current_group", code="invalid_value"
+            )
+        try:
+            account = account_create_with_groups(
+                staff=self.staff,
+                username=body["username"],
+                email=body["email"],
+                groups=groups,
+                current_group=current_group,
+            )
+        except AccountExists:
+            raise Conflict(
+                f"The username {body['username']!r} is taken.", param="username", code="username_taken"
+            ) from None
+        return Response(_account_body(account), status=201)
+
+
+class AdminAccountKeysView(AdminAPIView):
+    @key_list_schema
+    def get(self, request: Request, account_id: int) -> Response:
+        account = _account_get(account_id)
+        keys = list(api_keys_list(account=account))
+        return Response({"object": "list", "data": [_key_body(api_key) for api_key in keys]})
+
+    @key_create_schema
+    def post(self, request: Request, account_id: int) -> Response:
+        account = _account_get(account_id)
+        body = _valid(KeyCreateBody, request.data)
+        group = _group_get(body["group"], param="group")
+        if body["expires_at"] is not None and body["expires_at"] <= timezone.now():
+            raise InvalidRequest("expires_at must be in the future.", param="expires_at")
+        try:
+            api_key, secret = api_key_create_by_staff(
+                staff=self.staff,
+                account=account,
+                group=group,
+                label=body["label"],
+                expires_at=body["expires_at"],
+            )
+        except ApiKeyGroupNotAllowed as exc:
+            raise InvalidRequest(
+                f"The key cannot be made: {exc}.", param="group", code="group_not_allowed"
+            ) from None
+        # The secret is in this answer only: only its HMAC is stored.
+        return Response({**_key_body(api_key), "key": secret}, status=201)
+
+
+class AdminKeyRevokeView(AdminAPIView):
+    @key_revoke_schema
+    def post(self, request: Request, key_id: int) -> Response:
+        api_key = ApiKey.objects.select_related("group").filter(pk=key_id).first()
+        if api_key is None:
+            raise NotFound(f"There is no API key {key_id}.", code="api_key_not_found")
+        revoked = api_key_revoke_by_staff(staff=self.staff, api_key=api_key)
+        return Response({**_key_body(api_key), "revoked": revoked})
+
+
+class AdminTopUpView(AdminAPIView):
+    @topup_schema
+    def post(self, request: Request, account_id: int) -> Any:
+        account = _account_get(account_id)
+        body = _valid(TopUpBody, request.data)
+        try:
+            amount = money_parse(body["amount"], allow_zero=False)
+        except MoneyError as exc:
+            raise InvalidRequest(f"amount: {exc}", param="amount", code="invalid_amount") from None
+        staff = self.staff
+
+        def produce() -> StoredResponse:
+            entry = wallet_top_up(
+                account=account,
+                amount=amount,
+                note=body["note"],
+                reference=body["reference"],
+                created_by=staff,
+            )
+            # Money moved: whatever happens next, this key must never top up a second time.
+            idempotency_charge_note()
+            answer = _entry_body(entry, account=account, created_by=staff)
+            return StoredResponse(
+                status=201, body=json.dumps(answer).encode(), content_type="application/json"
+            )
+
+        key = request.headers.get("Idempotency-Key")
+        stored = idempotent_execute(
+            account=self.credential.account,  # keys are the calling staff member's
+            key=key,
+            fingerprint=(
+                idempotency_fingerprint(
+                    method="POST", path=request.path, body=json.dumps(body, sort_keys=True).encode()
+                )
+                if key is not None
+                else ""
+            ),
+            reference=getattr(request, "request_id", ""),
+            produce=produce,
+        )
+        return stored_response(stored)
+
+
+class AdminUsageView(AdminAPIView):
+    @usage_schema
+    def get(self, request: Request, account_id: int) -> Response:
+        account = _account_get(account_id)
+        params = request.query_params
+        end = _moment(params.get("to"), param="to") or timezone.now()
+        start = _moment(params.get("from"), param="from") or end - timedelta(days=USAGE_DEFAULT_DAYS)
+        if start >= end:
+            raise InvalidRequest("from must be before to.", param="from", code="invalid_value")
+        limit = _whole(
+            params.get("limit"), param="limit", low=1, high=USAGE_PAGE_MAX, default=USAGE_PAGE_DEFAULT
+        )
+        before_id = _whole(params.get("before_id"), param="before_id", low=1, high=2**63 - 1, default=None)
+        records, has_more = usage_records_page(
+            account_id=account.pk, start=start, end=end, limit=limit, before_id=before_id
+        )
+        totals = usage_totals_between(account_id=account.pk, start=start, end=end)
+        return Response(
+            {
+                "object": "usage",
+                "account_id": account.pk,
+                "from": start.isoformat(),
+                "to": end.isoformat(),
+                "totals": _usage_totals(totals),
+                "data": [_record_body(record) for record in records],
+                "has_more": has_more,
+                "next_before_id": records[-1].pk if has_more else None,
+            }
+        )

@@ -1,0 +1,226 @@
+"""The OpenAPI description of the staff provisioning API, /v1/admin/... (api/admin.py)."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+
+from api.openapi import IDEMPOTENCY_KEY, component_register, error_responses
+
+_MONEY = {"type": "string", "example": "10.00000000", "description": "Decimal, 8 places."}
+_MOMENT = {"type": "string", "format": "date-time", "nullable": True}
+_GROUP_REF = {
+    "oneOf": [{"type": "integer"}, {"type": "string"}],
+    "description": "A group's id or its name.",
+}
+_TAGS = ["admin"]
+_SUMMARY_SUFFIX = " (staff: an API key of a staff user, or a staff token with admin:provision)"
+
+ADMIN_ACCOUNT_CREATE = component_register(
+    "AdminAccountCreateRequest",
+    {
+        "type": "object",
+        "required": ["username"],
+        "properties": {
+            "username": {"type": "string", "maxLength": 150, "pattern": r"^[\w.@+-]+$"},
+            "email": {"type": "string", "format": "email"},
+            "groups": {"type": "array", "items": _GROUP_REF, "description": "The groups it may use."},
+            "current_group": {**_GROUP_REF, "description": "One of `groups`; default: the first."},
+        },
+        "example": {"username": "team-a", "email": "a@example.com", "groups": [1, "Beta-API"]},
+    },
+)
+ADMIN_ACCOUNT = component_register(
+    "AdminAccount",
+    {
+        "type": "object",
+        "properties": {
+            "object": {"type": "string", "enum": ["account"]},
+            "id": {"type": "integer"},
+            "username": {"type": "string"},
+            "email": {"type": "string"},
+            "groups": {"type": "array", "items": {"type": "integer"}},
+            "current_group": {"type": "integer", "nullable": True},
+            "created_at": _MOMENT,
+        },
+    },
+)
+ADMIN_KEY_CREATE = component_register(
+    "AdminKeyCreateRequest",
+    {
+        "type": "object",
+        "required": ["group"],
+        "properties": {
+            "group": {**_GROUP_REF, "description": "One of the account's groups: the key's group."},
+            "label": {"type": "string", "maxLength": 100},
+            "expires_at": {**_MOMENT, "description": "In the future; none: never expires."},
+        },
+    },
+)
+_KEY_PROPERTIES = {
+    "object": {"type": "string", "enum": ["api_key"]},
+    "id": {"type": "integer"},
+    "account_id": {"type": "integer"},
+    "prefix": {"type": "string", "description": "The display prefix, e.g. `sk-abc12345`; never the secret."},
+    "label": {"type": "string"},
+    "group": {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": "string"}}},
+    "created_at": _MOMENT,
+    "last_used_at": _MOMENT,
+    "expires_at": _MOMENT,
+    "revoked_at": _MOMENT,
+    "state": {"type": "string", "enum": ["active", "expired", "revoked"]},
+}
+ADMIN_KEY = component_register("AdminApiKey", {"type": "object", "properties": _KEY_PROPERTIES})
+ADMIN_KEY_CREATED = component_register(
+    "AdminApiKeyCreated",
+    {
+        "type": "object",
+        "properties": {
+            **_KEY_PROPERTIES,
+            "key": {"type": "string", "description": "The secret: in this answer only, store it now."},
+        },
+    },
+)
+ADMIN_KEY_REVOKED = component_register(
+    "AdminApiKeyRevoked",
+    {
+        "type": "object",
+        "properties": {
+            **_KEY_PROPERTIES,
+            "revoked": {"type": "boolean", "description": "False: it already was revoked."},
+        },
+    },
+)
+ADMIN_KEY_LIST = component_register(
+    "AdminApiKeyList",
+    {
+        "type": "object",
+        "properties": {
+            "object": {"type": "string", "enum": ["list"]},
+            "data": {"type": "array", "items": ADMIN_KEY},
+        },
+    },
+)
+ADMIN_TOPUP = component_register(
+    "AdminTopUpRequest",
+    {
+        "type": "object",
+        "required": ["amount", "note"],
+        "properties": {
+            "amount": {"type": "string", "example": "10.00", "description": "Positive, as a string."},
+            "note": {"type": "string", "description": "Why; kept on the ledger entry."},
+            "reference": {"type": "string", "maxLength": 200, "description": "E.g. an invoice number."},
+        },
+    },
+)
+ADMIN_LEDGER_ENTRY = component_register(
+    "AdminLedgerEntry",
+    {
+        "type": "object",
+        "properties": {
+            "object": {"type": "string", "enum": ["ledger_entry"]},
+            "id": {"type": "integer"},
+            "account_id": {"type": "integer"},
+            "kind": {"type": "string", "enum": ["top_up"]},
+            "amount": _MONEY,
+            "balance_after": _MONEY,
+            "reference": {"type": "string"},
+            "note": {"type": "string"},
+            "created_by": {"type": "string", "description": "The staff user's username."},
+            "created_at": _MOMENT,
+        },
+    },
+)
+ADMIN_USAGE = component_register(
+    "AdminUsage",
+    {
+        "type": "object",
+        "properties": {
+            "object": {"type": "string", "enum": ["usage"]},
+            "account_id": {"type": "integer"},
+            "from": {"type": "string", "format": "date-time"},
+            "to": {"type": "string", "format": "date-time"},
+            "totals": {
+                "type": "object",
+                "properties": {
+                    "calls": {"type": "integer"},
+                    "amount": _MONEY,
+                    "input_tokens": {"type": "integer"},
+                    "cached_tokens": {"type": "integer"},
+                    "cache_write_tokens": {"type": "integer"},
+                    "output_tokens": {"type": "integer"},
+                },
+            },
+            "data": {"type": "array", "items": {"type": "object", "additionalProperties": True}},
+            "has_more": {"type": "boolean"},
+            "next_before_id": {"type": "integer", "nullable": True},
+        },
+    },
+)
+
+_ACCOUNT_ID = OpenApiParameter("account_id", int, OpenApiParameter.PATH, description="The account's id.")
+_KEY_ID = OpenApiParameter("key_id", int, OpenApiParameter.PATH, description="The API key's id.")
+_WRITE_STATUSES = (400, 401, 403, 404, 500)
+
+
+def _errors(*statuses: int) -> dict[int, OpenApiResponse]:
+    return error_responses(("compatible",), tuple(sorted(set(_WRITE_STATUSES) | set(statuses))))
+
+
+account_create_schema = extend_schema(
+    operation_id="admin_accounts_create",
+    summary="Create an account" + _SUMMARY_SUFFIX,
+    tags=_TAGS,
+    request={"application/json": ADMIN_ACCOUNT_CREATE},
+    responses={201: OpenApiResponse(response=ADMIN_ACCOUNT, description="Created"), **_errors(409)},
+)
+key_list_schema = extend_schema(
+    operation_id="admin_account_keys_list",
+    summary="An account's API keys, never their secrets" + _SUMMARY_SUFFIX,
+    tags=_TAGS,
+    parameters=[_ACCOUNT_ID],
+    responses={200: OpenApiResponse(response=ADMIN_KEY_LIST, description="Newest first"), **_errors()},
+)
+key_create_schema = extend_schema(
+    operation_id="admin_account_keys_create",
+    summary="Create an API key for an account" + _SUMMARY_SUFFIX,
+    tags=_TAGS,
+    parameters=[_ACCOUNT_ID],
+    request={"application/json": ADMIN_KEY_CREATE},
+    responses={201: OpenApiResponse(response=ADMIN_KEY_CREATED, description="The secret, once"), **_errors()},
+)
+key_revoke_schema = extend_schema(
+    operation_id="admin_keys_revoke",
+    summary="Revoke an API key" + _SUMMARY_SUFFIX,
+    tags=_TAGS,
+    parameters=[_KEY_ID],
+    request=None,
+    responses={200: OpenApiResponse(response=ADMIN_KEY_REVOKED, description="Revoked"), **_errors()},
+)
+topup_schema = extend_schema(
+    operation_id="admin_account_topups_create",
+    summary="Top up an account's wallet" + _SUMMARY_SUFFIX,
+    tags=_TAGS,
+    parameters=[_ACCOUNT_ID, IDEMPOTENCY_KEY],
+    request={"application/json": ADMIN_TOPUP},
+    responses={
+        201: OpenApiResponse(response=ADMIN_LEDGER_ENTRY, description="The ledger entry"),
+        **_errors(409, 422),
+    },
+)
+usage_schema = extend_schema(
+    operation_id="admin_account_usage_retrieve",
+    summary="An account's usage: totals and records" + _SUMMARY_SUFFIX,
+    tags=_TAGS,
+    parameters=[
+        _ACCOUNT_ID,
+        OpenApiParameter(
+            "from", str, description="ISO 8601 date or date-time, inclusive (default: `to` minus 30 days)."
+        ),
+        OpenApiParameter("to", str, description="ISO 8601 date or date-time, exclusive (default: now)."),
+        OpenApiParameter("limit", int, description="Records per page, 1 to 1000 (100)."),
+        OpenApiParameter(
+            "before_id", int, description="The next page: the previous page's `next_before_id`."
+        ),
+    ],
+    responses={200: OpenApiResponse(response=ADMIN_USAGE, description="Newest first"), **_errors()},
+)
