@@ -3,6 +3,7 @@ account's group or model is refused as an invalid choice."""
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
@@ -56,9 +57,29 @@ EXPIRY_CHOICES = [
 ]
 DEFAULT_SIZE = ""
 MAX_N_OFFERED = 10
+FORM_TOKEN_LENGTH = 64
 
 
-class ApiKeyCreateForm(forms.Form):
+def form_token_new() -> str:
+    """A random token for one rendered form: a second POST of the same form carries the same one."""
+    return secrets.token_urlsafe(18)
+
+
+class FormTokenMixin:
+    """A hidden `form_token`, fresh on every unbound form, so that a form sent twice (a double click,
+    back and send again) can be recognised and not acted on twice."""
+
+    def form_token_add(self) -> None:
+        self.fields["form_token"] = forms.CharField(
+            widget=forms.HiddenInput,
+            max_length=FORM_TOKEN_LENGTH,
+            initial=form_token_new(),
+            # A form posted without one (not the page's own) is simply not recognised when resent.
+            required=False,
+        )
+
+
+class ApiKeyCreateForm(FormTokenMixin, forms.Form):
     label = forms.CharField(
         max_length=100,
         required=False,
@@ -82,6 +103,7 @@ class ApiKeyCreateForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["group"].queryset = Group.objects.filter(pk__in=[group.pk for group in groups])
         self.fields["group"].label_from_instance = _group_label
+        self.form_token_add()
 
     def expires_at(self, *, now: datetime | None = None) -> datetime | None:
         days = self.cleaned_data.get("expires_in_days")
@@ -95,7 +117,7 @@ def _group_label(group: Group) -> str:
     return f"{group.name} ({kind}, {group.get_billing_display().lower()})"
 
 
-class PlaygroundForm(forms.Form):
+class PlaygroundForm(FormTokenMixin, forms.Form):
     model = forms.ModelChoiceField(queryset=ImageModel.objects.none(), empty_label=None)
     prompt = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 4}),
@@ -118,6 +140,7 @@ class PlaygroundForm(forms.Form):
         self.fields["n"] = forms.IntegerField(
             label="Number of images", min_value=1, max_value=most, initial=1
         )
+        self.form_token_add()
 
     def request_body(self) -> dict:
         """The body of the /v1/images/generations call this form asks for."""

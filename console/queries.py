@@ -20,7 +20,15 @@ from oauth2_provider.models import AccessToken, Application, RefreshToken
 from oauth2_provider.settings import oauth2_settings
 
 from accounts.models import Account, User
-from billing.models import Hold, LedgerEntry, Subscription, SubscriptionUsage, UsageRecord, Wallet
+from billing.models import (
+    Hold,
+    IdempotencyRecord,
+    LedgerEntry,
+    Subscription,
+    SubscriptionUsage,
+    UsageRecord,
+    Wallet,
+)
 from billing.money import money_display
 from billing.windows import TOTAL_WINDOW_START, window_end, window_starts_at
 from groups.models import Group
@@ -267,6 +275,12 @@ def latest_calls_for_account(*, account: Account, limit: int = LATEST_CALLS) -> 
 
 def usage_record_for_request(*, account: Account, request_id: str) -> UsageRecord | None:
     return UsageRecord.objects.filter(account=account, request_id=request_id).order_by("-id").first()
+
+
+def idempotency_reference_for_key(*, account: Account, key: str) -> str | None:
+    """The request id of the call that first used this Idempotency-Key of the account."""
+    record = IdempotencyRecord.objects.filter(account=account, key=key).only("reference").first()
+    return record.reference if record is not None and record.reference else None
 
 
 # --- Playground --------------------------------------------------------------------------------------

@@ -10,6 +10,11 @@ console_patterns = [
     path("keys/", views.ApiKeysView.as_view(), name="keys"),
     path("keys/<int:api_key_id>/revoke/", views.ApiKeyRevokeView.as_view(), name="key-revoke"),
     path("playground/", views.PlaygroundView.as_view(), name="playground"),
+    path(
+        "playground/result/<str:request_id>/",
+        views.PlaygroundResultView.as_view(),
+        name="playground-result",
+    ),
     path("applications/", views.ApplicationsView.as_view(), name="applications"),
     path(
         "applications/<int:application_id>/revoke/",
