@@ -257,9 +257,12 @@ class PlaygroundView(ConsoleView):
     path = "/console/playground"
 
     def get(self, request: HttpRequest) -> HttpResponse:
-        return self._page(form=self._form())
+        return self._page(form=self._form(selected=request.GET.get("model")))
 
     def post(self, request: HttpRequest) -> HttpResponse:
+        if "choose" in request.POST:
+            # Without the page's script: the form again, for the model selected, nothing is called.
+            return self._page(form=self._form(initial=_chosen(request.POST)))
         form = self._form(data=request.POST)
         if not form.is_valid():
             return self._page(form=form, status=400)
@@ -307,6 +310,8 @@ class PlaygroundView(ConsoleView):
                 "model_id": image_model.model_id,
                 "prompt": form.cleaned_data["prompt"],
                 "size": form.cleaned_data.get("size") or "",
+                "quality": form.cleaned_data.get("quality") or "",
+                "output_format": form.cleaned_data.get("output_format") or "",
                 "n": form.cleaned_data["n"],
                 "images": [[image.src, image.revised_prompt] for image in playground_images(stored.body)],
             },
@@ -314,10 +319,11 @@ class PlaygroundView(ConsoleView):
         # POST-redirect-GET: reloading the result shows it again; it does not run (or charge) again.
         return redirect("console:playground-result", request_id=request_id)
 
-    def _form(self, data=None, initial=None) -> PlaygroundForm:
+    def _form(self, data=None, initial=None, selected: str | None = None) -> PlaygroundForm:
         return PlaygroundForm(
             data,
             initial=initial,
+            selected=selected,
             image_models=queries.playground_models_for_account(account=self.account),
         )
 
@@ -334,7 +340,9 @@ class PlaygroundResultView(PlaygroundView):
             return self._page(form=self._form(), gone=True, request_id=request_id, status=404)
         usage = queries.usage_record_for_request(account=self.account, request_id=request_id)
         form = self._form(
-            initial={key: result[key] for key in ("model", "prompt", "size", "n")},
+            initial={
+                key: result.get(key) for key in ("model", "prompt", "size", "quality", "output_format", "n")
+            },
         )
         return self._page(
             form=form,
@@ -399,6 +407,11 @@ def playground_call_run(
 def playground_result_keep(*, request: HttpRequest, result: dict) -> None:
     """Keep the session's last playground result (one only: a new one replaces it)."""
     request.session[PLAYGROUND_RESULT_SESSION] = result
+
+
+def _chosen(data: Any) -> dict[str, Any]:
+    """What a "Choose model" POST keeps: the model and the prompt typed so far."""
+    return {"model": data.get("model"), "prompt": data.get("prompt", "")}
 
 
 def _with_new_token(data: Any) -> Any:
