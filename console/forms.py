@@ -3,6 +3,7 @@ account's group or model is refused as an invalid choice."""
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -205,3 +206,33 @@ class PlaygroundForm(FormTokenMixin, forms.Form):
 
 def _model_label(image_model: ImageModel) -> str:
     return f"{image_model.model_id} — {image_model.group.name}, {money_display(image_model.price)} per call"
+
+
+class ChatPlaygroundForm(FormTokenMixin, forms.Form):
+    """The chat playground: one of the account's text models and a prompt."""
+
+    model = forms.ChoiceField()
+    prompt = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 5}),
+        max_length=settings.GATEWAY_MAX_PROMPT_CHARS,
+        strip=True,
+    )
+
+    def __init__(self, *args, text_models: Sequence, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.text_models = {model.key: model for model in text_models}
+        self.fields["model"].choices = [(model.key, model.label) for model in text_models]
+        self.form_token_add()
+
+    def text_model(self):
+        return self.text_models[self.cleaned_data["model"]]
+
+    def request_body(self, *, stream: bool) -> bytes:
+        """The body of the /v1/chat/completions call this form asks for."""
+        body = {
+            "model": self.text_model().model_id,
+            "messages": [{"role": "user", "content": self.cleaned_data["prompt"]}],
+        }
+        if stream:
+            body["stream"] = True
+        return json.dumps(body).encode()

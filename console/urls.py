@@ -15,6 +15,18 @@ console_patterns = [
         views.PlaygroundResultView.as_view(),
         name="playground-result",
     ),
+    path("playground/chat/", views.ChatPlaygroundView.as_view(), name="chat"),
+    path("playground/chat/stream/", views.ChatPlaygroundStreamView.as_view(), name="chat-stream"),
+    path(
+        "playground/chat/result/<str:request_id>/",
+        views.ChatPlaygroundResultView.as_view(),
+        name="chat-result",
+    ),
+    path(
+        "playground/chat/usage/<str:request_id>/",
+        views.ChatPlaygroundUsageView.as_view(),
+        name="chat-usage",
+    ),
     path("applications/", views.ApplicationsView.as_view(), name="applications"),
     path(
         "applications/<int:application_id>/revoke/",
