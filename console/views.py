@@ -470,7 +470,10 @@ class ChatPlaygroundView(ConsoleView):
             )
         except ApiError as error:
             return self._page(
-                form=form, error=_plain_error(error), request_id=request_id, status=error.status
+                form=form,
+                error=_plain_error(error, provider="text provider"),
+                request_id=request_id,
+                status=error.status,
             )
         if idempotency_key and stored.headers.get(REPLAY_HEADER) == "true":
             request_id = (
@@ -542,7 +545,7 @@ class ChatPlaygroundStreamView(ChatPlaygroundView):
                 request_id=request.request_id,
             )
         except ApiError as error:
-            plain = _plain_error(error)
+            plain = _plain_error(error, provider="text provider")
             return JsonResponse(
                 {"error": {"headline": plain.headline, "message": plain.detail}}, status=error.status
             )
@@ -588,7 +591,7 @@ class PlainError:
     detail: str
 
 
-def _plain_error(error: ApiError) -> PlainError:
+def _plain_error(error: ApiError, *, provider: str = "image provider") -> PlainError:
     """A gateway refusal in words for people; the gateway's own message says what exactly."""
     if error.type == "billing_error" or error.status == 402:
         headline = "Your balance or plan does not cover this call. Nothing was charged."
@@ -599,7 +602,7 @@ def _plain_error(error: ApiError) -> PlainError:
     elif error.status == 404:
         headline = "That model is not available."
     elif error.status >= 500:
-        headline = "The image provider did not deliver. Nothing was charged; try again in a moment."
+        headline = f"The {provider} did not deliver. Nothing was charged; try again in a moment."
     else:
         headline = "The gateway could not accept this request. Nothing was charged."
     return PlainError(headline=headline, detail=error.message)
