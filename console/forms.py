@@ -3,6 +3,8 @@ account's group or model is refused as an invalid choice."""
 
 from __future__ import annotations
 
+import json
+import secrets
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
@@ -56,9 +58,29 @@ EXPIRY_CHOICES = [
 ]
 DEFAULT_SIZE = ""
 MAX_N_OFFERED = 10
+FORM_TOKEN_LENGTH = 64
 
 
-class ApiKeyCreateForm(forms.Form):
+def form_token_new() -> str:
+    """A random token for one rendered form: a second POST of the same form carries the same one."""
+    return secrets.token_urlsafe(18)
+
+
+class FormTokenMixin:
+    """A hidden `form_token`, fresh on every unbound form, so that a form sent twice (a double click,
+    back and send again) can be recognised and not acted on twice."""
+
+    def form_token_add(self) -> None:
+        self.fields["form_token"] = forms.CharField(
+            widget=forms.HiddenInput,
+            max_length=FORM_TOKEN_LENGTH,
+            initial=form_token_new(),
+            # A form posted without one (not the page's own) is simply not recognised when resent.
+            required=False,
+        )
+
+
+class ApiKeyCreateForm(FormTokenMixin, forms.Form):
     label = forms.CharField(
         max_length=100,
         required=False,
@@ -82,6 +104,7 @@ class ApiKeyCreateForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["group"].queryset = Group.objects.filter(pk__in=[group.pk for group in groups])
         self.fields["group"].label_from_instance = _group_label
+        self.form_token_add()
 
     def expires_at(self, *, now: datetime | None = None) -> datetime | None:
         days = self.cleaned_data.get("expires_in_days")
@@ -95,29 +118,76 @@ def _group_label(group: Group) -> str:
     return f"{group.name} ({kind}, {group.get_billing_display().lower()})"
 
 
-class PlaygroundForm(forms.Form):
+# The model's choices the playground offers, each a field of the form: field name → capability.
+CHOICE_CAPABILITIES = {"size": "sizes", "quality": "qualities", "output_format": "output_formats"}
+CHOICE_LABELS = {"size": "Size", "quality": "Quality", "output_format": "Format"}
+
+
+def image_model_choices(image_model: ImageModel) -> dict:
+    """What the playground offers for one model: its sizes, qualities, formats and largest n."""
+    return {
+        **{
+            field: list(getattr(image_model, capability)) for field, capability in CHOICE_CAPABILITIES.items()
+        },
+        "max_n": min(MAX_N_OFFERED, image_model.max_n),
+    }
+
+
+class PlaygroundForm(FormTokenMixin, forms.Form):
+    """The playground's image form, for one selected model: the sizes, qualities, formats and number
+    of images offered are that model's (a posted value the model does not take is refused here)."""
+
     model = forms.ModelChoiceField(queryset=ImageModel.objects.none(), empty_label=None)
     prompt = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 4}),
         max_length=settings.GATEWAY_MAX_PROMPT_CHARS,
         strip=True,
     )
-    size = forms.ChoiceField(required=False)
 
-    def __init__(self, *args, image_models: Sequence[ImageModel], **kwargs) -> None:
+    def __init__(
+        self, *args, image_models: Sequence[ImageModel], selected: str | None = None, **kwargs
+    ) -> None:
         super().__init__(*args, **kwargs)
+        self.image_models = list(image_models)
         self.fields["model"].queryset = ImageModel.objects.filter(pk__in=[m.pk for m in image_models])
         self.fields["model"].label_from_instance = _model_label
-        sizes: list[str] = []
-        for image_model in image_models:
-            sizes.extend(size for size in image_model.sizes if size not in sizes)
-        self.fields["size"].choices = [(DEFAULT_SIZE, "The model's default"), *((s, s) for s in sizes)]
-        self.fields["size"].help_text = "Sizes depend on the model; the gateway says so if one does not fit."
-        # The largest n any offered model takes; the gateway refuses more than the chosen model's own.
-        most = min(MAX_N_OFFERED, max([m.max_n for m in image_models] or [1]))
+        self.selected_model = self._selected(selected)
+        if not self.is_bound and self.selected_model is not None:
+            self.initial["model"] = self.selected_model.pk
+        offered = image_model_choices(self.selected_model) if self.selected_model else {}
+        for field, label in CHOICE_LABELS.items():
+            values = offered.get(field, [])
+            self.fields[field] = forms.ChoiceField(
+                label=label,
+                required=False,
+                choices=[(DEFAULT_SIZE, "The model's default"), *((value, value) for value in values)],
+            )
+            # A model without such choices: the field is hidden (the script shows it for another).
+            self.fields[field].offered = bool(values)
         self.fields["n"] = forms.IntegerField(
-            label="Number of images", min_value=1, max_value=most, initial=1
+            label="Number of images", min_value=1, max_value=offered.get("max_n", 1), initial=1
         )
+        self.fields["n"].widget.attrs["max"] = offered.get("max_n", 1)
+        self.form_token_add()
+
+    def _selected(self, selected: str | None) -> ImageModel | None:
+        """The model the form is for: the posted one, else the initial or asked-for one, else the first."""
+        by_pk = {str(m.pk): m for m in self.image_models}
+        for candidate in (
+            self.data.get("model") if self.is_bound else None,
+            self.initial.get("model"),
+            selected,
+        ):
+            if candidate is not None and str(candidate) in by_pk:
+                return by_pk[str(candidate)]
+        return self.image_models[0] if self.image_models else None
+
+    def models_json(self) -> dict:
+        """Every offered model's choices, for the page's script (embedded with json_script)."""
+        return {str(m.pk): image_model_choices(m) for m in self.image_models}
+
+    def choice_fields(self) -> list:
+        return [self[field] for field in CHOICE_LABELS]
 
     def request_body(self) -> dict:
         """The body of the /v1/images/generations call this form asks for."""
@@ -128,8 +198,9 @@ class PlaygroundForm(forms.Form):
             "n": data["n"],
             "response_format": "b64_json",
         }
-        if data.get("size"):
-            body["size"] = data["size"]
+        for field in CHOICE_LABELS:
+            if data.get(field):
+                body[field] = data[field]
         return body
 
 
@@ -166,3 +237,33 @@ class UsageFilterForm(forms.Form):
         if first and last and first > last:
             raise ValidationError("The first day comes after the last.")
         return cleaned
+
+
+class ChatPlaygroundForm(FormTokenMixin, forms.Form):
+    """The chat playground: one of the account's text models and a prompt."""
+
+    model = forms.ChoiceField()
+    prompt = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 5}),
+        max_length=settings.GATEWAY_MAX_PROMPT_CHARS,
+        strip=True,
+    )
+
+    def __init__(self, *args, text_models: Sequence, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.text_models = {model.key: model for model in text_models}
+        self.fields["model"].choices = [(model.key, model.label) for model in text_models]
+        self.form_token_add()
+
+    def text_model(self):
+        return self.text_models[self.cleaned_data["model"]]
+
+    def request_body(self, *, stream: bool) -> bytes:
+        """The body of the /v1/chat/completions call this form asks for."""
+        body = {
+            "model": self.text_model().model_id,
+            "messages": [{"role": "user", "content": self.cleaned_data["prompt"]}],
+        }
+        if stream:
+            body["stream"] = True
+        return json.dumps(body).encode()

@@ -20,9 +20,18 @@ from oauth2_provider.models import AccessToken, Application, RefreshToken
 from oauth2_provider.settings import oauth2_settings
 
 from accounts.models import Account, User
-from billing.models import Hold, LedgerEntry, Subscription, SubscriptionUsage, UsageRecord, Wallet
+from billing.models import (
+    Hold,
+    IdempotencyRecord,
+    LedgerEntry,
+    Subscription,
+    SubscriptionUsage,
+    UsageRecord,
+    Wallet,
+)
 from billing.money import money_display
 from billing.windows import TOTAL_WINDOW_START, window_end, window_starts_at
+from chat.selectors import group_text_models_enabled
 from groups.models import Group
 from images.models import ImageModel
 from keys.models import ApiKey
@@ -267,6 +276,39 @@ def latest_calls_for_account(*, account: Account, limit: int = LATEST_CALLS) -> 
 
 def usage_record_for_request(*, account: Account, request_id: str) -> UsageRecord | None:
     return UsageRecord.objects.filter(account=account, request_id=request_id).order_by("-id").first()
+
+
+def idempotency_reference_for_key(*, account: Account, key: str) -> str | None:
+    """The request id of the call that first used this Idempotency-Key of the account."""
+    record = IdempotencyRecord.objects.filter(account=account, key=key).only("reference").first()
+    return record.reference if record is not None and record.reference else None
+
+
+@dataclass(frozen=True)
+class PlaygroundTextModel:
+    key: str  # "<group id>:<model id>": a model id can be offered by several groups
+    model_id: str
+    group: Group
+    label: str
+
+
+def playground_text_models_for_account(*, account: Account) -> list[PlaygroundTextModel]:
+    """The text models the account may call: enabled models of its active allowed groups."""
+    found = []
+    for group in account.allowed_groups.filter(status=Group.Status.ACTIVE).order_by("pk"):
+        for model in group_text_models_enabled(group_id=group.pk).values():
+            found.append(
+                PlaygroundTextModel(
+                    key=f"{group.pk}:{model.model_id}",
+                    model_id=model.model_id,
+                    group=group,
+                    label=(
+                        f"{model.model_id} — {group.name}, {money_display(model.input_price)} in / "
+                        f"{money_display(model.output_price)} out per million tokens"
+                    ),
+                )
+            )
+    return found
 
 
 # --- Playground --------------------------------------------------------------------------------------

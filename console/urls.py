@@ -11,6 +11,23 @@ console_patterns = [
     path("keys/<int:api_key_id>/revoke/", views.ApiKeyRevokeView.as_view(), name="key-revoke"),
     path("playground/", views.PlaygroundView.as_view(), name="playground"),
     path("usage/", views.UsageView.as_view(), name="usage"),
+    path(
+        "playground/result/<str:request_id>/",
+        views.PlaygroundResultView.as_view(),
+        name="playground-result",
+    ),
+    path("playground/chat/", views.ChatPlaygroundView.as_view(), name="chat"),
+    path("playground/chat/stream/", views.ChatPlaygroundStreamView.as_view(), name="chat-stream"),
+    path(
+        "playground/chat/result/<str:request_id>/",
+        views.ChatPlaygroundResultView.as_view(),
+        name="chat-result",
+    ),
+    path(
+        "playground/chat/usage/<str:request_id>/",
+        views.ChatPlaygroundUsageView.as_view(),
+        name="chat-usage",
+    ),
     path("applications/", views.ApplicationsView.as_view(), name="applications"),
     path(
         "applications/<int:application_id>/revoke/",

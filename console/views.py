@@ -12,6 +12,7 @@ import base64
 import binascii
 import csv
 import json
+import time
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -22,7 +23,7 @@ from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse_lazy
 from django.utils.decorators import method_decorator
@@ -31,10 +32,22 @@ from django.views.decorators.cache import never_cache
 
 from accounts.models import Account
 from accounts.snapshots import AccountSnapshot
+from api.answers import event_stream_response
+from billing.idempotency import REPLAY_HEADER, StoredResponse
 from billing.money import money_display, money_str
+from chat.families import CHAT
+from chat.pipeline import text_call_run
+from chat.streaming import StreamedTextCall
 from console import queries
-from console.forms import ApiKeyCreateForm, ConsoleAuthenticationForm, PlaygroundForm, UsageFilterForm
-from core.errors import ApiError
+from console.forms import (
+    ApiKeyCreateForm,
+    ChatPlaygroundForm,
+    ConsoleAuthenticationForm,
+    PlaygroundForm,
+    UsageFilterForm,
+    form_token_new,
+)
+from core.errors import ApiError, Conflict
 from groups.snapshots import GroupSnapshot
 from images.pipeline import image_call_run
 from keys.credentials import Credential
@@ -154,12 +167,16 @@ class ApiKeysView(ConsoleView):
     section = "keys"
 
     def get(self, request: HttpRequest) -> HttpResponse:
-        return self._page(form=self._form())
+        return self._page(form=self._form(), **new_key_take(request=request, account=self.account))
 
     def post(self, request: HttpRequest) -> HttpResponse:
         form = self._form(data=request.POST)
         if not form.is_valid():
             return self._page(form=form, status=400)
+        token = form.cleaned_data["form_token"]
+        if token and key_form_token_used(request=request, token=token):
+            # The same form sent again (double click, back and send): its key exists already.
+            return redirect("console:keys")
         try:
             api_key, secret = api_key_create(
                 account=self.account,
@@ -171,9 +188,11 @@ class ApiKeysView(ConsoleView):
             # The form offers allowed groups only; an operator took this one away since.
             form.add_error("group", "Your account may no longer use this group.")
             return self._page(form=form, status=400)
-        # The secret is rendered in this response only and stored nowhere (not even in the session);
-        # never_cache keeps the browser from showing it again from its cache.
-        return self._page(form=self._form(), new_key=api_key, secret=secret, status=201)
+        if token:
+            key_form_token_note(request=request, token=token)
+        new_key_keep(request=request, api_key_id=api_key.pk, secret=secret)
+        # POST-redirect-GET: a reload of the page shows the list, it does not create another key.
+        return redirect("console:keys")
 
     def _form(self, data=None) -> ApiKeyCreateForm:
         return ApiKeyCreateForm(data, groups=queries.key_groups_for_account(account=self.account))
@@ -181,6 +200,39 @@ class ApiKeysView(ConsoleView):
     def _page(self, *, form: ApiKeyCreateForm, status: int = 200, **extra: Any) -> HttpResponse:
         keys = queries.api_keys_for_account(account=self.account)
         return self.render("console/keys.html", {"form": form, "keys": keys, **extra}, status=status)
+
+
+NEW_KEY_SESSION = "console.new_key"
+KEY_FORM_TOKENS_SESSION = "console.key_form_tokens"
+KEY_FORM_TOKENS_KEPT = 20
+# The secret waits in the (server-side) session for the redirected GET only; one left behind (the
+# redirect never followed) is not shown after this long.
+NEW_KEY_SHOWN_FOR_SECONDS = 300
+
+
+def new_key_keep(*, request: HttpRequest, api_key_id: int, secret: str) -> None:
+    """Keep a new key's secret for the next GET of the keys page, which shows it once."""
+    request.session[NEW_KEY_SESSION] = {"id": api_key_id, "secret": secret, "at": time.time()}
+
+
+def new_key_take(*, request: HttpRequest, account: Account) -> dict[str, Any]:
+    """The new key and its secret, taken out of the session: the next GET does not show it again."""
+    kept = request.session.pop(NEW_KEY_SESSION, None)
+    if not kept or time.time() - kept.get("at", 0) > NEW_KEY_SHOWN_FOR_SECONDS:
+        return {}
+    api_key = queries.api_key_for_account(account=account, api_key_id=kept["id"])
+    if api_key is None:
+        return {}
+    return {"new_key": api_key, "secret": kept["secret"]}
+
+
+def key_form_token_used(*, request: HttpRequest, token: str) -> bool:
+    return token in request.session.get(KEY_FORM_TOKENS_SESSION, [])
+
+
+def key_form_token_note(*, request: HttpRequest, token: str) -> None:
+    tokens = request.session.get(KEY_FORM_TOKENS_SESSION, [])
+    request.session[KEY_FORM_TOKENS_SESSION] = [*tokens, token][-KEY_FORM_TOKENS_KEPT:]
 
 
 class ApiKeyRevokeView(ConsoleView):
@@ -215,51 +267,327 @@ class PlaygroundView(ConsoleView):
     path = "/console/playground"
 
     def get(self, request: HttpRequest) -> HttpResponse:
+        return self._page(form=self._form(selected=request.GET.get("model")))
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        if "choose" in request.POST:
+            # Without the page's script: the form again, for the model selected, nothing is called.
+            return self._page(form=self._form(initial=_chosen(request.POST)))
+        form = self._form(data=request.POST)
+        if not form.is_valid():
+            return self._page(form=form, status=400)
+        image_model = form.cleaned_data["model"]
+        request_id = request.request_id
+        token = form.cleaned_data["form_token"]
+        idempotency_key = playground_idempotency_key(token) if token else None
+        try:
+            stored = playground_call_run(
+                credential=console_credential(account=self.account, group=image_model.group),
+                data=form.request_body(),
+                request_id=request_id,
+                idempotency_key=idempotency_key,
+                path=self.path,
+            )
+        except ApiError as error:
+            if error.code == "idempotency_key_reused":
+                # This form was sent before with other values (back, edit, send): a new form.
+                return self._page(
+                    form=self._form(data=_with_new_token(request.POST)),
+                    error=PlainError(
+                        headline="This form was already sent; its first result stands.",
+                        detail="Your changes are kept: send the form again to make a new call.",
+                    ),
+                    request_id=request_id,
+                    status=409,
+                )
+            return self._page(
+                form=form, error=_plain_error(error), request_id=request_id, status=error.status
+            )
+        if idempotency_key and stored.headers.get(REPLAY_HEADER) == "true":
+            # The same form sent twice: the first call's answer, charged once, under its request id.
+            request_id = (
+                queries.idempotency_reference_for_key(account=self.account, key=idempotency_key) or request_id
+            )
+        if not 200 <= stored.status < 300:
+            return self._page(
+                form=form, error=_stored_error(stored), request_id=request_id, status=stored.status
+            )
+        playground_result_keep(
+            request=request,
+            result={
+                "request_id": request_id,
+                "model": image_model.pk,
+                "model_id": image_model.model_id,
+                "prompt": form.cleaned_data["prompt"],
+                "size": form.cleaned_data.get("size") or "",
+                "quality": form.cleaned_data.get("quality") or "",
+                "output_format": form.cleaned_data.get("output_format") or "",
+                "n": form.cleaned_data["n"],
+                "images": [[image.src, image.revised_prompt] for image in playground_images(stored.body)],
+            },
+        )
+        # POST-redirect-GET: reloading the result shows it again; it does not run (or charge) again.
+        return redirect("console:playground-result", request_id=request_id)
+
+    def _form(self, data=None, initial=None, selected: str | None = None) -> PlaygroundForm:
+        return PlaygroundForm(
+            data,
+            initial=initial,
+            selected=selected,
+            image_models=queries.playground_models_for_account(account=self.account),
+        )
+
+    def _page(self, *, form: PlaygroundForm, status: int = 200, **extra: Any) -> HttpResponse:
+        return self.render("console/playground.html", {"form": form, **extra}, status=status)
+
+
+class PlaygroundResultView(PlaygroundView):
+    """The last playground result of this session, at its own address: a reload shows it again."""
+
+    def get(self, request: HttpRequest, request_id: str) -> HttpResponse:
+        result = request.session.get(PLAYGROUND_RESULT_SESSION)
+        if not result or result.get("request_id") != request_id:
+            return self._page(form=self._form(), gone=True, request_id=request_id, status=404)
+        usage = queries.usage_record_for_request(account=self.account, request_id=request_id)
+        form = self._form(
+            initial={
+                key: result.get(key) for key in ("model", "prompt", "size", "quality", "output_format", "n")
+            },
+        )
+        return self._page(
+            form=form,
+            images=[PlaygroundImage(src=src, revised_prompt=revised) for src, revised in result["images"]],
+            result_model_id=result["model_id"],
+            result_prompt=result["prompt"],
+            usage=usage,
+            usage_amount=money_display(usage.amount) if usage is not None else "",
+            request_id=request_id,
+            has_result=True,
+        )
+
+    def post(self, request: HttpRequest, request_id: str) -> HttpResponse:
+        return redirect("console:playground")
+
+
+PLAYGROUND_RESULT_SESSION = "console.playground_result"
+# The playground's idempotency keys, apart from any key an API client could choose.
+PLAYGROUND_KEY_PREFIX = "console-playground:"
+# A second POST of a form whose call is still running waits for its answer (a double click).
+PLAYGROUND_WAIT_SECONDS = 120
+
+
+def console_credential(*, account: Account, group: Any) -> Credential:
+    """The console acts as the signed-in account, in the group of the model chosen."""
+    return Credential(
+        kind="console",
+        id=account.pk,
+        account=AccountSnapshot.from_model(account),
+        bound_group=GroupSnapshot.from_model(group),
+        label="console",
+    )
+
+
+def playground_idempotency_key(form_token: str) -> str:
+    return f"{PLAYGROUND_KEY_PREFIX}{form_token}"
+
+
+def playground_call_run(
+    *, credential: Credential, data: dict, request_id: str, idempotency_key: str | None, path: str
+) -> StoredResponse:
+    """The billed image call of one playground form, keyed by its form token: the same form sent again
+    replays the first answer (charged once); sent while the first still runs, it waits for it."""
+    deadline = time.monotonic() + PLAYGROUND_WAIT_SECONDS
+    while True:
+        try:
+            return image_call_run(
+                credential=credential,
+                operation="generate",
+                data=data,
+                files=None,
+                request_id=request_id,
+                idempotency_key=idempotency_key,
+                path=path,
+            )
+        except Conflict as conflict:
+            if conflict.code != "idempotency_key_in_use" or time.monotonic() >= deadline:
+                raise
+            time.sleep(1)
+
+
+def playground_result_keep(*, request: HttpRequest, result: dict) -> None:
+    """Keep the session's last playground result (one only: a new one replaces it)."""
+    request.session[PLAYGROUND_RESULT_SESSION] = result
+
+
+def _chosen(data: Any) -> dict[str, Any]:
+    """What a "Choose model" POST keeps: the model and the prompt typed so far."""
+    return {"model": data.get("model"), "prompt": data.get("prompt", "")}
+
+
+def _with_new_token(data: Any) -> Any:
+    fresh = data.copy()
+    fresh["form_token"] = form_token_new()
+    return fresh
+
+
+def _stored_error(stored: StoredResponse) -> PlainError:
+    """A stored non-2xx answer (a charged call whose answer was lost) in words."""
+    try:
+        message = json.loads(stored.body)["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = ""
+    return PlainError(
+        headline="This form's call was made and charged, but its answer could not be shown.",
+        detail=message,
+    )
+
+
+CHAT_RESULT_SESSION = "console.chat_result"
+CHAT_KEY_PREFIX = "console-chat:"
+
+
+class ChatPlaygroundView(ConsoleView):
+    """Try a text model: the prompt goes through chat.pipeline.text_call_run as a chat completion with
+    the console's credential, billed like an API call. The page's script streams the answer through
+    ChatPlaygroundStreamView; without it the form posts here and the answer has a page of its own."""
+
+    section = "playground"
+
+    def get(self, request: HttpRequest) -> HttpResponse:
         return self._page(form=self._form())
 
     def post(self, request: HttpRequest) -> HttpResponse:
         form = self._form(data=request.POST)
         if not form.is_valid():
             return self._page(form=form, status=400)
-        image_model = form.cleaned_data["model"]
-        # The console acts as the signed-in account, in the group of the model chosen.
-        credential = Credential(
-            kind="console",
-            id=self.account.pk,
-            account=AccountSnapshot.from_model(self.account),
-            bound_group=GroupSnapshot.from_model(image_model.group),
-            label="console",
-        )
+        text_model = form.text_model()
         request_id = request.request_id
+        token = form.cleaned_data["form_token"]
+        idempotency_key = f"{CHAT_KEY_PREFIX}{token}" if token else None
         try:
-            stored = image_call_run(
-                credential=credential,
-                operation="generate",
-                data=form.request_body(),
-                files=None,
+            stored = text_call_run(
+                credential=console_credential(account=self.account, group=text_model.group),
+                family=CHAT,
+                raw=form.request_body(stream=False),
+                headers={},
                 request_id=request_id,
-                idempotency_key=None,
-                path=self.path,
+                idempotency_key=idempotency_key,
             )
         except ApiError as error:
             return self._page(
-                form=form, error=_plain_error(error), request_id=request_id, status=error.status
+                form=form,
+                error=_plain_error(error, provider="text provider"),
+                request_id=request_id,
+                status=error.status,
             )
-        images = playground_images(stored.body)
+        if idempotency_key and stored.headers.get(REPLAY_HEADER) == "true":
+            request_id = (
+                queries.idempotency_reference_for_key(account=self.account, key=idempotency_key) or request_id
+            )
+        if not 200 <= stored.status < 300:
+            return self._page(
+                form=form, error=_stored_error(stored), request_id=request_id, status=stored.status
+            )
+        request.session[CHAT_RESULT_SESSION] = {
+            "request_id": request_id,
+            "model": text_model.key,
+            "model_id": text_model.model_id,
+            "prompt": form.cleaned_data["prompt"],
+            "answer": chat_answer_text(stored.body),
+        }
+        return redirect("console:chat-result", request_id=request_id)
+
+    def _form(self, data=None, initial=None) -> ChatPlaygroundForm:
+        return ChatPlaygroundForm(
+            data,
+            initial=initial,
+            text_models=queries.playground_text_models_for_account(account=self.account),
+        )
+
+    def _page(self, *, form: ChatPlaygroundForm, status: int = 200, **extra: Any) -> HttpResponse:
+        return self.render("console/chat_playground.html", {"form": form, **extra}, status=status)
+
+
+class ChatPlaygroundResultView(ChatPlaygroundView):
+    """The session's latest chat answer (without the script), with its tokens and cost."""
+
+    def get(self, request: HttpRequest, request_id: str) -> HttpResponse:
+        result = request.session.get(CHAT_RESULT_SESSION)
+        if not result or result.get("request_id") != request_id:
+            return self._page(form=self._form(), gone=True, request_id=request_id, status=404)
         usage = queries.usage_record_for_request(account=self.account, request_id=request_id)
         return self._page(
-            form=form,
-            images=images,
+            form=self._form(initial={"model": result["model"], "prompt": result["prompt"]}),
+            answer=result["answer"],
+            result_model_id=result["model_id"],
             usage=usage,
             usage_amount=money_display(usage.amount) if usage is not None else "",
             request_id=request_id,
         )
 
-    def _form(self, data=None) -> PlaygroundForm:
-        return PlaygroundForm(data, image_models=queries.playground_models_for_account(account=self.account))
+    def post(self, request: HttpRequest, request_id: str) -> HttpResponse:
+        return redirect("console:chat")
 
-    def _page(self, *, form: PlaygroundForm, status: int = 200, **extra: Any) -> HttpResponse:
-        return self.render("console/playground.html", {"form": form, **extra}, status=status)
+
+class ChatPlaygroundStreamView(ChatPlaygroundView):
+    """The chat answer as the gateway's own event stream (text/event-stream), for the page's script.
+    A stream cannot be replayed, so it takes no idempotency key: the script sends it once."""
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return redirect("console:chat")
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        form = self._form(data=request.POST)
+        if not form.is_valid():
+            return JsonResponse({"error": {"message": _form_errors(form)}}, status=400)
+        text_model = form.text_model()
+        try:
+            answer = text_call_run(
+                credential=console_credential(account=self.account, group=text_model.group),
+                family=CHAT,
+                raw=form.request_body(stream=True),
+                headers={},
+                request_id=request.request_id,
+            )
+        except ApiError as error:
+            plain = _plain_error(error, provider="text provider")
+            return JsonResponse(
+                {"error": {"headline": plain.headline, "message": plain.detail}}, status=error.status
+            )
+        if isinstance(answer, StreamedTextCall):
+            return event_stream_response(answer.events)
+        return HttpResponse(answer.body, status=answer.status, content_type=answer.content_type)
+
+
+class ChatPlaygroundUsageView(ConsoleView):
+    """Tokens and cost of one of the account's calls, for the script to show after a streamed answer."""
+
+    def get(self, request: HttpRequest, request_id: str) -> HttpResponse:
+        usage = queries.usage_record_for_request(account=self.account, request_id=request_id)
+        if usage is None:
+            raise Http404("No such call.")
+        return JsonResponse(
+            {
+                "request_id": request_id,
+                "status": usage.status,
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+                "billing": usage.billing,
+                "amount": money_display(usage.amount),
+            }
+        )
+
+
+def chat_answer_text(body: bytes) -> str:
+    """The text of a chat completion's first choice."""
+    try:
+        return json.loads(body)["choices"][0]["message"]["content"] or ""
+    except (ValueError, KeyError, IndexError, TypeError):
+        return ""
+
+
+def _form_errors(form: Any) -> str:
+    return " ".join(f"{field}: {' '.join(errors)}" for field, errors in form.errors.items())
 
 
 @dataclass(frozen=True)
@@ -268,7 +596,7 @@ class PlainError:
     detail: str
 
 
-def _plain_error(error: ApiError) -> PlainError:
+def _plain_error(error: ApiError, *, provider: str = "image provider") -> PlainError:
     """A gateway refusal in words for people; the gateway's own message says what exactly."""
     if error.type == "billing_error" or error.status == 402:
         headline = "Your balance or plan does not cover this call. Nothing was charged."
@@ -279,7 +607,7 @@ def _plain_error(error: ApiError) -> PlainError:
     elif error.status == 404:
         headline = "That model is not available."
     elif error.status >= 500:
-        headline = "The image provider did not deliver. Nothing was charged; try again in a moment."
+        headline = f"The {provider} did not deliver. Nothing was charged; try again in a moment."
     else:
         headline = "The gateway could not accept this request. Nothing was charged."
     return PlainError(headline=headline, detail=error.message)

@@ -40,8 +40,16 @@ def test_a_key_made_in_the_console_calls_the_api_until_it_is_revoked(
     secret = page.get_by_label("Key for Alpha-Image").input_value()
     assert re.fullmatch(r"sk-[0-9A-Za-z]{49}", secret)
     screenshot(page, "keys-new-key")
+    expect(page).to_have_url(f"{base}/console/keys/")  # redirected: a reload is a GET
     api_key = ApiKey.objects.get(account=alice, label="browser test")
     assert secret.startswith(api_key.prefix) and api_key.expires_at is not None
+
+    page.reload()
+    expect(page.get_by_role("heading", name="API keys", level=1)).to_be_visible()
+    expect(page.get_by_label("Key for Alpha-Image")).to_have_count(0)
+    assert secret not in page.content()
+    assert ApiKey.objects.filter(account=alice).count() == 1
+    screenshot(page, "keys-after-reload")
 
     client = openai.OpenAI(base_url=f"{base}/v1", api_key=secret, max_retries=0)
     request.addfinalizer(client.close)  # its keep-alive connection holds a live-server thread open
@@ -98,6 +106,13 @@ def test_the_playground_shows_the_generated_image(page, live_server, alice, alph
     screenshot(page, "playground")
     record = UsageRecord.objects.get(account=alice)
     assert record.credential == f"console:{alice.pk}" and record.status == 200
+    assert Wallet.objects.get(account=alice).balance == Decimal("9.85")
+    expect(page).to_have_url(f"{live_server.url}/console/playground/result/{record.request_id}/")
+
+    page.reload()  # the result page is a GET: reloading shows it again, it does not call again
+    expect(page.locator("ul.images img")).to_have_count(2)
+    expect(page.locator("#playground-charge")).to_contain_text("charged ¥0.15")
+    assert UsageRecord.objects.filter(account=alice).count() == 1
     assert Wallet.objects.get(account=alice).balance == Decimal("9.85")
 
     nav(page, "Overview")

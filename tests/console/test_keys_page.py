@@ -35,11 +35,15 @@ def test_it_never_renders_a_secret_in_the_list(alice_client, alice_key):
 
 
 def test_it_creates_a_labelled_key_and_shows_its_secret_once(alice_client, alice, alpha_group):
-    response = alice_client.post(
+    posted = alice_client.post(
         "/console/keys/", {"label": "ci runner", "group": alpha_group.pk, "expires_in_days": ""}
     )
+    assert posted.status_code == 302 and posted["Location"] == "/console/keys/"
+    assert SECRET.search(posted.content) is None
 
-    assert response.status_code == 201
+    response = alice_client.get("/console/keys/")
+
+    assert response.status_code == 200
     secrets_shown = SECRET.findall(response.content)
     assert len(set(secrets_shown)) == 1
     secret = secrets_shown[0].decode()
@@ -57,7 +61,7 @@ def test_it_creates_a_labelled_key_and_shows_its_secret_once(alice_client, alice
 
 
 def test_a_created_key_works_on_the_api_at_once(alice_client, alpha_group, alpha_model):
-    response = alice_client.post("/console/keys/", {"label": "", "group": alpha_group.pk})
+    response = alice_client.post("/console/keys/", {"label": "", "group": alpha_group.pk}, follow=True)
     secret = SECRET.search(response.content).group().decode()
 
     models = Client().get("/v1/models", HTTP_AUTHORIZATION=f"Bearer {secret}")
@@ -66,12 +70,48 @@ def test_a_created_key_works_on_the_api_at_once(alice_client, alpha_group, alpha
     assert [item["id"] for item in models.json()["data"]] == ["alpha-image-2"]
 
 
+def test_a_reload_after_creating_a_key_creates_none_and_shows_no_secret(alice_client, alice, alpha_group):
+    alice_client.post("/console/keys/", {"label": "once", "group": alpha_group.pk})
+    first = alice_client.get("/console/keys/")
+    assert len(SECRET.findall(first.content)) >= 1
+
+    reloaded = alice_client.get("/console/keys/")
+
+    assert reloaded.status_code == 200
+    assert SECRET.search(reloaded.content) is None
+    assert b"it will not be shown again" not in reloaded.content
+    assert ApiKey.objects.filter(account=alice).count() == 1
+
+
+def test_the_same_key_form_sent_twice_creates_one_key(alice_client, alice, alpha_group):
+    page = alice_client.get("/console/keys/")
+    token = page.context["form"]["form_token"].value()
+    fields = {"label": "double click", "group": alpha_group.pk, "form_token": token}
+
+    first = alice_client.post("/console/keys/", fields)
+    second = alice_client.post("/console/keys/", fields)
+
+    assert first.status_code == second.status_code == 302
+    assert ApiKey.objects.filter(account=alice).count() == 1
+    shown = alice_client.get("/console/keys/")
+    assert len(set(SECRET.findall(shown.content))) == 1  # the first POST's secret, still shown once
+
+
+def test_a_secret_left_in_the_session_is_not_shown_after_a_while(alice_client, alpha_group, monkeypatch):
+    from console import views
+
+    alice_client.post("/console/keys/", {"group": alpha_group.pk})
+    monkeypatch.setattr(views, "NEW_KEY_SHOWN_FOR_SECONDS", -1)
+
+    assert SECRET.search(alice_client.get("/console/keys/").content) is None
+
+
 def test_it_sets_the_chosen_expiry(alice_client, alice, alpha_group):
     before = timezone.now()
 
     response = alice_client.post("/console/keys/", {"group": alpha_group.pk, "expires_in_days": "7"})
 
-    assert response.status_code == 201
+    assert response.status_code == 302
     expires_at = ApiKey.objects.get(account=alice).expires_at
     assert before + timedelta(days=7) <= expires_at <= timezone.now() + timedelta(days=7)
 

@@ -27,17 +27,20 @@ def test_it_offers_only_models_of_the_accounts_groups(alice_client, alpha_model,
 
 
 def test_it_generates_an_image_billed_like_an_api_call(alice_client, alice, alpha_model):
-    response = alice_client.post(
+    posted = alice_client.post(
         "/console/playground/",
         {"model": alpha_model.pk, "prompt": "a lighthouse at dusk", "size": "1024x1024", "n": "1"},
     )
 
+    request_id = posted["X-Request-Id"]
+    assert posted.status_code == 302
+    assert posted["Location"] == f"/console/playground/result/{request_id}/"
+    response = alice_client.get(posted["Location"])
     assert response.status_code == 200
     html = response.content.decode()
     images = DATA_URL.findall(html)
     assert len(images) == 1
     assert base64.b64decode(images[0][1])[:8] == b"\x89PNG\r\n\x1a\n"
-    request_id = response["X-Request-Id"]
     record = UsageRecord.objects.get(request_id=request_id)
     assert record.account == alice
     assert record.credential == f"console:{alice.pk}"
@@ -110,11 +113,11 @@ def test_it_runs_a_model_of_another_allowed_group_in_that_group(
     )
 
     response = alice_client.post(
-        "/console/playground/", {"model": beta_model.pk, "prompt": "a lighthouse", "n": "1"}
+        "/console/playground/", {"model": beta_model.pk, "prompt": "a lighthouse", "n": "1"}, follow=True
     )
 
     assert response.status_code == 200, response.content.decode()[-600:]
-    record = UsageRecord.objects.get(request_id=response["X-Request-Id"])
+    record = UsageRecord.objects.get(request_id=response.redirect_chain[0][0].split("/")[-2])
     assert record.group == beta_group and record.billing == "subscription"
     assert DATA_URL.search(response.content.decode())
 
@@ -125,10 +128,107 @@ def test_it_shows_a_price_and_charge_below_a_fen_in_full(alice_client, alice, al
 
     page = alice_client.get("/console/playground/").content.decode()
     response = alice_client.post(
-        "/console/playground/", {"model": alpha_model.pk, "prompt": "a lighthouse", "n": "1"}
+        "/console/playground/", {"model": alpha_model.pk, "prompt": "a lighthouse", "n": "1"}, follow=True
     )
 
     assert "alpha-image-2 — Alpha-Image, ¥0.0025 per call" in page
     assert response.status_code == 200
     assert "charged ¥0.0025" in response.content.decode()
     assert Wallet.objects.get(account=alice).balance == Decimal("9.9975")
+
+
+def _charges(account) -> list[Decimal]:
+    return list(
+        LedgerEntry.objects.filter(kind=LedgerEntry.Kind.CHARGE, wallet__account=account).values_list(
+            "amount", flat=True
+        )
+    )
+
+
+def test_reloading_the_result_shows_it_again_without_a_second_charge(alice_client, alice, alpha_model):
+    posted = alice_client.post(
+        "/console/playground/", {"model": alpha_model.pk, "prompt": "a lighthouse", "n": "1"}
+    )
+
+    first = alice_client.get(posted["Location"])
+    reloaded = alice_client.get(posted["Location"])
+
+    assert first.status_code == reloaded.status_code == 200
+    assert DATA_URL.search(reloaded.content.decode())
+    assert "charged ¥0.15" in reloaded.content.decode()
+    assert _charges(alice) == [Decimal("-0.15")]
+    assert UsageRecord.objects.filter(account=alice).count() == 1
+
+
+def test_the_same_playground_form_sent_twice_is_charged_once(alice_client, alice, alpha_model):
+    form = alice_client.get("/console/playground/").context["form"]
+    fields = {
+        "model": alpha_model.pk,
+        "prompt": "a lighthouse",
+        "n": "1",
+        "form_token": form["form_token"].value(),
+    }
+
+    first = alice_client.post("/console/playground/", fields)
+    second = alice_client.post("/console/playground/", fields)
+
+    assert first.status_code == second.status_code == 302
+    # The replay leads to the first call's result, under the first call's request id.
+    assert second["Location"] == first["Location"] == f"/console/playground/result/{first['X-Request-Id']}/"
+    assert _charges(alice) == [Decimal("-0.15")]
+    assert Wallet.objects.get(account=alice).balance == Decimal("9.85")
+    page = alice_client.get(second["Location"]).content.decode()
+    assert "charged ¥0.15" in page and DATA_URL.search(page)
+
+
+def test_each_rendered_form_has_its_own_token(alice_client, alpha_model):
+    first = alice_client.get("/console/playground/").context["form"]["form_token"].value()
+    second = alice_client.get("/console/playground/").context["form"]["form_token"].value()
+
+    assert first and second and first != second
+
+
+def test_a_sent_form_changed_and_sent_again_asks_to_send_once_more(alice_client, alice, alpha_model):
+    token = alice_client.get("/console/playground/").context["form"]["form_token"].value()
+    fields = {"model": alpha_model.pk, "prompt": "a lighthouse", "n": "1", "form_token": token}
+    alice_client.post("/console/playground/", fields)
+
+    again = alice_client.post("/console/playground/", {**fields, "prompt": "a windmill"})
+
+    assert again.status_code == 409
+    assert b"This form was already sent" in again.content
+    renewed = again.context["form"]["form_token"].value()
+    assert renewed != token
+    assert again.context["form"]["prompt"].value() == "a windmill"
+    assert _charges(alice) == [Decimal("-0.15")]
+    third = alice_client.post(
+        "/console/playground/", {**fields, "prompt": "a windmill", "form_token": renewed}
+    )
+    assert third.status_code == 302
+    assert len(_charges(alice)) == 2
+
+
+def test_only_the_latest_result_is_kept(alice_client, alice, alpha_model):
+    fields = {"model": alpha_model.pk, "prompt": "a lighthouse", "n": "1"}
+    first = alice_client.post("/console/playground/", fields)
+    second = alice_client.post("/console/playground/", fields)
+
+    gone = alice_client.get(first["Location"])
+
+    assert gone.status_code == 404
+    assert b"no longer shown here" in gone.content
+    assert alice_client.get(second["Location"]).status_code == 200
+    assert len(_charges(alice)) == 2
+
+
+def test_a_result_of_another_session_is_not_shown(client, alice_client, bob, alpha_model):
+    posted = alice_client.post(
+        "/console/playground/", {"model": alpha_model.pk, "prompt": "a lighthouse", "n": "1"}
+    )
+    client.logout()
+    client.force_login(bob.user)
+
+    response = client.get(posted["Location"])
+
+    assert response.status_code == 404
+    assert DATA_URL.search(response.content.decode()) is None
