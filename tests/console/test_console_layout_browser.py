@@ -23,6 +23,7 @@ PAGES = {
     "key-revoke": "/console/keys/{key}/revoke/",
     "usage": "/console/usage/",
     "playground": "/console/playground/",
+    "chat-playground": "/console/playground/chat/",
     "applications": "/console/applications/",
     "operator-revoke": "/console/applications/operator/revoke/",
 }
@@ -84,6 +85,16 @@ def test_every_console_page_fits_the_viewport(browser_context, live_server, busy
         screenshot(page, f"layout-{name}-{width}")
         widths = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
         assert no_horizontal_scroll(page), f"{name} at {width} px scrolls sideways: {widths}"
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_the_sign_in_page_fits_the_viewport(browser_context, live_server, width):
+    page = browser_context.new_page()
+    page.set_viewport_size({"width": width, "height": 844 if width == 390 else 900})
+    page.goto(live_server.url + "/console/")  # redirected to sign in
+    expect(page.locator("input[type=password]")).to_be_visible()
+    screenshot(page, f"layout-sign-in-{width}")
+    assert no_horizontal_scroll(page), f"the sign-in page at {width} px scrolls sideways"
 
 
 def test_the_latest_calls_are_one_line_each_at_1280(page, live_server, busy_alice):
