@@ -8,6 +8,7 @@ and lives in chat/pipeline.py and chat/streaming.py.
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -71,7 +72,7 @@ def anthropic_tokens(usage: Any, *, before: TokenCounts | None = None) -> TokenC
     )
 
 
-class StreamTracker:
+class StreamTracker(ABC):
     """Follows one family's event stream: what to relay, the usage reported, whether the call's final
     event has arrived, and whether the upstream reported an error inside the stream."""
 
@@ -83,11 +84,11 @@ class StreamTracker:
         # The `sequence_number` of an event the gateway adds (an error), in families that number them.
         self.next_sequence = 0
 
+    @abstractmethod
     def feed(self, event: SSEEvent) -> bool:
         """Take one event; True when it is to be relayed to the caller."""
-        raise NotImplementedError
 
-    def ended(self) -> None:
+    def ended(self) -> None:  # noqa: B027 - optional hook: most families need no end-of-body rule
         """The upstream's body ended (cleanly); a family may accept that as the end of the call."""
 
     @staticmethod

@@ -18,7 +18,7 @@ from core.config_cache import config_caches_clear
 from core.redis_health import redis_health_reset
 from groups.services import group_upsert
 from images.services import image_model_upsert
-from tests.factories import image_model_make, upstream_make
+from tests.factories import alpha_group_make, image_model_make, upstream_make
 from upstreams.services import upstream_upsert
 
 
@@ -52,17 +52,7 @@ def demo_upstream(db):
 
 @pytest.fixture
 def alpha_group(db):
-    group, _ = group_upsert(
-        group_id=1,
-        name="Alpha-Image",
-        status="active",
-        image_enabled=True,
-        billing="balance",
-        allow_group_override=True,
-        rpm=0,
-        concurrency=0,
-    )
-    return group
+    return alpha_group_make()
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from typing import Any
 from chat.models import TextModel
 from chat.services import text_model_upsert
 from groups.models import Group
+from groups.services import group_upsert
 from images.models import ImageModel
 from images.services import image_model_upsert
 from upstreams.models import Upstream
@@ -95,3 +96,18 @@ def upstream_make(
         enabled=True,
     )
     return upstream
+
+
+def alpha_group_make(*, rpm: int = 0, concurrency: int = 0) -> Group:
+    """Alpha-Image (group 1, balance billing, override allowed) with the given limits."""
+    group, _ = group_upsert(
+        group_id=1,
+        name="Alpha-Image",
+        status="active",
+        image_enabled=True,
+        billing="balance",
+        allow_group_override=True,
+        rpm=rpm,
+        concurrency=concurrency,
+    )
+    return group

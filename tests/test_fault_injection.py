@@ -38,9 +38,8 @@ from billing.ledger import wallet_top_up
 from billing.models import Hold, LedgerEntry
 from billing.selectors import ledger_check
 from core.db import database_reconnect
-from groups.services import group_upsert
 from keys.services import api_key_create
-from tests.factories import image_model_make
+from tests.factories import alpha_group_make, image_model_make
 from tests.gunicorn_server import gunicorn_serving
 from tests.redis_process import redis_process
 
@@ -61,17 +60,7 @@ SLOT_TTL = 30  # the gateway's GATEWAY_CONCURRENCY_SLOT_TTL_SECONDS in these tes
 
 @pytest.fixture
 def alpha_group(db):
-    group, _ = group_upsert(
-        group_id=1,
-        name="Alpha-Image",
-        status="active",
-        image_enabled=True,
-        billing="balance",
-        allow_group_override=True,
-        rpm=10_000,
-        concurrency=THREADS + 2,
-    )
-    return group
+    return alpha_group_make(rpm=10_000, concurrency=THREADS + 2)
 
 
 @dataclass

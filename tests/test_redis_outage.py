@@ -19,9 +19,8 @@ from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
 from core import redis_health
 from core.config_cache import config_generation
 from core.errors import ApiError, RateLimited
-from groups.services import group_upsert
 from keys.services import api_key_create
-from tests.factories import image_model_make
+from tests.factories import alpha_group_make, image_model_make
 from tests.redis_process import redis_process
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -32,17 +31,7 @@ GEN = "/v1/images/generations"
 @pytest.fixture
 def alpha_group(db):
     """Alpha-Image with both limits on, so every call counts in Redis."""
-    group, _ = group_upsert(
-        group_id=1,
-        name="Alpha-Image",
-        status="active",
-        image_enabled=True,
-        billing="balance",
-        allow_group_override=True,
-        rpm=100,
-        concurrency=2,
-    )
-    return group
+    return alpha_group_make(rpm=100, concurrency=2)
 
 
 @pytest.fixture
