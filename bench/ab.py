@@ -17,6 +17,10 @@ A variant is `NAME` optionally followed by `:` and comma-separated settings:
     .venv/bin/python bench/ab.py base gthread:GUNICORN_WORKER_CLASS=gthread
     .venv/bin/python bench/ab.py --rounds 8 before:source=head after
     .venv/bin/python bench/ab.py --connections 1 --duration 6 base gevent:GUNICORN_WORKER_CLASS=gevent
+    .venv/bin/python bench/ab.py --scenario chat-streams-1k --rounds 4 before:source=head after
+
+`--scenario ID` measures one of bench/run.py's scenarios (its model, body and, for a streamed one, its
+connections, calls and stream client) instead of image calls to the latency-0 upstream.
 
 Reports, per variant, requests/s and the gateway's CPU ms per request of every round, their medians,
 and the median of the per-round ratios to the first variant. Nothing is written to docs/.
@@ -79,7 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=8.0, help="seconds of load per measurement")
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--warmup", type=float, default=2.0)
+    parser.add_argument("--scenario", default="throughput", help="a bench/run.py scenario id")
     args = parser.parse_args(argv)
+    scenario = next(s for s in run.scenarios(quick=False) if s.id == args.scenario)
+    if not scenario.streamed:
+        scenario = run.dataclasses.replace(scenario, connections=args.connections)
     variants = [variant_parse(spec) for spec in args.variants]
 
     procs = run.Processes()
@@ -98,11 +106,15 @@ def main(argv: list[str] | None = None) -> int:
             src = run.source_snapshot(vdir, source=source, overlays=[], patches=patches)
             if index == 0:
                 port = run.fake_upstream_start(procs, workdir, src, name="fast", latency=0, image_bytes=0)
+                ports = dict.fromkeys(run.UPSTREAMS, port)
+                for upstream, (ttft, events, interval) in run.TEXT_UPSTREAMS.items():
+                    ports[upstream] = run.text_upstream_start(
+                        procs, workdir, src, name=upstream, ttft=ttft, events=events, interval=interval
+                    )
             env = dict(base_env, **overrides)
             bind = run.free_port()
             env.update(GATEWAY_BIND=f"127.0.0.1:{bind}", GATEWAY_PUBLIC_URL=f"http://127.0.0.1:{bind}")
             if key is None:  # the first variant migrates, loads the bench config and makes the key
-                ports = dict.fromkeys(run.UPSTREAMS, port)
                 target = run.gateway_start(procs, vdir, src, env, ports)
                 key = target.key
             else:
@@ -115,18 +127,22 @@ def main(argv: list[str] | None = None) -> int:
             for name, target in targets:
                 targets_signal(targets, signal.SIGCONT, only=target, others=signal.SIGSTOP)
                 run.drain(target)
-                if args.warmup:
-                    run.wrk_run(wrk, target, model="bench-fast", connections=args.connections,
-                                duration=args.warmup)  # fmt: skip
+                if args.warmup and not scenario.streamed:
+                    run.wrk_run(wrk, target, scenario, connections=args.connections, duration=args.warmup)
                 cpu_before = run.proc_cpu_seconds(run.proc_tree(target.pid))
-                result = run.wrk_run(wrk, target, model="bench-fast", connections=args.connections,
-                                     duration=args.duration)  # fmt: skip
+                if scenario.streamed:
+                    result = run.streams_run(target, scenario, requests=scenario.max_requests)
+                    result["p50_ms"] = result["gap_ms"]["p99"]  # what a streamed round is judged by
+                else:
+                    result = run.wrk_run(wrk, target, scenario, connections=args.connections,
+                                         duration=args.duration)  # fmt: skip
                 cpu = run.proc_cpu_seconds(run.proc_tree(target.pid)) - cpu_before
                 rps = result["rps"]
                 ms = cpu * 1000 / max(1, result["requests"])
                 results[name].append((rps, ms))
                 run.log(f"round {round_} {name}: {rps:.1f} req/s, {ms:.2f} ms CPU/req, "
-                        f"p50 {result['p50_ms']:.2f} ms, errors {result['errors']}")  # fmt: skip
+                        f"{'event gap p99' if scenario.streamed else 'p50'} {result['p50_ms']:.2f} ms, "
+                        f"errors {result['errors']}")  # fmt: skip
         targets_signal(targets, signal.SIGCONT)
         first = targets[0][0]
         print(f"\n{args.rounds} rounds x {args.duration:g} s, {args.connections} connections; "

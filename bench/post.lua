@@ -1,10 +1,13 @@
--- wrk script for the benchmarks (bench/run.py runs it): POST one image-generation body, and print
+-- wrk script for the benchmarks (bench/run.py runs it): POST one body (an image generation unless
+-- BENCH_BODY gives another), and print
 -- the run's numbers as one JSON line (prefixed "BENCH_JSON ") from done().
 --
 -- Environment:
 --   BENCH_KEY           API key sent as "Authorization: Bearer ..." (unset: no header, e.g. direct
 --                       calls to the fake upstream)
---   BENCH_MODEL         the "model" field
+--   BENCH_MODEL         the "model" field of the image body
+--   BENCH_BODY          the body to send instead of the image body (JSON text), when set
+--   BENCH_HEADERS       more request headers, "Name: value" lines
 --   BENCH_PATH          request path (default /v1/images/generations)
 --   BENCH_MAX_REQUESTS  stop after this many responses (per wrk thread); the -d duration still bounds
 --                       the run. Use with -t 1 for an exact count.
@@ -19,8 +22,19 @@ wrk.headers["Content-Type"] = "application/json"
 if key and key ~= "" then
   wrk.headers["Authorization"] = "Bearer " .. key
 end
-wrk.body = '{"model":"' .. model .. '","prompt":"a lighthouse at dawn","n":1,'
-  .. '"size":"1024x1024","response_format":"b64_json"}'
+for line in (os.getenv("BENCH_HEADERS") or ""):gmatch("[^\n]+") do
+  local name, value = line:match("^([^:]+):%s*(.*)$")
+  if name then
+    wrk.headers[name] = value
+  end
+end
+local body = os.getenv("BENCH_BODY")
+if body and body ~= "" then
+  wrk.body = body
+else
+  wrk.body = '{"model":"' .. model .. '","prompt":"a lighthouse at dawn","n":1,'
+    .. '"size":"1024x1024","response_format":"b64_json"}'
+end
 
 -- Only defined when a count is asked for: a response() callback makes wrk hand every response to
 -- Lua, which costs time on large bodies.

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -46,6 +47,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -182,11 +184,11 @@ class Postgres:
     def url(self) -> str:
         return f"postgres://postgres@127.0.0.1:{self.port}/{DB_NAME}"
 
-    def connect(self):
+    def connect(self, dbname: str = "postgres"):
         import psycopg
 
         return psycopg.connect(
-            f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres", autocommit=True
+            f"host=127.0.0.1 port={self.port} user=postgres dbname={dbname}", autocommit=True
         )
 
     def version(self) -> str:
@@ -266,6 +268,23 @@ def fake_upstream_start(
     return int(match.group(1))
 
 
+def text_upstream_start(
+    procs: Processes, workdir: Path, src: Path, *, name: str, ttft: float, events: int, interval: float
+) -> int:
+    argv = [
+        PYTHON, "-m", "bench.text_upstream", "--port", "0", "--ttft", str(ttft), "--events", str(events),
+        "--interval", str(interval),
+    ]  # fmt: skip
+    process = procs.start(
+        f"upstream {name}", argv, log_path=workdir / f"upstream-{name}.log", cwd=src, stdout=subprocess.PIPE
+    )
+    line = process.stdout.readline().decode()
+    match = re.match(r"listening on (\d+)", line)
+    if not match:
+        raise RuntimeError(f"fake text upstream {name} did not start: {line!r}")
+    return int(match.group(1))
+
+
 # --------------------------------------------------------------------------------------------------
 # The code under test: a snapshot, so edits made in the working tree during a run cannot disturb it
 
@@ -313,6 +332,33 @@ UPSTREAMS = {  # name: (latency seconds, image bytes)
 }
 
 
+# The text scenarios' fake upstreams (`python -m bench.text_upstream`): one answers at once and streams
+# 50 events 10 ms apart; the other streams long answers (first event after 200 ms, 200 events 20 ms
+# apart). A non-streamed answer is 50 output tokens (200 for the long one), sent at once.
+TEXT_UPSTREAMS = {  # name: (time to first event, events, seconds between events)
+    "text0": (0.0, 50, 0.010),
+    "textlong": (0.2, 200, 0.020),
+}
+# Text models: (gateway model id, upstream kind, fake upstream). Prices per million tokens.
+TEXT_MODELS = {
+    "bench-chat": ("openai", "text0"),
+    "bench-chat-long": ("openai", "textlong"),
+    "bench-claude-long": ("anthropic", "textlong"),
+}
+TEXT_PRICES = {"input_price": "2.00", "output_price": "8.00"}
+CHAT_PATH, MESSAGES_PATH, IMAGES_PATH = "/v1/chat/completions", "/v1/messages", "/v1/images/generations"
+PROMPT = "Write a short note about the benchmark."
+
+
+def text_body(model: str, *, stream: bool, messages: bool = False) -> str:
+    body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": PROMPT}]}
+    if messages:
+        body["max_tokens"] = 1024
+    if stream:
+        body["stream"] = True
+    return json.dumps(body, separators=(",", ":"))
+
+
 def bench_config(ports: dict[str, int]) -> str:
     parts = []
     for name in UPSTREAMS:
@@ -330,6 +376,18 @@ def bench_config(ports: dict[str, int]) -> str:
             f'[[models]]\nid = "bench-{name}"\ngroup = "Bench"\nprice = "0.01"\n'
             f'upstreams = ["bench-{name}"]\nsizes = ["1024x1024"]\nmax_n = 1\n'
             'default_response_format = "b64_json"\n'
+        )
+    for name, (kind, upstream) in TEXT_MODELS.items():
+        version_path = "/v1"  # both adapters append their endpoint's path to it
+        parts.append(
+            f'[[upstreams]]\nname = "{name}-up"\nkind = "{kind}"\n'
+            f'base_url = "http://127.0.0.1:{ports[upstream]}{version_path}"\n'
+            'api_key_env = "BENCH_UPSTREAM_KEY"\ntimeout_seconds = 60\n'
+        )
+        parts.append(
+            f'[[text_models]]\nid = "{name}"\ngroup = "Bench"\nupstreams = ["{name}-up"]\n'
+            + "".join(f'{field} = "{value}"\n' for field, value in TEXT_PRICES.items())
+            + "max_output_tokens = 1024\n"
         )
     parts.append(
         '[[accounts]]\nusername = "bench"\nbalance = "1000000000"\nallowed_groups = ["Bench"]\n'
@@ -369,9 +427,7 @@ class Target:
     name: str  # gateway | peer | direct
     port: int
     key: str | None
-    models: dict[str, str]  # upstream name -> model to ask for
     pid: int | None = None  # root of the process tree to measure
-    path: str = "/v1/images/generations"
 
 
 def post_ok(target: Target, model: str, timeout: float = 30) -> bool:
@@ -381,7 +437,7 @@ def post_ok(target: Target, model: str, timeout: float = 30) -> bool:
     headers = {"Content-Type": "application/json"}
     if target.key:
         headers["Authorization"] = f"Bearer {target.key}"
-    request = urllib.request.Request(f"http://127.0.0.1:{target.port}{target.path}", body.encode(), headers)
+    request = urllib.request.Request(f"http://127.0.0.1:{target.port}{IMAGES_PATH}", body.encode(), headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - loopback
             return response.status == 200
@@ -411,13 +467,7 @@ def gateway_serve(
     argv = [GUNICORN, "--config", str(src / "gunicorn.conf.py"), "--chdir", str(src), "gateway_project.wsgi"]
     process = procs.start(name, argv, log_path=workdir / "gateway.log", cwd=src, env=env)
     port = int(env["GATEWAY_BIND"].rsplit(":", 1)[1])
-    target = Target(
-        name="gateway",
-        port=port,
-        key=key,
-        models={upstream: f"bench-{upstream}" for upstream in UPSTREAMS},
-        pid=process.pid,
-    )
+    target = Target(name="gateway", port=port, key=key, pid=process.pid)
     wait_for(lambda: post_ok(target, "bench-fast", timeout=5), name, timeout=60)
     return target
 
@@ -441,7 +491,7 @@ def peer_install(python: str) -> str:
 
 def peer_start(procs: Processes, workdir: Path, ports: dict[str, int], *, workers: int) -> Target:
     lines = ["model_list:"]
-    for name in ("fast", "slow1"):
+    for name in ("fast", "slow1"):  # the image models of the scenarios the peer runs
         lines += [
             f"  - model_name: bench-{name}",
             "    litellm_params:",
@@ -450,6 +500,17 @@ def peer_start(procs: Processes, workdir: Path, ports: dict[str, int], *, worker
             f"      api_key: {UPSTREAM_KEY}",
             "    model_info:",
             "      mode: image_generation",
+        ]
+    for name, (kind, upstream) in TEXT_MODELS.items():
+        # LiteLLM's OpenAI provider appends /chat/completions to the base; its Anthropic one appends
+        # /v1/messages to the origin.
+        base = f"http://127.0.0.1:{ports[upstream]}" + ("/v1" if kind == "openai" else "")
+        lines += [
+            f"  - model_name: {name}",
+            "    litellm_params:",
+            f"      model: {kind}/{name}",
+            f"      api_base: {base}",
+            f"      api_key: {UPSTREAM_KEY}",
         ]
     lines += [
         "general_settings:",
@@ -474,13 +535,7 @@ def peer_start(procs: Processes, workdir: Path, ports: dict[str, int], *, worker
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_", "REDIS_"))}
     env.update(LITELLM_LOG="ERROR", LITELLM_TELEMETRY="False", LITELLM_MODE="PRODUCTION")
     process = procs.start("peer", argv, log_path=workdir / "peer.log", cwd=workdir, env=env)
-    target = Target(
-        name="peer",
-        port=port,
-        key=PEER_MASTER_KEY,
-        models={"fast": "bench-fast", "slow1": "bench-slow1"},
-        pid=process.pid,
-    )
+    target = Target(name="peer", port=port, key=PEER_MASTER_KEY, pid=process.pid)
     wait_for(lambda: post_ok(target, "bench-fast", timeout=5), "LiteLLM's proxy", timeout=180)
     return target
 
@@ -557,6 +612,7 @@ class Sampler:
     rss_total_max: int = 0
     rss_worker_max: int = 0
     pg_max: int = 0
+    pg_busy_max: int = 0  # connections in a statement or a transaction (not idle in the pool)
     pg_samples: list[int] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -591,14 +647,15 @@ class Sampler:
                     # The first pid is the tree's root (gunicorn's arbiter, LiteLLM's parent).
                     self.rss_worker_max = max(self.rss_worker_max, *(rss[1:] or rss))
                 if conn is not None:
-                    count = conn.execute(
+                    count, busy = conn.execute(
                         # Client connections only: autovacuum workers also show up under the
                         # database's name while they clean the tables the run writes.
-                        "select count(*) from pg_stat_activity where datname = %s"
-                        " and backend_type = 'client backend' and pid <> pg_backend_pid()",
+                        "select count(*), count(*) filter (where state <> 'idle') from pg_stat_activity"
+                        " where datname = %s and backend_type = 'client backend' and pid <> pg_backend_pid()",
                         (DB_NAME,),
-                    ).fetchone()[0]
+                    ).fetchone()
                     self.pg_max = max(self.pg_max, count)
+                    self.pg_busy_max = max(self.pg_busy_max, busy)
                     self.pg_samples.append(count)
                 self._stop.wait(self.interval)
         finally:
@@ -609,18 +666,34 @@ class Sampler:
 LOADS: list[subprocess.Popen] = []
 
 
+def load_wait(process: subprocess.Popen, argv: list[str], *, timeout: float) -> dict[str, Any]:
+    """The BENCH_JSON line a load process prints at its end."""
+    stdout, stderr = process.communicate(timeout=timeout)
+    for line in stdout.splitlines():
+        if line.startswith("BENCH_JSON "):
+            return json.loads(line.removeprefix("BENCH_JSON "))
+    raise RuntimeError(f"{argv[0]} printed no result:\n{stdout}\n{stderr}")
+
+
 def wrk_run(
     wrk: str,
     target: Target,
+    scenario: Scenario,
     *,
-    model: str,
     connections: int,
     duration: float,
     max_requests: int = 0,
     timeout: float = 30,
 ) -> dict[str, Any]:
     threads = 1 if connections == 1 else 2
-    env = dict(os.environ, BENCH_MODEL=model, BENCH_PATH=target.path, BENCH_KEY=target.key or "")
+    env = dict(
+        os.environ,
+        BENCH_MODEL=scenario.model,
+        BENCH_PATH=scenario.path,
+        BENCH_KEY=target.key or "",
+        BENCH_BODY=scenario.body or "",
+        BENCH_HEADERS="\n".join(scenario.headers),
+    )
     if max_requests:
         env["BENCH_MAX_REQUESTS"] = str(max_requests)
     argv = [
@@ -641,44 +714,97 @@ def wrk_run(
                     process.send_signal(signal.SIGINT)
                     break
             time.sleep(0.01)
-    stdout, stderr = process.communicate(timeout=duration + timeout + 30)
-    output = subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
-    for line in output.stdout.splitlines():
-        if line.startswith("BENCH_JSON "):
-            result = json.loads(line.removeprefix("BENCH_JSON "))
-            result["errors"] = sum(
-                result[name]
-                for name in ("non_2xx", "connect_errors", "read_errors", "write_errors", "timeouts")
-            )
-            return result
-    raise RuntimeError(f"wrk printed no result:\n{output.stdout}\n{output.stderr}")
+    result = load_wait(process, argv, timeout=duration + timeout + 30)
+    result["errors"] = sum(
+        result[name] for name in ("non_2xx", "connect_errors", "read_errors", "write_errors", "timeouts")
+    )
+    return result
+
+
+def streams_run(target: Target, scenario: Scenario, *, requests: int, timeout: float = 120) -> dict[str, Any]:
+    """bench/streams.py: `scenario.connections` connections, `requests` streamed calls in all."""
+    headers = [*scenario.headers, *([f"Authorization: Bearer {target.key}"] if target.key else [])]
+    argv = [
+        PYTHON, str(BENCH / "streams.py"), "--port", str(target.port), "--path", scenario.path,
+        "--body", scenario.body or "", "--connections", str(scenario.connections),
+        "--requests", str(requests), "--ramp", str(scenario.ramp), "--timeout", str(int(timeout)),
+        *[part for header in headers for part in ("--header", header)],
+    ]  # fmt: skip
+    if scenario.events:
+        argv += ["--expect-events", str(scenario.events)]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # noqa: S603
+    LOADS.append(process)
+    result = load_wait(process, argv, timeout=scenario.duration + timeout + 60)
+    # The table's columns: time to the first event is the latency of a streamed call.
+    result.update(
+        p50_ms=result["ttfb_ms"]["p50"], p90_ms=result["ttfb_ms"]["p90"], p99_ms=result["ttfb_ms"]["p99"]
+    )
+    return result
 
 
 @dataclass
 class Scenario:
     id: str
     title: str
-    upstream: str
+    model: str  # the model asked for (the peer names its models as the gateway does)
+    upstream: str  # the fake upstream the direct target calls
     connections: int
     duration: float  # seconds; with max_requests, an upper bound
     max_requests: int = 0
     targets: tuple[str, ...] = ("direct", "gateway", "peer")
     warmup: float = 0
+    path: str = IMAGES_PATH
+    body: str | None = None  # None: bench/post.lua's image body
+    headers: tuple[str, ...] = ()
+    streamed: bool = False  # measured with bench/streams.py instead of wrk
+    ramp: float = 0.0  # streamed: seconds over which the connections start
+    events: int = 0  # streamed: content events per stream (fewer is an error)
+    interval_ms: float = 0.0  # streamed: the upstream's time between events
+
+
+ANTHROPIC_HEADERS = ("anthropic-version: 2023-06-01",)
+# A long stream's length (first event after 0.2 s, then 200 events 20 ms apart). The many-streams
+# scenarios start their connections evenly over this time: each connection then runs its streams back
+# to back, so the calls in flight reach N with starts spread as in steady traffic (N / 4.2 s), not N
+# at one instant.
+LONG_STREAM_S = 0.2 + 200 * 0.020
 
 
 def scenarios(quick: bool) -> list[Scenario]:
     scale = 0.2 if quick else 1.0
+    chat = text_body("bench-chat", stream=False)
+    chat_stream = text_body("bench-chat", stream=True)
+    long_chat = text_body("bench-chat-long", stream=True)
+    long_messages = text_body("bench-claude-long", stream=True, messages=True)
+    ttft_calls = 100 if not quick else 20
     return [
-        Scenario("overhead", "1. Overhead: concurrency 1, upstream latency 0", "fast", 1, 120 * scale,
-                 max_requests=int(2000 * scale) if not quick else 200, warmup=2 * scale + 1),
-        Scenario("throughput", "2. Throughput: concurrency 64, upstream latency 0", "fast", 64,
+        Scenario("overhead", "1. Overhead: concurrency 1, upstream latency 0", "bench-fast", "fast", 1,
+                 120 * scale, max_requests=int(2000 * scale) if not quick else 200, warmup=2 * scale + 1),
+        Scenario("throughput", "2. Throughput: concurrency 64, upstream latency 0", "bench-fast", "fast", 64,
                  max(3, 20 * scale), warmup=3 * scale + 1),
-        Scenario("slow-1s-256", "3a. Slow upstream: 1 s latency, 256 in flight", "slow1", 256,
+        Scenario("slow-1s-256", "3a. Slow upstream: 1 s latency, 256 in flight", "bench-slow1", "slow1", 256,
                  max(5, 30 * scale)),
-        Scenario("slow-2s-500", "3b. Slow upstream: 2 s latency, 500 in flight", "slow2", 500,
+        Scenario("slow-2s-500", "3b. Slow upstream: 2 s latency, 500 in flight", "bench-slow2", "slow2", 500,
                  max(6, 30 * scale), targets=("gateway",)),
-        Scenario("large", "4. Large images: 4 MB b64_json, concurrency 16", "large", 16, max(3, 20 * scale),
-                 targets=("direct", "gateway"), warmup=1),
+        Scenario("large", "4. Large images: 4 MB b64_json, concurrency 16", "bench-large", "large", 16,
+                 max(3, 20 * scale), targets=("direct", "gateway"), warmup=1),
+        Scenario("chat-overhead", "5. Chat overhead: concurrency 1, not streamed, upstream latency 0",
+                 "bench-chat", "text0", 1, 120 * scale, max_requests=int(2000 * scale) if not quick else 200,
+                 warmup=2 * scale + 1, path=CHAT_PATH, body=chat),
+        Scenario("chat-throughput", "6. Chat throughput: concurrency 64, not streamed, upstream latency 0",
+                 "bench-chat", "text0", 64, max(3, 20 * scale), warmup=3 * scale + 1, path=CHAT_PATH,
+                 body=chat),
+        Scenario("chat-ttft", "7. Chat streams one at a time: 50 events 10 ms apart, the first at once",
+                 "bench-chat", "text0", 1, ttft_calls * 0.5, max_requests=ttft_calls, warmup=1,
+                 path=CHAT_PATH, body=chat_stream, streamed=True, events=50, interval_ms=10),
+        Scenario("chat-streams-1k", "8. 1,000 chat streams in flight: 200 events 20 ms apart after 200 ms",
+                 "bench-chat-long", "textlong", 1000, 3 * LONG_STREAM_S,
+                 max_requests=2000 if not quick else 1000, path=CHAT_PATH, body=long_chat, streamed=True,
+                 ramp=LONG_STREAM_S, events=200, interval_ms=20),
+        Scenario("messages-streams-2k", "9. 2,000 message streams in flight: 200 events 20 ms apart",
+                 "bench-claude-long", "textlong", 2000, 3 * LONG_STREAM_S,
+                 max_requests=4000 if not quick else 2000, path=MESSAGES_PATH, body=long_messages,
+                 headers=ANTHROPIC_HEADERS, streamed=True, ramp=LONG_STREAM_S, events=200, interval_ms=20),
     ]  # fmt: skip
 
 
@@ -694,7 +820,7 @@ def drain(target: Target, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         started = time.monotonic()
-        if post_ok(target, target.models["fast"], timeout=timeout) and time.monotonic() - started < 0.5:
+        if post_ok(target, "bench-fast", timeout=timeout) and time.monotonic() - started < 0.5:
             return
         time.sleep(0.5)
     log(f"warning: {target.name} still busy after {timeout} s")
@@ -706,32 +832,35 @@ WARMUP_CONNECTIONS = 8
 def scenario_run(
     scenario: Scenario, target: Target, *, wrk: str, pg: Postgres | None, own_roots: list[int]
 ) -> dict[str, Any]:
-    model = target.models[scenario.upstream]
+    tree = proc_tree(target.pid) if target.pid else []
     # Worker RSS before this scenario's first call (the warm-up already grows it).
-    idle = (
-        max([proc_status(pid).get("VmRSS", 0) for pid in proc_tree(target.pid)[1:]] or [0])
-        if target.pid
-        else 0
-    )
+    idle = max([proc_status(pid).get("VmRSS", 0) for pid in tree[1:]] or [0])
+    idle_total = sum(proc_status(pid).get("VmRSS", 0) for pid in tree)
     if scenario.warmup:
         # At least 8 connections, so that every worker process serves some of the warm-up: a single
         # connection stays with one worker, and the measured run's may land on another, whose first
         # call (its pool, connections, prepared statements) then counts as a stall. wrk corrects for
         # coordinated omission, so one 300 ms call among 2,000 at concurrency 1 makes a p99 of 200 ms.
-        wrk_run(
-            wrk, target, model=model, connections=max(scenario.connections, WARMUP_CONNECTIONS),
-            duration=scenario.warmup,
-        )  # fmt: skip
+        warm = max(scenario.connections, WARMUP_CONNECTIONS)
+        if scenario.streamed:
+            streams_run(target, dataclasses.replace(scenario, connections=warm), requests=2 * warm)
+        else:
+            wrk_run(wrk, target, scenario, connections=warm, duration=scenario.warmup)
+    gateway = target.name == "gateway"
+    charges_before = ledger_charges(pg, scenario.model) if gateway and scenario.streamed and pg else None
     roots = [pid for pid in own_roots if pid]
     cpu_target_before = proc_cpu_seconds(proc_tree(target.pid)) if target.pid else 0.0
     cpu_ours_before = proc_cpu_seconds([p for root in roots for p in proc_tree(root)])
     busy_before = machine_busy_seconds()
     started = time.monotonic()
-    with Sampler(root=target.pid, pg=pg if target.name == "gateway" else None) as sampler:
-        result = wrk_run(
-            wrk, target, model=model, connections=scenario.connections, duration=scenario.duration,
-            max_requests=scenario.max_requests,
-        )  # fmt: skip
+    with Sampler(root=target.pid, pg=pg if gateway else None) as sampler:
+        if scenario.streamed:
+            result = streams_run(target, scenario, requests=scenario.max_requests)
+        else:
+            result = wrk_run(
+                wrk, target, scenario, connections=scenario.connections, duration=scenario.duration,
+                max_requests=scenario.max_requests,
+            )  # fmt: skip
     wall = time.monotonic() - started
     cpu_target = (proc_cpu_seconds(proc_tree(target.pid)) - cpu_target_before) if target.pid else None
     # CPU used on the machine by processes this run did not start (a test suite, say): wrk's own
@@ -741,16 +870,61 @@ def scenario_run(
     result.update(
         target=target.name,
         rss_total_mb=round(sampler.rss_total_max / 2**20, 1) if target.pid else None,
+        rss_total_idle_mb=round(idle_total / 2**20, 1) if target.pid else None,
         rss_worker_peak_mb=round(sampler.rss_worker_max / 2**20, 1) if target.pid else None,
         rss_worker_idle_mb=round(idle / 2**20, 1) if target.pid else None,
-        pg_connections_max=sampler.pg_max if target.name == "gateway" else None,
+        pg_connections_max=sampler.pg_max if gateway else None,
+        pg_busy_max=sampler.pg_busy_max if gateway else None,
         cpu_ms_per_request=round(cpu_target * 1000 / max(1, result["requests"]), 3)
         if cpu_target is not None
         else None,
         cpu_cores_used=round(cpu_target / wall, 2) if cpu_target is not None else None,
         other_cpu_cores=round(max(0.0, busy - ours) / wall, 2),
     )
+    if charges_before is not None:
+        answered = result["requests"]
+        result["billing"] = billing_check(pg, scenario.model, before=charges_before, answered=answered)
     return result
+
+
+def ledger_charges(pg: Postgres, model: str) -> dict[str, Any]:
+    """The charges of `model`'s calls so far: how many, for how many distinct calls, and their sum."""
+    with pg.connect(DB_NAME) as conn:
+        count, distinct, total = conn.execute(
+            "select count(*), count(distinct e.reference), coalesce(sum(-e.amount), 0)"
+            " from billing_ledgerentry e join billing_usagerecord u on u.request_id = e.reference"
+            " where e.kind = 'charge' and u.model_id = %s",
+            (model,),
+        ).fetchone()
+    return {"charges": count, "calls_charged": distinct, "amount": str(total)}
+
+
+def billing_check(pg: Postgres, model: str, *, before: dict[str, Any], answered: int) -> dict[str, Any]:
+    """After a streamed scenario: every stream answered in full was charged exactly once, nothing else
+    was charged, no hold is left open, and the ledger agrees with every wallet (check_ledger)."""
+    time.sleep(1)  # the last usage records are written after the answer's end
+    after = ledger_charges(pg, model)
+    charges = after["charges"] - before["charges"]
+    calls = after["calls_charged"] - before["calls_charged"]
+    with pg.connect(DB_NAME) as conn:
+        holds_open = conn.execute("select count(*) from billing_hold where status = 'open'").fetchone()[0]
+    ledger = subprocess.run(  # noqa: S603
+        [PYTHON, str(CHECK_LEDGER["src"] / "manage.py"), "check_ledger"],
+        cwd=CHECK_LEDGER["src"], env=CHECK_LEDGER["env"], capture_output=True, text=True,
+    )  # fmt: skip
+    return {
+        "streams_answered": answered,
+        "charges": charges,
+        "calls_charged": calls,
+        "amount": str(Decimal(after["amount"]) - Decimal(before["amount"])),
+        "holds_open": holds_open,
+        "check_ledger_exit": ledger.returncode,
+        "check_ledger": (ledger.stdout + ledger.stderr).strip().splitlines()[-1:],
+        "exactly_once": charges == calls == answered and holds_open == 0 and ledger.returncode == 0,
+    }
+
+
+CHECK_LEDGER: dict[str, Any] = {}  # the snapshot and environment to run manage.py in (set by main)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -830,7 +1004,10 @@ def render(report: dict[str, Any]) -> str:
         "RSS peak/worker MB | PG conns max | CPU ms/req | other CPU (cores) |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    streamed = [item for item in report["scenarios"] if item["results"] and "gap_ms" in item["results"][0]]
     for item in report["scenarios"]:
+        if item in streamed:
+            continue
         for r in item["results"]:
             cells = [
                 item["id"], r["target"], fmt(r["requests"]), fmt(r["rps"]), fmt(r["p50_ms"], 2),
@@ -839,9 +1016,140 @@ def render(report: dict[str, Any]) -> str:
                 fmt(r["other_cpu_cores"], 2),
             ]  # fmt: skip
             lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
+    if streamed:
+        lines += [
+            "",
+            "Streamed scenarios (bench/streams.py; times from sending the request; a gap is the time "
+            "between two consecutive events of one stream as the client reads them):",
+            "",
+            "| scenario | target | streams | errors | events/s | first event p50 / p99 ms | "
+            "last event p50 / p99 ms | gap p50 / p99 / max ms | streams open max | RSS idle → peak MB | "
+            "RSS per open stream KB | "
+            "PG conns max (busy) | CPU ms/stream | other CPU (cores) |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for item in streamed:
+            for r in item["results"]:
+                ttfb, ttlb, gap = r["ttfb_ms"], r.get("ttle_ms") or r["ttlb_ms"], r["gap_ms"]
+                per_stream = rss_per_stream_kb(r)
+                pg_cell = (
+                    f"{r['pg_connections_max']} ({r['pg_busy_max']})"
+                    if r.get("pg_connections_max") is not None
+                    else "-"
+                )
+                cells = [
+                    item["id"], r["target"], fmt(r["requests"]), fmt(r["errors"]), fmt(r["events_per_s"], 0),
+                    f"{fmt(ttfb['p50'], 1)} / {fmt(ttfb['p99'], 1)}",
+                    f"{fmt(ttlb['p50'], 1)} / {fmt(ttlb['p99'], 1)}",
+                    f"{fmt(gap['p50'], 1)} / {fmt(gap['p99'], 1)} / {fmt(gap['max'], 1)}",
+                    fmt(r["streams_max_open"]),
+                    (f"{fmt(r['rss_total_idle_mb'])} → {fmt(r['rss_total_mb'])}" if r.get("rss_total_mb")
+                     else "-"),
+                    fmt(per_stream, 0), pg_cell, fmt(r["cpu_ms_per_request"], 2),
+                    fmt(r["other_cpu_cores"], 2),
+                ]  # fmt: skip
+                lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
     lines += ["", "Derived:", ""]
     lines += [f"- {line}" for line in report["derived"]]
     return "\n".join(lines)
+
+
+def rss_per_stream_kb(r: dict[str, Any]) -> float | None:
+    """The target's memory per open stream: its processes' peak RSS over their RSS before the scenario,
+    divided by the most streams open at once."""
+    if not r.get("rss_total_mb") or not r.get("streams_max_open"):
+        return None
+    return (r["rss_total_mb"] - r["rss_total_idle_mb"]) * 1024 / r["streams_max_open"]
+
+
+def derive_text(report: dict[str, Any], by: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
+    """The text scenarios against the targets of the text performance work (docs/benchmarks.md)."""
+    out = []
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
+    direct = by.get(("chat-overhead", "direct"))
+    added = {}
+    for name in ("gateway", "peer"):
+        r = by.get(("chat-overhead", name))
+        if r and direct:
+            added[name] = (r["p50_ms"] - direct["p50_ms"], r["p99_ms"] - direct["p99_ms"])
+            out.append(
+                f"chat-overhead {name}: p50 +{added[name][0]:.2f} ms, "
+                f"p99 +{added[name][1]:.2f} ms over direct"
+            )
+    if len(added) == 2:
+        ratio = added["gateway"][0] / added["peer"][0]
+        out.append(
+            f"chat-overhead: added p50 gateway/peer = {ratio:.2f}x (target ≤ 0.3x): {verdict(ratio <= 0.3)}"
+        )
+    g, p = by.get(("chat-throughput", "gateway")), by.get(("chat-throughput", "peer"))
+    if g and p:
+        ratio = g["rps"] / p["rps"]
+        out.append(
+            f"chat-throughput: gateway {g['rps']:.0f} req/s, peer {p['rps']:.0f} req/s = {ratio:.2f}x "
+            f"(target ≥ 3x): {verdict(ratio >= 3)}"
+        )
+    direct = by.get(("chat-ttft", "direct"))
+    first = {}
+    for name in ("gateway", "peer"):
+        r = by.get(("chat-ttft", name))
+        if r and direct and r["ttfb_ms"]["p50"] is not None:
+            first[name] = r["ttfb_ms"]["p50"] - direct["ttfb_ms"]["p50"]
+            last = r["ttle_ms"]["p50"] - direct["ttle_ms"]["p50"]
+            first99 = r["ttfb_ms"]["p99"] - direct["ttfb_ms"]["p99"]
+            held = last <= first[name] + 1
+            out.append(
+                f"chat-ttft {name}: first event p50 +{first[name]:.2f} ms (p99 +{first99:.2f} ms), "
+                "last event "
+                f"p50 +{last:.2f} ms over direct: no event held back (last ≤ first + 1 ms): {verdict(held)} "
+                f"(end of the body p50 +{r['ttlb_ms']['p50'] - direct['ttlb_ms']['p50']:.2f} ms: the charge)"
+            )
+    if len(first) == 2 and first["peer"] > 0:
+        ratio = first["gateway"] / first["peer"]
+        out.append(
+            f"chat-ttft: added first event gateway/peer = {ratio:.2f}x (target ≤ 0.3x): "
+            f"{verdict(ratio <= 0.3)}"
+        )
+    scenario_by_id = {s.id: s for s in scenarios(report.get("quick", False))}
+    pool = (report["gunicorn"].get("workers") or 1) * int(report.get("db_pool_per_worker") or 16)
+    for sid in ("chat-streams-1k", "messages-streams-2k"):
+        interval = scenario_by_id[sid].interval_ms
+        for name in ("gateway", "peer", "direct"):
+            r = by.get((sid, name))
+            if not r:
+                continue
+            gap99 = r["gap_ms"]["p99"]
+            if gap99 is None:
+                out.append(f"{sid} {name}: {r['errors']} errors, no stream answered ({r['errors_by_kind']})")
+                continue
+            line = (
+                f"{sid} {name}: {r['errors']} errors of {r['requests'] + r['errors']} streams, "
+                f"{r['events_per_s']:,.0f} events/s, gap p99 {gap99:.1f} ms against the upstream's "
+                f"{interval:.0f} ms (target ≤ {interval + 20:.0f} ms): {verdict(gap99 <= interval + 20)}"
+            )
+            per_stream = rss_per_stream_kb(r)
+            if per_stream is not None and name != "direct":
+                line += (
+                    f"; {per_stream:.0f} KB RSS per open stream (target ≤ 150): {verdict(per_stream <= 150)}"
+                )
+            if r.get("pg_connections_max") is not None:
+                line += (
+                    f"; PostgreSQL connections max {r['pg_connections_max']} (busy {r['pg_busy_max']}) "
+                    f"with {r['streams_max_open']} streams open, pool {pool}: "
+                    f"{verdict(r['pg_connections_max'] <= pool)}"
+                )
+            billing = r.get("billing")
+            if billing:
+                line += (
+                    f"; billing: {billing['charges']} charges for {billing['calls_charged']} calls, "
+                    f"{billing['streams_answered']} streams answered, {billing['holds_open']} holds open, "
+                    f"check_ledger exit {billing['check_ledger_exit']}: "
+                    f"exactly once {verdict(billing['exactly_once'])}"
+                )
+            out.append(line)
+    return out
 
 
 def derive(report: dict[str, Any]) -> list[str]:
@@ -867,7 +1175,7 @@ def derive(report: dict[str, Any]) -> list[str]:
     if g and p:
         out.append(
             f"throughput at concurrency 64: gateway {g['rps']:.0f} req/s, peer {p['rps']:.0f} req/s: "
-            f"{g['rps'] / p['rps']:.2f}x"
+            f"{g['rps'] / p['rps']:.2f}x (target ≥ 2.5x)"
         )
     for sid, inflight, latency in (("slow-1s-256", 256, 1.0), ("slow-2s-500", 500, 2.0)):
         for name in ("gateway", "peer"):
@@ -893,7 +1201,7 @@ def derive(report: dict[str, Any]) -> list[str]:
             f"with ~{per_worker:.0f} calls in flight per worker: {growth:.1f} MB per call = "
             f"{growth / body_mb:.1f}x the {body_mb:.1f} MB response"
         )
-    return out
+    return out + derive_text(report, by)
 
 
 def doc_write(text: str) -> None:
@@ -983,21 +1291,17 @@ def main(argv: list[str] | None = None) -> int:
             name: fake_upstream_start(procs, workdir, src, name=name, latency=latency, image_bytes=size)
             for name, (latency, size) in UPSTREAMS.items()
         }
+        for name, (ttft, events, interval) in TEXT_UPSTREAMS.items():
+            ports[name] = text_upstream_start(
+                procs, workdir, src, name=name, ttft=ttft, events=events, interval=interval
+            )
         upstream_pids = [process.pid for name, process in procs.started if name.startswith("upstream")]
         env = gateway_env(pg=pg, redis_url=redis_url, port=free_port(), workdir=workdir, overrides=overrides)
         gateway = gateway_start(procs, workdir, src, env, ports)
         log(f"gateway up on :{gateway.port} (postgres :{pg.port}, {redis_url})")
         peer = None if args.no_peer else peer_start(procs, workdir, ports, workers=args.peer_workers)
-        direct = {
-            name: Target(
-                name="direct",
-                port=port,
-                key=None,
-                models={name: f"bench-{name}"},
-                path="/v1/images/generations",
-            )
-            for name, port in ports.items()
-        }
+        direct = {name: Target(name="direct", port=port, key=None) for name, port in ports.items()}
+        CHECK_LEDGER.update(src=src, env=env)
         if args.serve:
             print(
                 f"gateway http://127.0.0.1:{gateway.port} key {gateway.key} (pid {gateway.pid})\n"
@@ -1024,6 +1328,7 @@ def main(argv: list[str] | None = None) -> int:
             + "".join(f", patched with {path}" for path in args.patch),
             "overrides": overrides,
             "quick": args.quick,
+            "db_pool_per_worker": int(env.get("DATABASE_POOL_MAX_SIZE", "16")),
             "scenarios": [],
         }
         for scenario in scenarios(args.quick):
@@ -1042,11 +1347,17 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"{scenario.id}: {name}, {scenario.connections} connections")
                 result = scenario_run(scenario, target, wrk=wrk, pg=pg, own_roots=own_roots)
                 r = result
-                log(
-                    f"  {r['rps']:.1f} req/s, p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, "
+                line = (
+                    f"  {fmt(r['rps'])} req/s, p50 {fmt(r['p50_ms'], 2)} ms, p99 {fmt(r['p99_ms'], 2)} ms, "
                     f"errors {r['errors']}, RSS {r['rss_total_mb']} MB, PG {r['pg_connections_max']}, "
                     f"other CPU {r['other_cpu_cores']}"
                 )
+                if scenario.streamed:
+                    line += (
+                        f", events/s {fmt(r['events_per_s'], 0)}, gap p99 {fmt(r['gap_ms']['p99'], 1)} ms, "
+                        f"errors by kind {r['errors_by_kind']}, billing {r.get('billing')}"
+                    )
+                log(line)
                 item["results"].append(result)
             report["scenarios"].append(item)
         report["derived"] = derive(report)

@@ -8,6 +8,7 @@ and lives in chat/pipeline.py and chat/streaming.py.
 from __future__ import annotations
 
 import json
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -74,15 +75,22 @@ def anthropic_tokens(usage: Any, *, before: TokenCounts | None = None) -> TokenC
 
 class StreamTracker(ABC):
     """Follows one family's event stream: what to relay, the usage reported, whether the call's final
-    event has arrived, and whether the upstream reported an error inside the stream."""
+    event has arrived, and whether the upstream reported an error inside the stream.
+
+    Most events of a stream are text deltas that say nothing of usage, the end or an error; a tracker
+    decides that from the event's name or a search of its text and parses only the others. The
+    searches look for a JSON key outside any string (inside a string its quotes would be escaped)."""
 
     def __init__(self, *, usage_asked: bool) -> None:
         self.usage_asked = usage_asked
         self.tokens: TokenCounts | None = None
         self.complete = False
         self.error: Any = None  # the upstream's error payload, when it sent one mid-stream
-        # The `sequence_number` of an event the gateway adds (an error), in families that number them.
-        self.next_sequence = 0
+
+    @property
+    def next_sequence(self) -> int:
+        """The `sequence_number` of an event the gateway adds (an error), in families that number them."""
+        return 0
 
     @abstractmethod
     def feed(self, event: SSEEvent) -> bool:
@@ -99,6 +107,11 @@ class StreamTracker(ABC):
             return None
 
 
+# A chat chunk worth parsing: it has an error, a usage object, or a finish_reason that is not null.
+_CHAT_NOTABLE = re.compile(r'"error"|"(?:usage|finish_reason)"\s*:\s*[^\sn]')
+_SEQUENCE_NUMBER = re.compile(r'"sequence_number"\s*:\s*(\d+)')
+
+
 class ChatCompletionsTracker(StreamTracker):
     """`data: {chunk}` events, then `data: [DONE]`. The gateway always asks for usage
     (`stream_options.include_usage`); the usage-only chunk (empty `choices`) is relayed only to a
@@ -109,8 +122,10 @@ class ChatCompletionsTracker(StreamTracker):
         self.finished = False  # a choice reported its finish_reason
 
     def feed(self, event: SSEEvent) -> bool:
-        if event.data.strip() == "[DONE]":
-            self.complete = True
+        data = event.data
+        if _CHAT_NOTABLE.search(data) is None:
+            if data.strip() == "[DONE]":
+                self.complete = True
             return True
         chunk = self._json(event)
         if not isinstance(chunk, dict):
@@ -142,12 +157,25 @@ class ResponsesTracker(StreamTracker):
     bills too, e.g. when `max_output_tokens` ran out); `response.failed` and `error` are failures."""
 
     FINAL = ("response.completed", "response.incomplete")
+    NOTABLE = frozenset({"", "error", "response.failed", *FINAL})
+
+    def __init__(self, *, usage_asked: bool) -> None:
+        super().__init__(usage_asked=usage_asked)
+        self._last_data = ""  # the last event's data, for the sequence number that follows it
+
+    @property
+    def next_sequence(self) -> int:
+        match = _SEQUENCE_NUMBER.search(self._last_data)
+        return int(match.group(1)) + 1 if match else 0
 
     def feed(self, event: SSEEvent) -> bool:
         kind = event.event
+        if kind not in self.NOTABLE:
+            self._last_data = event.data
+            return True
         payload = self._json(event)
         if isinstance(payload, dict) and isinstance(payload.get("sequence_number"), int):
-            self.next_sequence = payload["sequence_number"] + 1
+            self._last_data = event.data
         if not kind and isinstance(payload, dict):
             kind = str(payload.get("type") or "")
         if kind in ("error", "response.failed"):
@@ -163,8 +191,14 @@ class MessagesTracker(StreamTracker):
     """Named events: input usage in `message_start`, output usage in `message_delta` (cumulative),
     `message_stop` ends the call; an `error` event is a failure."""
 
+    NOTABLE = frozenset({"", "error", "message_start", "message_delta"})
+
     def feed(self, event: SSEEvent) -> bool:
         kind = event.event
+        if kind not in self.NOTABLE:
+            if kind == "message_stop":
+                self.complete = True
+            return True
         payload = self._json(event)
         if not kind and isinstance(payload, dict):
             kind = str(payload.get("type") or "")

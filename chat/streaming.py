@@ -3,11 +3,13 @@
 - The hold is taken and the upstream's stream opened (with the usual retries and failover) before the
   answer starts, so every refusal and every failure before the first event is a plain JSON error
   with its status. After the first event, nothing is retried.
-- Each event is passed on as soon as it is read, never buffered; the family's tracker
+- Each event is passed on as soon as it is read, never held for a later one, in the bytes it came in
+  (events that arrived in one read of the upstream go out in one write); the family's tracker
   (chat/families.py) reads the usage on the way and may hold back one event (a chat completion's
   usage-only chunk, which the caller did not ask for).
-- When the family's final event arrives, the exact cost of the reported usage is captured before
-  that event is passed on, so whoever reads the account after the stream sees the final state.
+- When the family's final event arrives, it is passed on and the exact cost of the reported usage
+  captured before the answer's body ends, so whoever reads the account after the stream (the SDKs
+  read a stream to its end) sees the final state, and the last event waits for no database.
 - A stream the upstream cuts (or ends, or breaks with an error event) before its final event costs
   nothing: the hold is released and the caller gets an error event in the family's shape, which the
   SDKs raise. The usage record says why (`upstream_stream_cut`, `upstream_stream_error`).
@@ -155,6 +157,7 @@ def text_stream_relay(
         meter.capture(amount=tokens_charge(usage=usage, resolved=resolved, tokens=tracker.tokens))
         finish(None)
 
+    batch: list[bytes] = []  # events read together, sent together
     try:
         # itertools.chain, not a generator: leaving this loop (the caller went away) must not close
         # the upstream's events, which the drain below reads on.
@@ -162,10 +165,17 @@ def text_stream_relay(
             relayed = tracker.feed(event)
             if tracker.error is not None:
                 raise _stream_error(tracker.error, upstream=opened.upstream)
-            if tracker.complete and not meter.resolved:
-                settle()  # charged before the final event reaches the caller
             if relayed:
-                yield sse_encode(event)
+                batch.append(event.raw or sse_encode(event))
+            final = tracker.complete and not meter.resolved
+            if batch and (final or not event.more):
+                yield batch[0] if len(batch) == 1 else b"".join(batch)
+                batch = []
+            if final:
+                settle()  # the final event is on its way; the answer ends once the charge is made
+        if batch:
+            yield b"".join(batch)
+            batch = []
         if not tracker.complete:
             tracker.ended()
         if not tracker.complete:
@@ -187,7 +197,7 @@ def text_stream_relay(
         meter.release()
         error = exc if isinstance(exc, ApiError) else _converted(exc, opened.upstream)
         finish(error)
-        yield error_event(
+        yield b"".join(batch) + error_event(
             family=family,
             error=error,
             request_id=usage.request_id,
@@ -198,7 +208,7 @@ def text_stream_relay(
         logger.exception("stream of request %s failed", usage.request_id)
         finish(exc)
         internal = InternalError("The stream failed inside the gateway; it has been logged.")
-        yield error_event(
+        yield b"".join(batch) + error_event(
             family=family,
             error=internal,
             request_id=usage.request_id,

@@ -418,6 +418,10 @@ GATEWAY_RETRY = {
     "circuit_threshold": env_int("GATEWAY_CIRCUIT_THRESHOLD", 5, minimum=1),
     "circuit_cooldown": env_float("GATEWAY_CIRCUIT_COOLDOWN_SECONDS", 30.0, minimum=1),
 }
+# Connections kept open per upstream per process (upstreams/transport.py). At least the calls a process
+# has in flight (gunicorn's worker_connections): past it, a call opens a connection that is closed
+# after it instead of kept, and urllib3 logs a warning for each.
+GATEWAY_UPSTREAM_POOL_SIZE = env_int("GATEWAY_UPSTREAM_POOL_SIZE", 1000, minimum=1)
 
 # --- Operations: health probes, CORS, log format (README, "Production") --------------------------
 # GET /healthz and /readyz: answered by the first middleware, before ALLOWED_HOSTS is checked (probes

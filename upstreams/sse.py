@@ -1,14 +1,13 @@
 """Server-sent event streams as they arrive from an upstream (the WHATWG `text/event-stream` format).
 
-`sse_events` yields each complete event's `event` and `data` fields; every adapter that reads an
-event stream parses it here.
+`sse_events` yields each complete event's `event` and `data` fields, and the bytes it came in (which
+a relay passes on as they are); every adapter that reads an event stream parses it here.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -18,18 +17,25 @@ __all__ = ["SSEEvent", "sse_events"]
 
 # Event streams are read in pieces of whatever has arrived, up to this size (never waiting for more).
 SSE_READ_BYTES = 64 * 1024
-_SSE_LINE_END = re.compile(rb"\r\n|\r|\n")
-_COLON, _SPACE = ord(":"), ord(" ")
 _BOM = b"\xef\xbb\xbf"
+_CR, _LF, _CRLF, _BLANK = b"\r", b"\n", b"\r\n", b"\n\n"
 
 
 @dataclass(frozen=True, slots=True)
 class SSEEvent:
     """One event of a stream: its `event:` field ("" when it had none) and its data lines joined with
-    "\\n", exactly as received (e.g. "[DONE]" or a JSON text)."""
+    "\\n", exactly as received (e.g. "[DONE]" or a JSON text).
+
+    `raw` is the event as it arrived, with line ends as "\\n": its lines (comments and other fields
+    included) through the blank line that ends it; a block of comments alone is no event. Events made
+    by the gateway have none; a relay encodes those (chat.streaming.sse_encode).
+
+    `more` is True when the next event arrived with this one (a relay then sends them together)."""
 
     event: str
     data: str
+    raw: bytes = field(default=b"", compare=False, repr=False)
+    more: bool = field(default=False, compare=False, repr=False)
 
 
 def sse_events(reply: UpstreamReply) -> Iterator[SSEEvent]:
@@ -38,33 +44,23 @@ def sse_events(reply: UpstreamReply) -> Iterator[SSEEvent]:
     An event is dispatched at the blank line that ends it, and only when it had a data line (an event
     of comments or of an `event:` line alone yields nothing). An event the stream ends inside is not
     delivered. A failure while reading is the transport's UpstreamError (its outcome unknown).
-    """
-    event_type, data_lines = "", []
-    for line in _sse_fields(reply):
-        if line is not None:
-            name, value = line
-            if name == "event":
-                event_type = value
-            elif name == "data":
-                data_lines.append(value)
-            continue
-        if data_lines:
-            yield SSEEvent(event=event_type, data="\n".join(data_lines))
-        event_type, data_lines = "", []
 
-
-def _sse_fields(reply: UpstreamReply) -> Iterator[tuple[str, str] | None]:
-    """The lines of an event stream as they arrive: (field, value) for a field line, None for the
-    blank line that ends an event; comment lines are skipped. Lines end with CRLF, LF or CR, and the
-    stream is UTF-8 (the encoding of every event stream).
-
-    Linear in the stream's size, with each value decoded straight from the read buffer (requests'
-    `iter_lines` splits everything it holds again on every read, and decodes the stream as ISO-8859-1).
+    Lines end with CRLF, LF or CR, and the stream is UTF-8 (the encoding of every event stream). Line
+    ends are made "\\n" as the pieces arrive, then each event is cut at its blank line with one search
+    of the buffer: the work is linear in the stream's size and done per event, not per line.
     """
     buffer = bytearray()
-    searched = 0  # no line end in buffer[:searched]
+    start = 0  # the current event's first byte
+    searched = 0  # no blank line in buffer[:searched]
+    cr_pending = False  # the last piece ended with CR: the first half of a CRLF, perhaps
     bom_pending = True  # a BOM may open the stream
     for chunk in reply.chunks(SSE_READ_BYTES):
+        if cr_pending:
+            chunk, cr_pending = _CR + chunk, False
+        if _CR in chunk:
+            if chunk.endswith(_CR):
+                chunk, cr_pending = chunk[:-1], True
+            chunk = chunk.replace(_CRLF, _LF).replace(_CR, _LF)
         buffer += chunk
         if bom_pending:
             if len(buffer) < len(_BOM) and _BOM.startswith(buffer):
@@ -72,36 +68,49 @@ def _sse_fields(reply: UpstreamReply) -> Iterator[tuple[str, str] | None]:
             if buffer.startswith(_BOM):
                 del buffer[: len(_BOM)]
             bom_pending = False
-        start = 0
-        while (match := _SSE_LINE_END.search(buffer, searched)) is not None:
-            if match.group() == b"\r" and match.end() == len(buffer):
-                searched = match.start()  # perhaps the first half of a CRLF: decide with more data
-                break
-            line_start, start = start, match.end()
-            searched = start
-            if match.start() == line_start:
-                yield None
-            elif buffer[line_start] != _COLON:
-                yield _sse_field(buffer, line_start, match.start())
-        else:
-            searched = len(buffer)
+        arrived: list[SSEEvent] = []
+        while (end := buffer.find(_BLANK, searched)) >= 0:
+            searched = end + 2
+            event = _sse_event(buffer, start, end, more=True)
+            if event is not None:
+                arrived.append(event)
+            start = searched
+        searched = max(start, len(buffer) - 1)  # a blank line may begin with the last byte
         if start:
             del buffer[:start]  # bytearray drops a prefix without moving the rest
             searched -= start
-    if buffer:  # the stream ended inside a line, or after a lone CR
-        end = len(buffer) - 1 if buffer.endswith(b"\r") else len(buffer)
-        if end == 0:
-            yield None
-        elif buffer[0] != _COLON:
-            yield _sse_field(buffer, 0, end)
+            start = 0
+        if arrived:
+            last = arrived.pop()
+            yield from arrived
+            yield SSEEvent(event=last.event, data=last.data, raw=last.raw)
+    if cr_pending:  # a final CR ends a line: it may end the last event
+        buffer += _LF
+        end = buffer.find(_BLANK, searched)
+        if end >= 0 and (event := _sse_event(buffer, start, end, more=False)) is not None:
+            yield event
 
 
-def _sse_field(buffer: bytearray, start: int, end: int) -> tuple[str, str]:
-    """(field, value) of the line buffer[start:end]; a line without a colon is a field without value."""
-    colon = buffer.find(b":", start, end)
-    value_start = end if colon < 0 else colon + 1
-    colon = end if colon < 0 else colon
-    if value_start < end and buffer[value_start] == _SPACE:
-        value_start += 1
-    with memoryview(buffer) as view:  # decoded in place: a large value is not copied twice
-        return str(view[start:colon], "utf-8", "replace"), str(view[value_start:end], "utf-8", "replace")
+def _sse_event(buffer: bytearray, start: int, end: int, *, more: bool) -> SSEEvent | None:
+    """The event whose lines are buffer[start:end] (a blank line follows them), or None when it has no
+    data line. Comment lines (":...") and fields other than `event` and `data` are skipped; a line
+    without a colon is a field without value; one space after the colon is not part of the value."""
+    raw = bytes(buffer[start : end + 2])
+    event_type, data_lines = b"", []
+    for line in raw[:-2].split(_LF):
+        if not line:  # a blank line before the event's own lines (e.g. after a comment-only event)
+            event_type, data_lines = b"", []
+            continue
+        name, _, value = line.partition(b":")
+        if value.startswith(b" "):
+            value = value[1:]
+        if name == b"data":
+            data_lines.append(value)
+        elif name == b"event":
+            event_type = value
+    if not data_lines:
+        return None
+    data = data_lines[0] if len(data_lines) == 1 else _LF.join(data_lines)
+    return SSEEvent(
+        event=str(event_type, "utf-8", "replace"), data=str(data, "utf-8", "replace"), raw=raw, more=more
+    )

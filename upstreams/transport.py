@@ -18,6 +18,7 @@ from http.cookiejar import DefaultCookiePolicy
 from typing import TYPE_CHECKING, Any
 
 import requests
+from django.conf import settings
 from requests.adapters import HTTPAdapter
 from requests.structures import CaseInsensitiveDict
 from requests.utils import get_encoding_from_headers, get_environ_proxies
@@ -30,13 +31,13 @@ from urllib3.exceptions import (
 )
 from urllib3.exceptions import HTTPError as BodyReadError  # any failure while reading a body ourselves
 
+from upstreams.chunked import body_pieces
 from upstreams.errors import UpstreamError
 
 if TYPE_CHECKING:
     from upstreams.models import Upstream
 
 CONNECT_TIMEOUT_SECONDS = 5.0
-POOL_SIZE = 64  # >= a worker's threads, so no thread waits for a pooled connection
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 # What an exchange can fail with (anything else, e.g. an invalid URL, is a bug and is not caught).
 FAILURES = (
@@ -118,6 +119,10 @@ class UpstreamReply:
             raise ValueError("only a streamed reply is read in chunks")
         raw = self.streamed.raw
         try:
+            pieces = body_pieces(raw, size)
+            if pieces is not None:  # whatever one read of the connection brings (upstreams/chunked.py)
+                yield from pieces
+                return
             while chunk := raw.read1(size, decode_content=True):
                 yield chunk
         except FAILURES as exc:
@@ -209,7 +214,9 @@ class Transport:
         ca_bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
         if ca_bundle:
             session.verify = ca_bundle
-        self.adapter = UpstreamHTTPAdapter(pool_connections=4, pool_maxsize=POOL_SIZE, max_retries=0)
+        # Never blocks: a call beyond the pool's size opens a connection of its own.
+        pool_size = settings.GATEWAY_UPSTREAM_POOL_SIZE
+        self.adapter = UpstreamHTTPAdapter(pool_connections=4, pool_maxsize=pool_size, max_retries=0)
         session.mount("http://", self.adapter)
         session.mount("https://", self.adapter)
         self.session = session

@@ -11,6 +11,7 @@ import pytest
 from billing.models import Hold, UsageRecord, Wallet
 from billing.selectors import ledger_check
 from tests.text.conftest import ANTHROPIC_BASE, OPENAI_BASE, sent_json, sse_body
+from tests.upstreams.conftest import event_by_event
 
 pytestmark = pytest.mark.django_db
 
@@ -207,6 +208,29 @@ def test_a_messages_stream_is_billed_from_message_start_and_message_delta(
     assert (record.input_tokens, record.cached_tokens, record.output_tokens) == (50, 100, 40)
 
 
+def test_events_that_arrive_together_go_out_together_in_the_bytes_they_came_in(
+    client, upstream, claude_model, tara, tara_key
+):
+    body = messages_stream_body().replace("event: ping", "id: 3\nevent: ping")  # all of it in one read
+    upstream.post(MESSAGES_URL, body=body, content_type="text/event-stream")
+    response = stream(client, "/v1/messages", {"model": "alpha-claude", "max_tokens": 100}, tara_key)
+
+    pieces = list(response.streaming_content)
+
+    assert pieces == [body.encode()]
+    assert balance(tara) == Decimal("1.00") - Decimal("0.00078")
+
+
+def test_events_read_apart_go_out_apart(client, upstream, claude_model, tara, tara_key):
+    body = messages_stream_body()
+    upstream.post(MESSAGES_URL, body=event_by_event(body), content_type="text/event-stream")
+    response = stream(client, "/v1/messages", {"model": "alpha-claude", "max_tokens": 100}, tara_key)
+
+    pieces = list(response.streaming_content)
+
+    assert len(pieces) == body.count("\n\n") and b"".join(pieces) == body.encode()
+
+
 def test_an_error_event_mid_stream_costs_nothing_and_reaches_the_caller_in_anthropics_shape(
     client, upstream, claude_model, tara, tara_key
 ):
@@ -228,7 +252,8 @@ def test_an_error_event_mid_stream_costs_nothing_and_reaches_the_caller_in_anthr
 def test_a_caller_who_leaves_mid_stream_is_charged_what_the_upstream_went_on_to_produce(
     client, upstream, claude_model, tara, tara_key
 ):
-    upstream.post(MESSAGES_URL, body=messages_stream_body(), content_type="text/event-stream")
+    body = event_by_event(messages_stream_body())  # events read together are relayed together
+    upstream.post(MESSAGES_URL, body=body, content_type="text/event-stream")
     response = stream(client, "/v1/messages", {"model": "alpha-claude", "max_tokens": 100}, tara_key)
     events = iter(response.streaming_content)
     for _ in range(3):  # message_start, content_block_start, ping; then the caller goes away

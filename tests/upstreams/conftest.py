@@ -87,6 +87,28 @@ def trickled(data: bytes, step: int) -> io.BufferedReader:
     return io.BufferedReader(Trickle(data, step), buffer_size=step)
 
 
+class EventByEvent(io.RawIOBase):
+    """An event stream's body that arrives one event per read, as a provider sends it."""
+
+    def __init__(self, data: bytes | str) -> None:
+        data = data.encode() if isinstance(data, str) else data
+        self.pieces = [piece + b"\n\n" for piece in data.split(b"\n\n") if piece]
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if not self.pieces:
+            return 0
+        piece = self.pieces.pop(0)
+        buffer[: len(piece)] = piece
+        return len(piece)
+
+
+def event_by_event(data: bytes | str) -> io.BufferedReader:
+    return io.BufferedReader(EventByEvent(data))
+
+
 def sse(*events: tuple[str, Any]) -> bytes:
     """An event stream as providers send it: `event:` lines where named, JSON data (or [DONE])."""
     text = ""

@@ -71,3 +71,18 @@ def test_long_lines_in_small_pieces_are_read_in_linear_time(openai_upstream, moc
     body = f"data: {line}\n\n".encode() * 3
     events = events_of(mocked, openai_upstream, body, step=1000)
     assert [len(event.data) for event in events] == [len(line)] * 3
+
+
+def test_events_that_arrived_in_one_read_say_that_more_follows_but_the_last(openai_upstream, mocked):
+    body = b"data: 1\n\ndata: 2\n\ndata: 3\n\n"
+    events = events_of(mocked, openai_upstream, body, step=len(body))
+
+    assert [(event.data, event.more) for event in events] == [("1", True), ("2", True), ("3", False)]
+    assert [event.raw for event in events] == [b"data: 1\n\n", b"data: 2\n\n", b"data: 3\n\n"]
+
+
+def test_raw_holds_an_events_own_lines_with_crlf_made_lf_but_no_comment_only_block(openai_upstream, mocked):
+    body = b": ping\r\n\r\nid: 7\r\n: note\r\ndata: x\r\n\r\n"
+    events = events_of(mocked, openai_upstream, body, step=3)
+
+    assert [event.raw for event in events] == [b"id: 7\n: note\ndata: x\n\n"]

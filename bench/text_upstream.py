@@ -1,0 +1,803 @@
+"""The benchmarks' fake text upstream: OpenAI chat completions and responses and Anthropic messages,
+streamed at a fixed pace to thousands of clients at once, on one asyncio event loop (uvloop when it is
+installed) bound to 127.0.0.1.
+
+    python -m bench.text_upstream --port 0 [--latency S] [--ttft S] [--events N] [--interval S]
+
+--latency: seconds before a non-streamed answer (default 0: answered at once). --ttft: seconds from a
+streamed request to its response head and first delta (default 0). --events: content deltas per answer
+(default 50). --interval: seconds between deltas (default 0.01). The headers `x-bench-events`,
+`x-bench-ttft` and `x-bench-interval` override the last three per request. It prints `listening on PORT`
+once ready.
+
+Paths (wire formats as in tests/fake_text_upstream.py, which the official SDKs parse; any
+Authorization or x-api-key is accepted):
+- POST /v1/chat/completions, /v1/responses, /v1/messages: the answer, streamed (server-sent events in
+  a chunked body) when the body says `"stream": true`. Chat streams end with a usage-only chunk when
+  `stream_options.include_usage` is true, then `data: [DONE]`.
+- POST /v1/messages/count_tokens: `{"input_tokens": n}`.
+- GET /_stats: `requests` (every request but /_stats ones), `streams_started`, `streams_finished`,
+  `events_sent` (content deltas written), `streams_open` (live count) and `tick_lateness_ms` (p50, p99,
+  max of how late every scheduled write was against its schedule, in 10 µs bins). POST /_stats/reset
+  zeroes all of it but `streams_open`.
+
+Answers are deterministic: the deltas are "tok " and "ken " in turn (one output token each; a peer
+that refuses a stream repeating one chunk, as LiteLLM's proxy does after 100, takes it); output
+tokens = deltas = N, or the request's `max_completion_tokens` / `max_tokens` / `max_output_tokens`
+when smaller (at least 1), marked truncated (finish_reason "length", status "incomplete", stop_reason
+"max_tokens"). Input tokens = tests.fake_text_upstream.input_tokens_for (3 + ceil(characters of the
+request's text / 4)). Cache counts are 0.
+
+Timing of a stream: the response head, the opening events and the first delta in one write at
+request + ttft; delta k at request + ttft + k * interval; the closing events and the last chunk in one
+write at request + ttft + N * interval. One scheduler serves every stream: buckets of the writes due
+in the same millisecond, one timer armed for the earliest bucket. The bytes of an answer are encoded
+once for all the requests that get the same answer (ids aside, filled in per request), and a stream's
+writes go straight to its socket.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import heapq
+import json
+import math
+import os
+import resource
+import socket
+import sys
+import time
+from typing import Any
+
+from tests.fake_text_upstream import error_body, input_tokens_for
+
+CHAT = "/v1/chat/completions"
+RESPONSES = "/v1/responses"
+MESSAGES = "/v1/messages"
+COUNT_TOKENS = "/v1/messages/count_tokens"
+TEXT_PATHS = (CHAT, RESPONSES, MESSAGES, COUNT_TOKENS)
+DELTA = "tok "
+DELTAS = (DELTA, "ken ")  # delta k is DELTAS[k % 2]
+ID = "########"  # in every id of an encoded answer; each request's number (8 digits) replaces it
+ID_BYTES = ID.encode()
+CACHE_SIZE = 1024
+MAX_HEAD = 65536
+BIN_SECONDS = 1e-5  # lateness histogram resolution
+BINS_PER_SECOND = 1 / BIN_SECONDS
+BINS = 200_000  # up to 2 s; later writes land in the last bin (the max is kept exactly)
+TICK_MS = 5  # a tick writes the buckets due when it began, until it has taken this long
+
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    501: "Not Implemented",
+}
+monotonic = time.monotonic
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _chunk(payload: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(payload), payload)
+
+
+def _data(value: Any) -> bytes:
+    return b"data: " + _json(value) + b"\n\n"
+
+
+def _event(value: dict[str, Any]) -> bytes:
+    return b"event: " + value["type"].encode() + b"\ndata: " + _json(value) + b"\n\n"
+
+
+def _json_response(status: int, body: Any, close: bool) -> bytes:
+    payload = _json(body)
+    head = f"HTTP/1.1 {status} {_REASONS.get(status, 'OK')}\r\nContent-Type: application/json\r\n"
+    head += f"Content-Length: {len(payload)}\r\n" + ("Connection: close\r\n" if close else "") + "\r\n"
+    return head.encode() + payload
+
+
+def _stream_head(close: bool) -> bytes:
+    return (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+        b"Transfer-Encoding: chunked\r\n" + (b"Connection: close\r\n" if close else b"") + b"\r\n"
+    )
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.streams_open = 0
+        self.reset()
+
+    def reset(self) -> None:
+        self.requests = 0
+        self.streams_started = 0
+        self.streams_finished = 0
+        self.events_sent = 0
+        self.lateness = [0] * BINS
+        self.lateness_max = 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        counts = self.lateness
+        total = sum(counts)
+
+        def percentile(fraction: float) -> float:
+            if not total:
+                return 0.0
+            rank, seen = math.ceil(total * fraction), 0
+            for index, count in enumerate(counts):
+                seen += count
+                if seen >= rank:
+                    return round(min((index + 1) * BIN_SECONDS, self.lateness_max) * 1000, 3)
+            return round(self.lateness_max * 1000, 3)
+
+        return {
+            "requests": self.requests,
+            "streams_started": self.streams_started,
+            "streams_finished": self.streams_finished,
+            "events_sent": self.events_sent,
+            "streams_open": self.streams_open,
+            "tick_lateness_ms": {
+                "p50": percentile(0.5),
+                "p99": percentile(0.99),
+                "max": round(self.lateness_max * 1000, 3),
+            },
+        }
+
+
+class Scheduler:
+    """Every timed write of the process: items (streams, delayed answers) in buckets by the millisecond
+    they are due (rounded up, so nothing is written early), one timer armed for the earliest bucket."""
+
+    def __init__(self, stats: Stats) -> None:
+        self.stats = stats
+        self.buckets: dict[int, list[Any]] = {}
+        self.keys: list[int] = []  # heap of the buckets' milliseconds
+        self.timer: asyncio.TimerHandle | None = None
+        self.timer_key: int | None = None
+        self.ticking = False
+
+    def add(self, item: Any) -> None:
+        key = int(item.due * 1000) + 1  # a millisecond after it is due (never before)
+        bucket = self.buckets.get(key)
+        if bucket is not None:
+            bucket.append(item)
+            return
+        self.buckets[key] = [item]
+        heapq.heappush(self.keys, key)
+        if not self.ticking and (self.timer_key is None or key < self.timer_key):
+            self._arm(key)
+
+    def _arm(self, key: int) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer_key = key
+        # In whole milliseconds, rounded up: uvloop's timers round to the millisecond, and one that fired
+        # before the bucket is due would only be armed again, at once, until it is.
+        delay = math.ceil(max(key - monotonic() * 1000, 0.0)) / 1000
+        self.timer = asyncio.get_running_loop().call_later(delay, self._tick)
+
+    def _tick(self) -> None:
+        """Write every due bucket. The usual write, a stream's next delta, is inlined here (no call but
+        os.write); the rest (first and last writes, templated deltas, delayed answers) is item.fire()."""
+        self.timer = self.timer_key = None
+        self.ticking = True
+        stats, keys, buckets = self.stats, self.keys, self.buckets
+        heappush, heappop, write = heapq.heappush, heapq.heappop, os.write
+        lateness, last_bin, late_max, events = stats.lateness, BINS - 1, stats.lateness_max, 0
+        # Only what was due when the tick began, for TICK_MS at most: the loop reads and accepts in
+        # between, and a tick that fell behind catches up over several.
+        limit = monotonic() * 1000
+        try:
+            while keys and keys[0] <= limit and monotonic() * 1000 < limit + TICK_MS:
+                last_key, last_bucket = -1, []
+                for item in buckets.pop(heappop(keys)):
+                    if item.dead:
+                        continue
+                    late = monotonic() - item.due
+                    index = int(late * BINS_PER_SECOND)
+                    lateness[index if index < last_bin else last_bin] += 1
+                    if late > late_max:
+                        late_max = late
+                    deltas, sent = item.delta, item.sent
+                    try:
+                        if deltas is not None and 0 < sent < item.n:
+                            delta = deltas[sent & 1]
+                            fd = item.fd  # item.send(delta), inlined
+                            if fd < 0:
+                                item.write(delta)
+                            else:
+                                try:
+                                    written = write(fd, delta)
+                                except BlockingIOError:
+                                    written = 0
+                                if written != len(delta):
+                                    item.spill(delta[written:])
+                            item.sent = sent = sent + 1
+                            events += 1
+                            due = item.due = item.start + sent * item.interval
+                        elif item.fire():
+                            due = item.due
+                        else:
+                            continue
+                    except Exception:  # the client went away (a write failed): drop its connection
+                        item.drop()
+                        item.conn.abort()
+                        continue
+                    key = int(due * 1000) + 1
+                    if key != last_key:
+                        last_key, last_bucket = key, buckets.get(key)
+                        if last_bucket is None:
+                            last_bucket = buckets[key] = []
+                            heappush(keys, key)
+                    last_bucket.append(item)
+        finally:
+            stats.events_sent += events
+            stats.lateness_max = late_max
+            self.ticking = False
+            if keys:
+                self._arm(keys[0])
+
+
+class Reply:
+    """A non-streamed answer held back `--latency` seconds."""
+
+    __slots__ = ("conn", "data", "dead", "due")
+    delta = None  # as a Stream's fields, for the scheduler's fast path
+    sent = n = 0
+
+    def __init__(self, conn: Connection, data: bytes, due: float) -> None:
+        self.conn, self.data, self.due, self.dead = conn, data, due, False
+
+    def fire(self) -> bool:
+        self.conn.answer(self.data)
+        return False
+
+    def drop(self) -> None:
+        self.dead = True
+
+
+class Stream:
+    """One streamed answer: its writes (an Encoded answer with its id filled in), made by the scheduler.
+
+    Writes go straight to the socket (os.write: one system call, none of the transport's bookkeeping)
+    while the kernel takes them whole; once it does not, the transport buffers the rest and takes every
+    later write of the stream, so the order holds. (Both asyncio and uvloop close a transport's socket
+    only after connection_lost, which marks the stream dead: its fd is never another connection's.)"""
+
+    __slots__ = (
+        "closing",
+        "conn",
+        "dead",
+        "delta",
+        "delta_prefix",
+        "delta_suffix",
+        "due",
+        "fd",
+        "fixed",
+        "interval",
+        "n",
+        "opening",
+        "sent",
+        "seq",
+        "start",
+        "stats",
+        "write",
+    )
+
+    def __init__(
+        self, conn: Connection, start: float, interval: float, encoded: Encoded, number: bytes
+    ) -> None:
+        self.conn, self.stats, self.write = conn, conn.stats, conn.transport.write
+        self.fd = conn.fd if conn.transport.get_write_buffer_size() == 0 else -1
+        self.start, self.interval, self.n, self.due = start, interval, encoded.n, start
+        self.sent, self.dead = 0, False
+        self.opening = encoded.opening.replace(ID_BYTES, number)
+        self.closing = encoded.closing.replace(ID_BYTES, number)
+        # The two delta chunks, taken in turn, or (responses) a template:
+        self.delta = encoded.delta and tuple(delta.replace(ID_BYTES, number) for delta in encoded.delta)
+        self.seq = encoded.seq  # responses: the first delta's sequence_number, formatted into a template
+        self.delta_prefix = tuple(prefix.replace(ID_BYTES, number) for prefix in encoded.delta_prefix)
+        self.delta_suffix = encoded.delta_suffix
+        # Both delta texts have 4 characters: one length for either prefix.
+        self.fixed = len(self.delta_prefix[0]) + len(self.delta_suffix) if self.delta_prefix else 0
+
+    def send(self, data: bytes) -> None:
+        if self.fd >= 0:
+            try:
+                written = os.write(self.fd, data)
+            except BlockingIOError:
+                written = 0
+            if written != len(data):
+                self.spill(data[written:])
+        else:
+            self.write(data)
+
+    def spill(self, data: bytes) -> None:
+        """The socket took part of a write: the transport buffers the rest, and takes every later one."""
+        self.fd = -1
+        self.write(data)
+
+    def fire(self) -> bool:
+        sent = self.sent
+        if 0 < sent < self.n:
+            if self.delta is not None:
+                self.send(self.delta[sent & 1])
+            else:
+                seq = b"%d" % (self.seq + sent)
+                self.send(
+                    b"%x\r\n%b%b%b\r\n"
+                    % (self.fixed + len(seq), self.delta_prefix[sent & 1], seq, self.delta_suffix)
+                )
+        elif sent == 0:
+            self.send(self.opening)
+            self.opening = b""
+        else:
+            self.send(self.closing)
+            self.stats.streams_finished += 1
+            self.stats.streams_open -= 1
+            self.dead = True
+            self.conn.stream_done()
+            return False
+        self.stats.events_sent += 1
+        self.sent = sent + 1
+        self.due = self.start + self.sent * self.interval
+        return True
+
+    def drop(self) -> None:
+        if not self.dead:
+            self.dead = True
+            self.stats.streams_open -= 1
+
+
+class Answer:
+    """What one text request gets: its counts, and the bytes of its family's body or stream."""
+
+    def __init__(self, path: str, payload: dict[str, Any], events: int) -> None:
+        self.path, self.payload = path, payload
+        self.model = str(payload.get("model") or "fake-model")
+        self.created = int(time.time())
+        limits = ("max_completion_tokens", "max_output_tokens", "max_tokens")
+        limit = next((int(payload[k]) for k in limits if payload.get(k) is not None), None)
+        self.truncated = limit is not None and max(limit, 1) < events
+        self.n = max(limit, 1) if self.truncated and limit is not None else events
+        self.input = input_tokens_for(payload)
+        self.text = "".join(DELTAS[k % 2] for k in range(self.n))
+        options = payload.get("stream_options")
+        self.with_usage = path == CHAT and isinstance(options, dict) and options.get("include_usage") is True
+        self.echo = json.dumps([payload.get("instructions"), payload.get("max_output_tokens")])
+
+    def key(self, streamed: bool, close: bool) -> tuple[Any, ...]:
+        """Everything the bytes of `encode` depend on."""
+        fields = (self.model, self.n, self.truncated, self.input, self.created, self.with_usage, self.echo)
+        return (self.path, streamed, close, *fields)
+
+    # OpenAI chat completions
+
+    def _chat_usage(self) -> dict[str, Any]:
+        return {
+            "prompt_tokens": self.input,
+            "completion_tokens": self.n,
+            "total_tokens": self.input + self.n,
+            "prompt_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0, "audio_tokens": 0},
+            "completion_tokens_details": {
+                "reasoning_tokens": 0,
+                "audio_tokens": 0,
+                "accepted_prediction_tokens": 0,
+                "rejected_prediction_tokens": 0,
+            },
+        }
+
+    def _chat_base(self, kind: str) -> dict[str, Any]:
+        return {
+            "id": f"chatcmpl-bench{ID}",
+            "object": kind,
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": "fp_bench",
+        }
+
+    def _finish_reason(self) -> str:
+        return "length" if self.truncated else "stop"
+
+    def _chat_body(self) -> dict[str, Any]:
+        message = {"role": "assistant", "content": self.text, "refusal": None, "annotations": []}
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": self._finish_reason()}
+        return {**self._chat_base("chat.completion"), "choices": [choice], "usage": self._chat_usage()}
+
+    def _chat_stream(self, encoded: Encoded) -> tuple[bytes, bytes]:
+        base = self._chat_base("chat.completion.chunk")
+        extra = {"usage": None} if self.with_usage else {}
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            return _data({**base, "choices": [choice], **extra})
+
+        delta = chunk({"content": DELTA})
+        encoded.delta = (_chunk(delta), _chunk(chunk({"content": DELTAS[1]})))
+        closing = chunk({}, self._finish_reason())
+        if self.with_usage:
+            closing += _data({**base, "choices": [], "usage": self._chat_usage()})
+        closing += b"data: [DONE]\n\n"
+        return chunk({"role": "assistant", "content": "", "refusal": None}) + delta, closing
+
+    # OpenAI responses
+
+    def _text_part(self, text: str) -> dict[str, Any]:
+        return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+    def _item(self, status: str, content: list[dict[str, Any]]) -> dict[str, Any]:
+        item_id = f"msg_bench{ID}"
+        return {"type": "message", "id": item_id, "status": status, "role": "assistant", "content": content}
+
+    def _response(self, status: str) -> dict[str, Any]:
+        finished = status != "in_progress"
+        usage = {
+            "input_tokens": self.input,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens": self.n,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": self.input + self.n,
+        }
+        return {
+            "id": f"resp_bench{ID}",
+            "object": "response",
+            "created_at": self.created,
+            "status": status,
+            "background": False,
+            "error": None,
+            "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+            "instructions": self.payload.get("instructions"),
+            "max_output_tokens": self.payload.get("max_output_tokens"),
+            "model": self.model,
+            "output": [self._item(status, [self._text_part(self.text)])] if finished else [],
+            "parallel_tool_calls": True,
+            "previous_response_id": None,
+            "reasoning": {"effort": None, "summary": None},
+            "store": True,
+            "temperature": 1.0,
+            "text": {"format": {"type": "text"}, "verbosity": "medium"},
+            "tool_choice": "auto",
+            "tools": [],
+            "top_p": 1.0,
+            "truncation": "disabled",
+            "usage": usage if finished else None,
+            "user": None,
+            "metadata": {},
+        }
+
+    def _final_status(self) -> str:
+        return "incomplete" if self.truncated else "completed"
+
+    def _responses_stream(self, encoded: Encoded) -> tuple[bytes, bytes]:
+        where = {"item_id": f"msg_bench{ID}", "output_index": 0, "content_index": 0}
+        opening = [
+            {"type": "response.created", "response": self._response("in_progress")},
+            {"type": "response.in_progress", "response": self._response("in_progress")},
+            {"type": "response.output_item.added", "output_index": 0, "item": self._item("in_progress", [])},
+            {"type": "response.content_part.added", **where, "part": self._text_part("")},
+        ]
+        final = self._response(self._final_status())
+        closing = [
+            {"type": "response.output_text.done", **where, "text": self.text, "logprobs": []},
+            {"type": "response.content_part.done", **where, "part": self._text_part(self.text)},
+            {"type": "response.output_item.done", "output_index": 0, "item": final["output"][0]},
+            {"type": f"response.{self._final_status()}", "response": final},
+        ]
+        first = len(opening)
+        delta = {
+            "type": "response.output_text.delta",
+            **where,
+            "delta": DELTA,
+            "logprobs": [],
+            "sequence_number": 0,
+        }
+        prefix, _, suffix = _event(delta).rpartition(b"0")
+        other = _event({**delta, "delta": DELTAS[1]}).rpartition(b"0")[0]
+        encoded.delta_prefix, encoded.delta_suffix, encoded.seq = (prefix, other), suffix, first
+        opening.append({**delta, "sequence_number": first})
+        events = opening + closing
+        for number, event in enumerate(events):
+            event["sequence_number"] = number if number < len(opening) else number - 1 + self.n
+        return b"".join(map(_event, opening)), b"".join(map(_event, closing))
+
+    # Anthropic messages
+
+    def _message(self, content: list[dict[str, Any]], final: bool) -> dict[str, Any]:
+        return {
+            "id": f"msg_bench{ID}",
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": content,
+            "stop_reason": self._stop_reason() if final else None,
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": self.input,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+                "output_tokens": self.n if final else 1,
+                "service_tier": "standard",
+            },
+        }
+
+    def _stop_reason(self) -> str:
+        return "max_tokens" if self.truncated else "end_turn"
+
+    def _messages_stream(self, encoded: Encoded) -> tuple[bytes, bytes]:
+        def block_delta(text: str) -> bytes:
+            return _event(
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}
+            )
+
+        delta = block_delta(DELTA)
+        encoded.delta = (_chunk(delta), _chunk(block_delta(DELTAS[1])))
+        opening = [
+            {"type": "message_start", "message": self._message([], final=False)},
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            {"type": "ping"},
+        ]
+        closing = [
+            {"type": "content_block_stop", "index": 0},
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": self._stop_reason(), "stop_sequence": None},
+                "usage": {"output_tokens": self.n},
+            },
+            {"type": "message_stop"},
+        ]
+        return b"".join(map(_event, opening)) + delta, b"".join(map(_event, closing))
+
+    # Either
+
+    def body(self) -> dict[str, Any]:
+        if self.path == CHAT:
+            return self._chat_body()
+        if self.path == RESPONSES:
+            return self._response(self._final_status())
+        return self._message([{"type": "text", "text": self.text}], final=True)
+
+    def encode(self, streamed: bool, close: bool) -> Encoded:
+        encoded = Encoded(self.n)
+        if not streamed:
+            encoded.response = _json_response(200, self.body(), close)
+            return encoded
+        build = {CHAT: self._chat_stream, RESPONSES: self._responses_stream}.get(
+            self.path, self._messages_stream
+        )
+        opening, closing = build(encoded)
+        encoded.opening = _stream_head(close) + _chunk(opening)
+        encoded.closing = _chunk(closing) + b"0\r\n\r\n"
+        return encoded
+
+
+class Encoded:
+    """The bytes of an answer, ids left as ID: a whole response, or the writes of a stream (the
+    opening write with the response head, the delta chunk or the template of the responses' delta
+    chunk, whose sequence_number goes between prefix and suffix, and the closing write)."""
+
+    __slots__ = ("closing", "delta", "delta_prefix", "delta_suffix", "n", "opening", "response", "seq")
+
+    def __init__(self, n: int) -> None:
+        self.n, self.seq = n, 0
+        self.response = self.opening = self.closing = self.delta_suffix = b""
+        self.delta_prefix: tuple[bytes, ...] = ()
+        self.delta: tuple[bytes, bytes] | None = None
+
+
+class BadRequest(Exception):
+    pass
+
+
+class Server:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.latency, self.ttft = args.latency, args.ttft
+        self.events, self.interval = args.events, args.interval
+        self.stats = Stats()
+        self.scheduler = Scheduler(self.stats)
+        self.number = 0
+        self.cache: dict[tuple[Any, ...], Encoded] = {}
+
+    def encoded(self, answer: Answer, streamed: bool, close: bool) -> Encoded:
+        """The answer's bytes, encoded once for all the requests that get the same ones."""
+        key = answer.key(streamed, close)
+        encoded = self.cache.get(key)
+        if encoded is None:
+            if len(self.cache) >= CACHE_SIZE:
+                self.cache.clear()
+            encoded = self.cache[key] = answer.encode(streamed, close)
+        return encoded
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: requests in sequence (keep-alive), answered by `respond`."""
+
+    def __init__(self, server: Server) -> None:
+        self.server, self.stats = server, server.stats
+        self.buffer = b""
+        self.busy: Stream | Reply | None = None
+        self.close_after = False
+        self.transport: Any = None
+        self.fd = -1
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.fd = sock.fileno()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.busy is not None:
+            self.busy.drop()
+            self.busy = None
+        self.transport = None
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        if self.busy is None:
+            self._process()
+
+    def _process(self) -> None:
+        while self.busy is None and self.transport is not None and not self.close_after:
+            buffer = self.buffer
+            end = buffer.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buffer) > MAX_HEAD:
+                    self._fail(400, "request head too large")
+                return
+            try:
+                method, path, headers, close = _parse_head(buffer[:end])
+            except BadRequest as error:
+                self._fail(400, str(error))
+                return
+            if "chunked" in headers.get("transfer-encoding", "").lower():
+                self._fail(501, "chunked request bodies are not supported")
+                return
+            try:
+                length = int(headers.get("content-length") or 0)
+            except ValueError:
+                self._fail(400, "bad Content-Length")
+                return
+            if len(buffer) < end + 4 + length:
+                return
+            body = buffer[end + 4 : end + 4 + length]
+            self.buffer = buffer[end + 4 + length :]
+            self.close_after = close
+            self.respond(method, path, headers, body)
+            if self.busy is None and close and self.transport is not None:
+                self.transport.close()
+
+    def _fail(self, status: int, message: str) -> None:
+        self.close_after = True
+        self.transport.write(_json_response(status, error_body("", status, message), close=True))
+        self.transport.close()
+
+    def answer(self, data: bytes) -> None:
+        """Write a whole response; then the next request may be read."""
+        self.busy = None
+        self.transport.write(data)
+        self._next()
+
+    def stream_done(self) -> None:
+        self.busy = None
+        self._next()
+
+    def _next(self) -> None:
+        if self.close_after:
+            self.transport.close()
+        elif self.buffer:
+            self._process()
+
+    def respond(self, method: str, path: str, headers: dict[str, str], body: bytes) -> None:
+        server, stats, close = self.server, self.stats, self.close_after
+        if path == "/_stats" and method == "GET":
+            self.transport.write(_json_response(200, stats.as_json(), close))
+            return
+        if path == "/_stats/reset" and method == "POST":
+            stats.reset()
+            self.transport.write(_json_response(200, stats.as_json(), close))
+            return
+        stats.requests += 1
+        if path not in TEXT_PATHS:
+            self.transport.write(_json_response(404, error_body(path, 404, f"no route for {path}"), close))
+            return
+        if method != "POST":
+            self.transport.write(_json_response(405, error_body(path, 405, f"{method} not allowed"), close))
+            return
+        try:
+            payload = json.loads(body)
+            if not isinstance(payload, dict):
+                raise ValueError("the body is not a JSON object")
+            events = max(int(headers.get("x-bench-events", server.events)), 1)
+            ttft = float(headers.get("x-bench-ttft", server.ttft))
+            interval = float(headers.get("x-bench-interval", server.interval))
+            answer = Answer(path, payload, events)
+        except (ValueError, TypeError) as error:
+            self.transport.write(_json_response(400, error_body(path, 400, f"bad request: {error}"), close))
+            return
+        if path == COUNT_TOKENS:
+            self.transport.write(_json_response(200, {"input_tokens": answer.input}, close))
+            return
+        server.number += 1
+        number = b"%08d" % (server.number % 100_000_000)
+        streamed = payload.get("stream") is True
+        encoded = server.encoded(answer, streamed, close)
+        now = monotonic()
+        if not streamed:
+            data = encoded.response.replace(ID_BYTES, number)
+            if server.latency <= 0:
+                self.transport.write(data)
+                return
+            self.busy = Reply(self, data, now + server.latency)
+            server.scheduler.add(self.busy)
+            return
+        stream = Stream(self, now + ttft, interval, encoded, number)
+        stats.streams_started += 1
+        stats.streams_open += 1
+        self.busy = stream
+        if ttft > 0 or stream.fire():  # without a ttft, the head and first delta at once
+            server.scheduler.add(stream)
+
+
+def _parse_head(head: bytes) -> tuple[str, str, dict[str, str], bool]:
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        raise BadRequest("bad request line")
+    method, target, version = parts
+    headers = {}
+    for line in lines[1:]:
+        name, colon, value = line.partition(":")
+        if not colon:
+            raise BadRequest("bad header line")
+        headers[name.strip().lower()] = value.strip()
+    connection = headers.get("connection", "").lower()
+    close = connection == "close" if version == "HTTP/1.1" else connection != "keep-alive"
+    return method, target.split("?", 1)[0], headers, close
+
+
+async def serve(args: argparse.Namespace) -> None:
+    server = Server(args)
+    loop = asyncio.get_running_loop()
+    listener = await loop.create_server(
+        lambda: Connection(server), "127.0.0.1", args.port, backlog=4096, reuse_address=True
+    )
+    print(f"listening on {listener.sockets[0].getsockname()[1]}", flush=True)
+    async with listener:
+        await listener.serve_forever()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before a non-streamed answer")
+    parser.add_argument("--ttft", type=float, default=0.0, help="seconds before a stream's first delta")
+    parser.add_argument("--events", type=int, default=50, help="content deltas per answer")
+    parser.add_argument("--interval", type=float, default=0.01, help="seconds between deltas")
+    args = parser.parse_args(argv)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    try:
+        import uvloop
+    except ImportError:
+        run = asyncio.run
+    else:
+        run = uvloop.run
+    with contextlib.suppress(KeyboardInterrupt):
+        run(serve(args))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
