@@ -830,7 +830,14 @@ WARMUP_CONNECTIONS = 8
 
 
 def scenario_run(
-    scenario: Scenario, target: Target, *, wrk: str, pg: Postgres | None, own_roots: list[int]
+    scenario: Scenario,
+    target: Target,
+    *,
+    wrk: str,
+    pg: Postgres | None,
+    own_roots: list[int],
+    gateway_src: Path,
+    gateway_env: dict[str, str],
 ) -> dict[str, Any]:
     tree = proc_tree(target.pid) if target.pid else []
     # Worker RSS before this scenario's first call (the warm-up already grows it).
@@ -883,7 +890,9 @@ def scenario_run(
     )
     if charges_before is not None:
         answered = result["requests"]
-        result["billing"] = billing_check(pg, scenario.model, before=charges_before, answered=answered)
+        result["billing"] = billing_check(
+            pg, scenario.model, before=charges_before, answered=answered, src=gateway_src, env=gateway_env
+        )
     return result
 
 
@@ -899,7 +908,9 @@ def ledger_charges(pg: Postgres, model: str) -> dict[str, Any]:
     return {"charges": count, "calls_charged": distinct, "amount": str(total)}
 
 
-def billing_check(pg: Postgres, model: str, *, before: dict[str, Any], answered: int) -> dict[str, Any]:
+def billing_check(
+    pg: Postgres, model: str, *, before: dict[str, Any], answered: int, src: Path, env: dict[str, str]
+) -> dict[str, Any]:
     """After a streamed scenario: every stream answered in full was charged exactly once, nothing else
     was charged, no hold is left open, and the ledger agrees with every wallet (check_ledger)."""
     time.sleep(1)  # the last usage records are written after the answer's end
@@ -909,8 +920,7 @@ def billing_check(pg: Postgres, model: str, *, before: dict[str, Any], answered:
     with pg.connect(DB_NAME) as conn:
         holds_open = conn.execute("select count(*) from billing_hold where status = 'open'").fetchone()[0]
     ledger = subprocess.run(  # noqa: S603
-        [PYTHON, str(CHECK_LEDGER["src"] / "manage.py"), "check_ledger"],
-        cwd=CHECK_LEDGER["src"], env=CHECK_LEDGER["env"], capture_output=True, text=True,
+        [PYTHON, str(src / "manage.py"), "check_ledger"], cwd=src, env=env, capture_output=True, text=True,
     )  # fmt: skip
     return {
         "streams_answered": answered,
@@ -922,9 +932,6 @@ def billing_check(pg: Postgres, model: str, *, before: dict[str, Any], answered:
         "check_ledger": (ledger.stdout + ledger.stderr).strip().splitlines()[-1:],
         "exactly_once": charges == calls == answered and holds_open == 0 and ledger.returncode == 0,
     }
-
-
-CHECK_LEDGER: dict[str, Any] = {}  # the snapshot and environment to run manage.py in (set by main)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1301,7 +1308,6 @@ def main(argv: list[str] | None = None) -> int:
         log(f"gateway up on :{gateway.port} (postgres :{pg.port}, {redis_url})")
         peer = None if args.no_peer else peer_start(procs, workdir, ports, workers=args.peer_workers)
         direct = {name: Target(name="direct", port=port, key=None) for name, port in ports.items()}
-        CHECK_LEDGER.update(src=src, env=env)
         if args.serve:
             print(
                 f"gateway http://127.0.0.1:{gateway.port} key {gateway.key} (pid {gateway.pid})\n"
@@ -1345,7 +1351,9 @@ def main(argv: list[str] | None = None) -> int:
                 if name != "direct":
                     drain(target)
                 log(f"{scenario.id}: {name}, {scenario.connections} connections")
-                result = scenario_run(scenario, target, wrk=wrk, pg=pg, own_roots=own_roots)
+                result = scenario_run(
+                    scenario, target, wrk=wrk, pg=pg, own_roots=own_roots, gateway_src=src, gateway_env=env
+                )
                 r = result
                 line = (
                     f"  {fmt(r['rps'])} req/s, p50 {fmt(r['p50_ms'], 2)} ms, p99 {fmt(r['p99_ms'], 2)} ms, "

@@ -68,33 +68,32 @@ def sse_events(reply: UpstreamReply) -> Iterator[SSEEvent]:
             if buffer.startswith(_BOM):
                 del buffer[: len(_BOM)]
             bom_pending = False
-        arrived: list[SSEEvent] = []
+        arrived: list[tuple[str, str, bytes]] = []
         while (end := buffer.find(_BLANK, searched)) >= 0:
             searched = end + 2
-            event = _sse_event(buffer, start, end, more=True)
-            if event is not None:
-                arrived.append(event)
+            if (fields := _sse_fields(buffer, start, end)) is not None:
+                arrived.append(fields)
             start = searched
         searched = max(start, len(buffer) - 1)  # a blank line may begin with the last byte
         if start:
             del buffer[:start]  # bytearray drops a prefix without moving the rest
             searched -= start
             start = 0
-        if arrived:
-            last = arrived.pop()
-            yield from arrived
-            yield SSEEvent(event=last.event, data=last.data, raw=last.raw)
+        last = len(arrived) - 1
+        for index, (event_type, data, raw) in enumerate(arrived):
+            yield SSEEvent(event=event_type, data=data, raw=raw, more=index < last)
     if cr_pending:  # a final CR ends a line: it may end the last event
         buffer += _LF
         end = buffer.find(_BLANK, searched)
-        if end >= 0 and (event := _sse_event(buffer, start, end, more=False)) is not None:
-            yield event
+        if end >= 0 and (fields := _sse_fields(buffer, start, end)) is not None:
+            yield SSEEvent(*fields)
 
 
-def _sse_event(buffer: bytearray, start: int, end: int, *, more: bool) -> SSEEvent | None:
-    """The event whose lines are buffer[start:end] (a blank line follows them), or None when it has no
-    data line. Comment lines (":...") and fields other than `event` and `data` are skipped; a line
-    without a colon is a field without value; one space after the colon is not part of the value."""
+def _sse_fields(buffer: bytearray, start: int, end: int) -> tuple[str, str, bytes] | None:
+    """(event, data, raw) of the event whose lines are buffer[start:end] (a blank line follows them),
+    or None when it has no data line. Comment lines (":...") and fields other than `event` and `data`
+    are skipped; a line without a colon is a field without value; one space after the colon is not
+    part of the value."""
     raw = bytes(buffer[start : end + 2])
     event_type, data_lines = b"", []
     for line in raw[:-2].split(_LF):
@@ -111,6 +110,4 @@ def _sse_event(buffer: bytearray, start: int, end: int, *, more: bool) -> SSEEve
     if not data_lines:
         return None
     data = data_lines[0] if len(data_lines) == 1 else _LF.join(data_lines)
-    return SSEEvent(
-        event=str(event_type, "utf-8", "replace"), data=str(data, "utf-8", "replace"), raw=raw, more=more
-    )
+    return str(event_type, "utf-8", "replace"), str(data, "utf-8", "replace"), raw

@@ -221,6 +221,22 @@ def test_events_that_arrive_together_go_out_together_in_the_bytes_they_came_in(
     assert balance(tara) == Decimal("1.00") - Decimal("0.00078")
 
 
+@pytest.mark.django_db(transaction=True)  # the charge commits while the answer is still open
+def test_the_final_event_goes_out_before_the_charge_and_the_answer_ends_after_it(
+    client, upstream, claude_model, tara, tara_key
+):
+    upstream.post(MESSAGES_URL, body=messages_stream_body(), content_type="text/event-stream")
+    response = stream(client, "/v1/messages", {"model": "alpha-claude", "max_tokens": 100}, tara_key)
+    pieces = iter(response.streaming_content)
+
+    first = next(pieces)  # every event, the final one included, arrived in one read
+
+    assert b"event: message_stop" in first
+    assert balance(tara) == Decimal("1.00")  # the final event did not wait for the database
+    assert list(pieces) == []  # the answer ends once the charge is made
+    assert balance(tara) == Decimal("1.00") - Decimal("0.00078")
+
+
 def test_events_read_apart_go_out_apart(client, upstream, claude_model, tara, tara_key):
     body = messages_stream_body()
     upstream.post(MESSAGES_URL, body=event_by_event(body), content_type="text/event-stream")
