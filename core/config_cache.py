@@ -11,7 +11,9 @@ The counter is taken at most once per request (the memo is reset by Django's `re
 outside a request (commands, tests calling services) on every use. Taking it asks Redis only when
 Redis has said something since the last read: each process keeps one Redis connection on which Redis
 publishes a message the moment the counter's key changes (`GenerationWatch`), and the process checks,
-without waiting, that nothing arrived on it. Caching is on only when the cache
+without waiting, that nothing arrived on it; a PING sent now and then without waiting for it proves
+the connection alive. Other modules have changes of their own keys reported on the same connection
+(`key_changes_watch`: the circuit breaker's). Caching is on only when the cache
 is shared between processes (REDIS_URL); without it, or when Redis cannot be reached, callers query the
 database as if there were no cache. Entries also expire after GATEWAY_CONFIG_CACHE_SECONDS, a backstop
 should a bump ever be lost.
@@ -58,6 +60,33 @@ def local_state_register(clear: Callable[[], None]) -> None:
     """Have `clear` called with the caches: other per-process views of shared state (the circuit
     breaker's) are dropped by every configuration change, and between tests."""
     _local_state_clears.append(clear)
+
+
+_key_watchers: dict[str, Callable[[str | None], None]] = {}
+
+
+def key_changes_watch(prefix: str, changed: Callable[[str | None], None]) -> None:
+    """Have Redis report to this process every change of the cache's keys that start with `prefix`, on
+    the configuration watch's connection (`GenerationWatch`): `changed(rest)` gets the rest of each
+    changed key, and None when anything may have changed (the connection was made or lost, a
+    FLUSHDB). It is called with the watch's lock held, so it must be quick and must not use the
+    watch. Register in an AppConfig.ready(): a connection tracks the prefixes registered when it is made.
+    """
+    _key_watchers[prefix] = changed
+
+
+def key_changes_receive() -> None:
+    """Hand to the callbacks what Redis has reported so far, without waiting: before taking a token
+    of what the callbacks keep, so that changes made before a read cannot void what it finds."""
+    if config_cache_enabled():
+        _watch.vouches(0.0)
+
+
+def key_changes_reported(read_at: float) -> bool:
+    """Whether every change of a watched key made since `read_at` (a time.monotonic() taken before
+    reading the keys) has been handed to its callback. False when that cannot be promised (no Redis,
+    the watch off or not armed yet, the connection not proven recently): rely on an expiry then."""
+    return config_cache_enabled() and _watch.vouches(read_at)
 
 
 def config_cache_enabled() -> bool:
@@ -272,28 +301,38 @@ class GenerationCache(Generic[V]):
 
 
 class GenerationWatch:
-    """The generation as this process last read it, for as long as Redis has said nothing about it.
+    """The generation as this process last read it, for as long as Redis has said nothing about it;
+    and the same promise for other keys of the cache (`key_changes_watch`): the circuit breaker's.
 
     One Redis connection per process (RESP2), made with redis-py's public API: it asks for its own
-    client id, turns on `CLIENT TRACKING ON REDIRECT <that id> BCAST PREFIX <the counter's key>` and
-    subscribes to `__redis__:invalidate`. From then on Redis publishes a message on it whenever that key
-    changes (a bump, an expiry, an eviction, a FLUSHDB), whoever changes it; nothing is sent on it after
-    that. A request then takes the generation last read as long as:
+    client id, turns on `CLIENT TRACKING ON REDIRECT <that id> BCAST PREFIX <the counter's key>` (plus a
+    PREFIX for each watched prefix) and subscribes to `__redis__:invalidate`. From then on Redis
+    publishes a message on it whenever such a key changes (a write, an expiry, an eviction, a
+    FLUSHDB), whoever changes it; the process sends nothing on it but PING. A request then takes the
+    generation last read as long as:
 
-    - nothing is waiting on the connection (`Connection.can_read(timeout=0)`, which does not wait:
-      data, end of file and an error all mean "read it again"). Redis writes the message in the same
-      pass of its event loop as the bump's own answer, so on one host a process asked after a bump has
-      returned finds it waiting; across a network, a lost packet can delay it, never beyond
-      `trust_seconds`;
-    - it was read after the watch was armed, and nothing arrived from before the read until now;
-    - it is younger than `trust_seconds`: a backstop should the connection die silently (a network
-      partition without a reset), after which the counter is read from Redis again (and, Redis
-      unreachable, the caches are off as before).
+    - every message that has arrived was handed on (`_poll`: `Connection.can_read(timeout=0)`, which
+      does not wait, then what is there is read): one about the counter's key (or a FLUSHDB) means
+      "read it again", one about a watched prefix goes to its callback. Redis writes the message in
+      the same pass of its event loop as the change's own answer, so on one host a process asked after
+      a change has returned finds it waiting; across a network, a lost packet can delay it, never
+      beyond `trust_seconds`;
+    - it was read after the watch was armed, and nothing about it arrived from before the read until
+      now;
+    - the connection is proven to have delivered what Redis sent up to `trust_seconds` ago: the value
+      was read within `trust_seconds`, or a PING sent within `trust_seconds` has been answered (Redis
+      answers on the connection in order, so its PONG follows every message of a change made before
+      it). `_poll` sends a PING, without waiting for it, when the last proof is `trust_seconds / 2`
+      old, so a process with calls at least that often never reads the counter again while nothing
+      changes. A PING unanswered for `trust_seconds` (a connection dead without a reset) closes the
+      connection; the next read makes a new one.
 
-    Otherwise the counter is read from Redis (`read`), after what arrived is drained. A server that
-    refuses CLIENT TRACKING (Redis before 6, an ACL without CLIENT, some proxies) leaves the watch
-    off: every request reads the counter; it is tried again every `retry_seconds`. `connect` returns a
-    new, unconnected RESP2 `redis.Connection` and the counter's full key (default: from REDIS_URL).
+    Otherwise the counter is read from Redis (`read`). Anything unusual (an end of file, an error, a
+    reply it does not know) closes the connection: the callbacks hear None ("anything may have
+    changed") and every use reads Redis until `read` has made a new one. A server that refuses CLIENT
+    TRACKING (Redis before 6, an ACL without CLIENT, some proxies) leaves the watch off: every request
+    reads the counter; it is tried again every `retry_seconds`. `connect` returns a new, unconnected
+    RESP2 `redis.Connection` and the counter's full key (default: from REDIS_URL).
     """
 
     def __init__(
@@ -308,8 +347,13 @@ class GenerationWatch:
         self.retry_seconds = retry_seconds
         self._lock = threading.Lock()
         self._connection: redis.Connection | None = None
-        self._epoch = 0  # +1 when something arrives or the connection changes: reads before it are void
+        self._key = ""  # the counter's full key
+        self._prefixes: dict[str, Callable[[str | None], None]] = {}  # full prefix -> callback
+        # +1 when the counter may have changed or the connection changes: reads before it are void.
+        self._epoch = 0
         self._known: tuple[int, float] | None = None  # (generation, monotonic time of its read)
+        self._proven_at = 0.0  # monotonic time up to which every message Redis sent has arrived
+        self._ping_sent: float | None = None  # monotonic time of the PING not yet answered
         self._retry_at = 0.0
 
     @property
@@ -318,17 +362,23 @@ class GenerationWatch:
 
     def generation(self) -> int | None:
         """The generation last read, while nothing says it changed; None: `read` it."""
-        known, connection = self._known, self._connection
-        if known is None or connection is None or time.monotonic() - known[1] >= self.trust_seconds:
+        if self._known is None or self._connection is None:
             return None
-        try:
-            if connection.can_read(timeout=0):
-                return None
-        except Exception:  # end of file, an error: read it again (and `read` makes a new connection)
-            return None
-        if self._connection is not connection:  # closed by another thread meanwhile
+        self._poll()
+        known = self._known
+        if known is None or not self._proven(known[1]):
             return None
         return known[0]
+
+    def vouches(self, read_at: float) -> bool:
+        """Whether every change Redis made to a watched key since `read_at` (a time.monotonic() taken
+        before a read of such keys) has been handed to its callback: the watch is armed, what arrived
+        is handed on, and the connection is proven up to `trust_seconds` ago or the read is that recent.
+        A caller that took its read before the watch was armed hears None from the arming."""
+        if self._connection is None:
+            return False
+        self._poll()
+        return self._proven(read_at)
 
     def read(self, get: Callable[[], int | None]) -> int | None:
         """`get()` the generation from Redis, with the watch armed first so that any change after the
@@ -343,11 +393,12 @@ class GenerationWatch:
             self._arm()  # outside the lock: a slow connect holds up no other request
         with self._lock:
             armed, epoch = self._connection is not None, self._epoch
+        read_at = time.monotonic()
         generation = get()
         if armed and generation is not None:
             with self._lock:
                 if self._epoch == epoch and self._connection is not None:
-                    self._known = (generation, time.monotonic())
+                    self._known = (generation, read_at)
         return generation
 
     def forget(self) -> None:
@@ -360,17 +411,79 @@ class GenerationWatch:
         with self._lock:
             self._close()
 
+    def _proven(self, read_at: float) -> bool:
+        return self._connection is not None and (
+            time.monotonic() - max(read_at, self._proven_at) < self.trust_seconds
+        )
+
+    def _poll(self) -> None:
+        """Hand on what Redis pushed; send a PING when the last proof is half `trust_seconds` old."""
+        connection = self._connection
+        if connection is None:
+            return
+        try:
+            waiting = connection.can_read(timeout=0)
+        except Exception:  # end of file, an error: _drain closes the connection
+            waiting = True
+        now = time.monotonic()
+        due = now - self._proven_at >= self.trust_seconds / 2
+        if not waiting and not due:
+            return
+        with self._lock:
+            if self._connection is not connection:
+                return  # closed or replaced by another thread meanwhile
+            if waiting:
+                self._drain()
+            if self._connection is None:
+                return
+            if self._ping_sent is None:
+                if now - self._proven_at >= self.trust_seconds / 2:
+                    try:
+                        connection.send_command("PING")
+                    except Exception:
+                        self._close()
+                        return
+                    self._ping_sent = now
+            elif now - self._ping_sent >= self.trust_seconds:
+                logger.warning("Redis did not answer the configuration watch's PING; connecting again")
+                self._close()
+
     def _drain(self) -> None:
-        """Read (and drop) what Redis published; close on end of file or an error."""
+        """Read and hand on what Redis published (the lock held); close on end of file or an error."""
         connection = self._connection
         if connection is None:
             return
         try:
             while connection.can_read(timeout=0):
-                self._epoch += 1
-                connection.read_response()
+                self._receive(connection.read_response())
         except Exception:
             self._close()
+
+    def _receive(self, message: Any) -> None:
+        kind = str_if_bytes(message[0]) if isinstance(message, list) and message else None
+        if kind == "pong":
+            if self._ping_sent is not None:
+                self._proven_at, self._ping_sent = self._ping_sent, None
+            return
+        keys = message[2] if kind == "message" and len(message) == 3 else None
+        if not isinstance(keys, list):  # a FLUSHDB or FLUSHALL (no keys), or a reply we do not know
+            self._changed_all()
+            return
+        for raw in keys:
+            key = str_if_bytes(raw)
+            if key == self._key:
+                self._known = None
+                self._epoch += 1
+                continue
+            for prefix, changed in self._prefixes.items():
+                if key.startswith(prefix):
+                    changed(key[len(prefix) :])
+
+    def _changed_all(self) -> None:
+        self._known = None
+        self._epoch += 1
+        for changed in self._prefixes.values():
+            changed(None)
 
     def _arm(self) -> None:
         """Make the tracking connection (`read` lets one caller at a time try, at most every
@@ -378,10 +491,12 @@ class GenerationWatch:
         connection = None
         try:
             connection, key = self.connect()
+            prefixes = {cache.make_and_validate_key(name): changed for name, changed in _key_watchers.items()}
             connection.connect()  # AUTH, SELECT and the client name, every answer read
             connection.send_command("CLIENT", "ID")
             client_id = connection.read_response()
-            connection.send_command("CLIENT", "TRACKING", "ON", "REDIRECT", client_id, "BCAST", "PREFIX", key)
+            tracked = [part for prefix in (key, *prefixes) for part in ("PREFIX", prefix)]
+            connection.send_command("CLIENT", "TRACKING", "ON", "REDIRECT", client_id, "BCAST", *tracked)
             answer = connection.read_response()  # a refusal raises here
             if str_if_bytes(answer) != "OK":
                 raise redis.ConnectionError(f"CLIENT TRACKING was answered {answer!r}")
@@ -399,14 +514,15 @@ class GenerationWatch:
                     connection.disconnect()
             return
         with self._lock:
-            self._connection = connection
-            self._epoch += 1
+            self._connection, self._key, self._prefixes = connection, key, prefixes
+            self._proven_at, self._ping_sent = 0.0, None
+            self._changed_all()  # what was read before the watch could not be told of changes
 
     def _close(self) -> None:
         connection = self._connection
-        self._connection = self._known = None
-        self._epoch += 1
+        self._connection = self._known = self._ping_sent = None
         self._retry_at = 0.0  # a connection that was working: make a new one at the next read
+        self._changed_all()
         if connection is not None:
             with contextlib.suppress(Exception):  # closing a connection that may be gone already
                 connection.disconnect()

@@ -10,7 +10,8 @@ import pytest
 from django.conf import settings
 from django.core.cache import cache
 
-from core.config_cache import config_generation_bump
+from core import config_cache
+from core.config_cache import config_generation, config_generation_bump
 from keys.services import api_key_create
 from tests.redis_commands import redis_commands
 from upstreams.circuit import (
@@ -41,6 +42,21 @@ def clean_cache():
     cache.clear()
 
 
+def watched() -> None:
+    """This process's configuration watch armed (a request's first use of the configuration arms it)."""
+    config_generation()
+    config_generation()
+    assert config_cache._watch.armed
+
+
+@pytest.fixture
+def unwatched():
+    """No configuration watch, as with a Redis that refuses CLIENT TRACKING: views expire instead."""
+    config_cache._watch.close()
+    yield
+    config_cache._watch.close()
+
+
 @needs_redis
 def test_a_success_on_a_closed_circuit_costs_one_redis_round_trip(demo_upstream):
     circuit_stats_flush()  # the next flush is due only STATS_FLUSH_SECONDS from now
@@ -59,6 +75,7 @@ def test_a_success_on_a_closed_circuit_costs_one_redis_round_trip(demo_upstream)
 def test_an_api_call_touches_the_circuit_once(client, alice, alpha_group, alpha_model):
     key = api_key_create(account=alice, group=alpha_group)[1]
     circuit_stats_flush()
+    watched()
 
     with redis_commands() as redis_seen:
         response = client.post(
@@ -158,7 +175,59 @@ def counted(upstream_id: int, minutes: range) -> tuple[int, int]:
 
 
 @needs_redis
-def test_a_clean_circuit_is_admitted_from_memory_until_its_view_expires(demo_upstream):
+def test_a_clean_view_costs_no_round_trip_while_redis_reports_no_change(demo_upstream):
+    watched()
+    assert circuit_admit(upstream_id=demo_upstream.pk).clean
+    time.sleep(CLEAN_VIEW_SECONDS + 0.05)  # older than a view may be without the watch
+
+    with redis_commands() as redis_seen:
+        again = circuit_admit(upstream_id=demo_upstream.pk)
+
+    assert again is not None and again.clean
+    assert redis_seen.circuit() == []
+
+
+@needs_redis
+def test_a_circuit_opened_by_another_process_is_seen_at_the_next_admission(demo_upstream):
+    watched()
+    assert circuit_admit(upstream_id=demo_upstream.pk).clean
+    cache.set(f"circuit:{demo_upstream.pk}:open_until", time.time() + 30, timeout=60)  # elsewhere
+
+    assert circuit_admit(upstream_id=demo_upstream.pk) is None
+
+
+@needs_redis
+def test_a_failure_counted_by_another_process_ends_the_view_at_once(demo_upstream):
+    watched()
+    assert circuit_admit(upstream_id=demo_upstream.pk).clean
+    cache.set(f"circuit:{demo_upstream.pk}:failures", 1, timeout=None)  # elsewhere
+
+    with redis_commands() as redis_seen:
+        admission = circuit_admit(upstream_id=demo_upstream.pk)
+
+    assert admission is not None and not admission.clean
+    assert [command.split()[0] for command in redis_seen.circuit()] == ["MGET"]
+
+
+@needs_redis
+def test_other_upstreams_and_the_call_counts_leave_a_view_alone(demo_upstream):
+    watched()
+    assert circuit_admit(upstream_id=demo_upstream.pk).clean
+    minute = int(time.time() // 60)
+    cache.incr(f"circuit:{demo_upstream.pk}:calls:{minute}") if cache.get(
+        f"circuit:{demo_upstream.pk}:calls:{minute}"
+    ) else cache.set(f"circuit:{demo_upstream.pk}:calls:{minute}", 5)  # another process's flush
+    cache.set(f"circuit:{demo_upstream.pk + 1000}:open_until", time.time() + 30, timeout=60)
+
+    with redis_commands() as redis_seen:
+        again = circuit_admit(upstream_id=demo_upstream.pk)
+
+    assert again is not None and again.clean
+    assert redis_seen.circuit() == []
+
+
+@needs_redis
+def test_without_the_watch_a_clean_view_expires_after_clean_view_seconds(demo_upstream, unwatched):
     first = circuit_admit(upstream_id=demo_upstream.pk)
     assert first is not None and first.clean
 
@@ -169,6 +238,7 @@ def test_a_clean_circuit_is_admitted_from_memory_until_its_view_expires(demo_ups
     assert redis_seen.circuit() == []
     # Another process opens the circuit: this one sees it once its clean view is older than allowed.
     cache.set(f"circuit:{demo_upstream.pk}:open_until", time.time() + 30, timeout=60)
+    assert circuit_admit(upstream_id=demo_upstream.pk) is not None
     time.sleep(CLEAN_VIEW_SECONDS)
     assert circuit_admit(upstream_id=demo_upstream.pk) is None
 
@@ -185,7 +255,7 @@ def test_a_failure_here_ends_the_clean_view_at_once(demo_upstream):
     assert [command.split()[0] for command in redis_seen.circuit()] == ["MGET"]
 
 
-def test_a_configuration_change_ends_the_clean_views(demo_upstream):
+def test_a_configuration_change_ends_the_clean_views(demo_upstream, unwatched):
     assert circuit_admit(upstream_id=demo_upstream.pk).clean
     cache.set(f"circuit:{demo_upstream.pk}:open_until", time.time() + 30, timeout=60)
     assert circuit_admit(upstream_id=demo_upstream.pk) is not None  # still the clean view

@@ -20,6 +20,7 @@ import redis
 from django.conf import settings
 from django.core.cache import cache
 
+from core import config_cache
 from core.config_cache import (
     GENERATION_KEY,
     WATCH_CLIENT_NAME,
@@ -144,6 +145,92 @@ def test_a_value_is_trusted_for_trust_seconds_at_most(server):
         watch.close()
 
 
+def counted(get):
+    calls = []
+
+    def counting() -> int:
+        calls.append(1)
+        return get()
+
+    return counting, calls
+
+
+def test_a_watch_in_use_stays_trusted_past_trust_seconds_on_answered_pings(server):
+    watch = GenerationWatch(trust_seconds=0.2)
+    server.set(full_key(), 7)
+    get, reads = counted(read_from(server))
+    try:
+        assert watch.read(get) == 7
+        deadline = time.monotonic() + 0.8  # four times trust_seconds
+        while time.monotonic() < deadline:
+            assert watch.generation() == 7
+            time.sleep(0.02)
+        assert reads == [1]  # the PINGs proved the connection; the counter was never read again
+        server.incr(full_key())
+        assert watch.generation() is None  # and a change is still seen at once
+    finally:
+        watch.close()
+
+
+def test_an_unanswered_ping_ends_the_trust_and_the_connection(server, caplog):
+    watch = GenerationWatch(trust_seconds=0.2)
+    server.set(full_key(), 7)
+    try:
+        assert watch.read(read_from(server)) == 7
+        assert watch.generation() == 7  # sends the first PING
+        time.sleep(0.05)
+        assert watch.generation() == 7  # its PONG: the connection is proven
+        server.client_pause(1500, all=True)  # a server that no longer answers (nor pushes)
+        with caplog.at_level(logging.WARNING, logger="gateway.cache"):
+            deadline = time.monotonic() + 1.2
+            while watch.generation() is not None and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert watch.generation() is None
+            while watch.armed and time.monotonic() < deadline:
+                watch.generation()
+                time.sleep(0.02)
+        assert not watch.armed  # the PING went unanswered for trust_seconds: closed
+        assert "did not answer" in caplog.text
+        server.client_unpause()
+        assert watch.read(read_from(server)) == 7  # a new connection
+        assert watch.armed
+        assert watch.generation() == 7
+    finally:
+        server.client_unpause()
+        watch.close()
+
+
+def test_changes_of_a_watched_prefix_go_to_its_callback_not_to_the_generation(server):
+    heard: list[str | None] = []
+    prefix = f"igw-test-{uuid.uuid4().hex[:8]}:"
+    config_cache.key_changes_watch(prefix, heard.append)
+    watch = GenerationWatch()
+    server.set(full_key(), 7)
+    get, reads = counted(read_from(server))
+    try:
+        assert watch.read(get) == 7
+        assert heard == [None]  # armed: whatever was read before may have changed
+        heard.clear()
+        cache.set(f"{prefix}5:open_until", 1)
+        cache.set(f"other-{prefix}5", 1)  # not under the prefix
+        server.set(full_key() + "-not-the-counter", 1)
+        deadline = time.monotonic() + 2
+        while not heard and time.monotonic() < deadline:
+            assert watch.generation() == 7
+            time.sleep(0.01)
+        assert heard == ["5:open_until"]
+        assert watch.generation() == 7
+        assert reads == [1]
+        assert watch.vouches(time.monotonic())
+        server.flushdb()  # everything may have changed
+        server.set(full_key(), 8)
+        assert watch.generation() is None
+        assert None in heard
+    finally:
+        config_cache._key_watchers.pop(prefix, None)
+        watch.close()
+
+
 def test_a_server_that_refuses_tracking_leaves_every_use_reading_redis(server, caplog):
     user, password = f"igw-no-tracking-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
     server.acl_setuser(
@@ -235,3 +322,30 @@ def test_an_api_call_asks_redis_nothing_about_the_configuration_while_it_is_unch
     with redis_commands() as seen:
         assert call() == 200
     assert [command.split()[0].upper() for command in seen.naming(full_key())] == ["GET"]
+
+
+@pytest.mark.django_db
+def test_calls_spaced_beyond_the_views_lifetimes_ask_redis_nothing_about_configuration_or_circuits(
+    server, client, alice, alpha_group, alpha_model
+):
+    """Past CLEAN_VIEW_SECONDS and half of trust_seconds between calls (a stream or two a second),
+    neither the generation nor the circuit is read again: the watch's answered PINGs vouch for both."""
+    key = api_key_create(account=alice, group=alpha_group)[1]
+
+    def call() -> int:
+        return client.post(
+            "/v1/images/generations",
+            data=json.dumps({"model": "alpha-image-2", "prompt": "a red square", "size": "64x64"}),
+            content_type="application/json",
+            headers={"Authorization": f"Bearer {key}"},
+        ).status_code
+
+    assert call() == 200
+    settled()
+    assert call() == 200
+    for _ in range(3):
+        time.sleep(0.6)
+        with redis_commands() as seen:
+            assert call() == 200
+        assert seen.naming(full_key()) == []
+        assert [command for command in seen.circuit() if command.startswith("MGET")] == []

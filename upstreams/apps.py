@@ -8,10 +8,12 @@ class UpstreamsConfig(AppConfig):
     def ready(self) -> None:
         from django.core import checks
 
-        from core.config_cache import local_state_register
+        from core.config_cache import key_changes_watch, local_state_register
         from upstreams.checks import upstream_keys_check
-        from upstreams.circuit import circuit_views_clear
+        from upstreams.circuit import CIRCUIT_PREFIX, circuit_key_changed, circuit_views_clear
 
-        # The circuit breaker's per-process view is dropped with the configuration caches.
+        # The circuit breaker's per-process view is dropped with the configuration caches, and a view
+        # of a circuit ends when Redis reports a change of it.
         local_state_register(circuit_views_clear)
+        key_changes_watch(CIRCUIT_PREFIX, circuit_key_changed)
         checks.register(upstream_keys_check, "upstreams")

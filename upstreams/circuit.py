@@ -8,12 +8,17 @@ success closes the circuit, its failure opens it for another cooldown.
 
 Round trips: `circuit_admit` reads the circuit with one MGET (the end of the cooldown and the failure
 count) and returns an `Admission`. When that read finds the circuit closed with no failure counted,
-the process remembers it for CLEAN_VIEW_SECONDS and admits the upstream's next calls without asking
-Redis again; a failure, a reset or a configuration change made in this process ends that view at once.
-So a circuit opened by another process is seen here within CLEAN_VIEW_SECONDS (a few more calls may go to
-the failing upstream meanwhile, and fail over as usual); opening, the cooldown and the single
-half-open probe are decided in Redis as before. A success writes nothing when its admission found the circuit
-closed with no failure counted, which is the steady state: one round trip per call in all. Otherwise
+the process remembers it (a clean view) and admits the upstream's next calls without asking Redis
+again, for as long as Redis reports no change of the upstream's circuit: the process's configuration
+watch (core.config_cache.key_changes_watch) hears of every write to a `circuit:` key the moment it is
+made, whichever process makes it, and a failure counted or a circuit opened elsewhere ends the view
+before this process's next admission. When the watch cannot vouch for that (no Redis, a server
+without CLIENT TRACKING, a connection not proven recently), a view lasts CLEAN_VIEW_SECONDS, so a
+circuit opened by another process is seen here within that (a few more calls may go to the failing
+upstream meanwhile, and fail over as usual). A failure, a reset or a configuration change made in
+this process ends the view at once. Opening, the cooldown and the single half-open probe are decided
+in Redis as before. A success writes nothing when its admission found the circuit
+closed with no failure counted, which is the steady state: no round trip per call at all. Otherwise
 (failures counted, or the call is the half-open probe) the success resets the circuit with one
 DELETE. A success thus resets what its admission saw: a failure counted by another call while this
 one was in flight is reset by the next success admitted after it.
@@ -50,6 +55,7 @@ from django.core.cache import cache
 from django.core.cache.backends.base import BaseCache
 from django.core.cache.backends.locmem import LocMemCache
 
+from core.config_cache import key_changes_receive, key_changes_reported
 from core.redis_health import RedisUnavailable, redis_guarded
 
 logger = logging.getLogger("gateway.upstream")
@@ -61,8 +67,15 @@ STATS_FLUSH_SECONDS = 5.0
 CLEAN_VIEW_SECONDS = 0.25
 T = TypeVar("T")
 
-# upstream id -> time.monotonic() of the last read that found its circuit closed with no failure.
-_clean_views: dict[int, float] = {}
+# upstream id -> (time.monotonic() before the last read that found its circuit closed with no
+# failure, the view's token then).
+_clean_views: dict[int, tuple[float, tuple[int, int]]] = {}
+# Reported changes (circuit_key_changed): of every circuit, and per upstream. A view holds only while
+# neither has moved since its read.
+_changes_all = 0
+_changes: dict[int, int] = {}
+# The keys whose change ends a clean view (the per-minute counters do not).
+STATE_NAMES = ("failures", "open_until", "probe")
 # upstream id -> time.monotonic() of this process's last call let through its open circuit.
 _panic_probes: dict[int, float] = {}
 _panic_lock = threading.Lock()
@@ -80,8 +93,11 @@ def _stored(operation: Callable[[BaseCache], T]) -> T:
         return operation(_fallback)
 
 
+CIRCUIT_PREFIX = "circuit:"
+
+
 def _key(upstream_id: int, name: str) -> str:
-    return f"circuit:{upstream_id}:{name}"
+    return f"{CIRCUIT_PREFIX}{upstream_id}:{name}"
 
 
 def _state_keys(upstream_id: int) -> list[str]:
@@ -119,16 +135,18 @@ def circuit_admit(
     """Let a call go to this upstream now (an Admission), or None while its circuit is open. Takes the
     single probe slot when the cooldown has ended."""
     seen_clean = _clean_views.get(upstream_id)
-    if seen_clean is not None and time.monotonic() - seen_clean < CLEAN_VIEW_SECONDS:
+    if seen_clean is not None and _view_holds(upstream_id, *seen_clean):
         return Admission(upstream_id=upstream_id, clean=True)
     open_key, failures_key = _key(upstream_id, "open_until"), _key(upstream_id, "failures")
+    key_changes_receive()
+    read_at, token = time.monotonic(), _view_token(upstream_id)
     # One round trip (MGET) decides the common case.
     values = _stored(lambda store: store.get_many([open_key, failures_key]))
     open_until = values.get(open_key)
     if open_until is None:
         clean = not values.get(failures_key)
         if clean:
-            _clean_views[upstream_id] = time.monotonic()
+            _clean_views[upstream_id] = (read_at, token)
         else:
             _clean_views.pop(upstream_id, None)
         return Admission(upstream_id=upstream_id, clean=clean)
@@ -141,6 +159,32 @@ def circuit_admit(
     if _stored(lambda store: store.add(probe_key, 1, timeout=max(1, int(cooldown)))):
         return Admission(upstream_id=upstream_id, clean=False, probe=True)
     return None
+
+
+def _view_token(upstream_id: int) -> tuple[int, int]:
+    return _changes_all, _changes.get(upstream_id, 0)
+
+
+def _view_holds(upstream_id: int, read_at: float, token: tuple[int, int]) -> bool:
+    """A clean view still holds: no change of the circuit reported since its read (asked first, so
+    that what has arrived is handed on), and the watch vouches for the time since, or it is recent."""
+    reported = key_changes_reported(read_at)
+    if _view_token(upstream_id) != token:
+        return False
+    return reported or time.monotonic() - read_at < CLEAN_VIEW_SECONDS
+
+
+def circuit_key_changed(rest: str | None) -> None:
+    """The configuration watch's report of a changed `circuit:` key (`rest`: what follows the prefix,
+    "<upstream id>:<name>"), or None when anything may have changed: ends the clean views it concerns."""
+    global _changes_all
+    upstream, _, name = (rest or "").partition(":")
+    if rest is not None and name.split(":", 1)[0] not in STATE_NAMES:
+        return  # a per-minute counter
+    if rest is None or not upstream.isdigit():
+        _changes_all += 1
+        return
+    _changes[int(upstream)] = _changes.get(int(upstream), 0) + 1
 
 
 def circuit_admit_panic(*, upstream_id: int, cooldown: float = DEFAULT_COOLDOWN_SECONDS) -> Admission | None:
