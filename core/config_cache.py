@@ -79,7 +79,7 @@ def key_changes_receive() -> None:
     """Hand to the callbacks what Redis has reported so far, without waiting: before taking a token
     of what the callbacks keep, so that changes made before a read cannot void what it finds."""
     if config_cache_enabled():
-        _watch.vouches(0.0)
+        _watch.receive()
 
 
 def key_changes_reported(read_at: float) -> bool:
@@ -379,6 +379,10 @@ class GenerationWatch:
             return False
         self._poll()
         return self._proven(read_at)
+
+    def receive(self) -> None:
+        """Hand on what Redis has pushed so far, without waiting."""
+        self._poll()
 
     def read(self, get: Callable[[], int | None]) -> int | None:
         """`get()` the generation from Redis, with the watch armed first so that any change after the
