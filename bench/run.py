@@ -1061,10 +1061,14 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+MIN_STREAMS_FOR_RSS = 100  # below this, the growth is the process's warm-up, not the streams'
+
+
 def rss_per_stream_kb(r: dict[str, Any]) -> float | None:
     """The target's memory per open stream: its processes' peak RSS over their RSS before the scenario,
-    divided by the most streams open at once."""
-    if not r.get("rss_total_mb") or not r.get("streams_max_open"):
+    divided by the most streams open at once; None with fewer than MIN_STREAMS_FOR_RSS open (one
+    stream at a time "costs" whatever the process allocated on its first calls)."""
+    if not r.get("rss_total_mb") or (r.get("streams_max_open") or 0) < MIN_STREAMS_FOR_RSS:
         return None
     return (r["rss_total_mb"] - r["rss_total_idle_mb"]) * 1024 / r["streams_max_open"]
 
