@@ -421,25 +421,18 @@ class GenerationWatch:
         )
 
     def _poll(self) -> None:
-        """Hand on what Redis pushed; send a PING when the last proof is half `trust_seconds` old."""
-        connection = self._connection
-        if connection is None:
-            return
-        try:
-            waiting = connection.can_read(timeout=0)
-        except Exception:  # end of file, an error: _drain closes the connection
-            waiting = True
-        now = time.monotonic()
-        due = now - self._proven_at >= self.trust_seconds / 2
-        if not waiting and not due:
+        """Hand on what Redis pushed; send a PING when the last proof is half `trust_seconds` old.
+
+        Only ever under the lock: a redis-py connection is not safe to read from two threads (or
+        greenlets) at once, and one caller may be inside `read_response` while another asks."""
+        if self._connection is None:
             return
         with self._lock:
-            if self._connection is not connection:
-                return  # closed or replaced by another thread meanwhile
-            if waiting:
-                self._drain()
-            if self._connection is None:
+            self._drain()
+            connection = self._connection
+            if connection is None:
                 return
+            now = time.monotonic()
             if self._ping_sent is None:
                 if now - self._proven_at >= self.trust_seconds / 2:
                     try:

@@ -349,3 +349,41 @@ def test_calls_spaced_beyond_the_views_lifetimes_ask_redis_nothing_about_configu
             assert call() == 200
         assert seen.naming(full_key()) == []
         assert [command for command in seen.circuit() if command.startswith("MGET")] == []
+
+
+def test_threads_polling_while_changes_arrive_never_share_a_read_of_the_connection(server):
+    """The connection is read only under the watch's lock: threads asking at once while Redis pushes
+    a change after another all finish, and end up with the last value."""
+    watch = GenerationWatch(trust_seconds=0.05)  # PINGs often too
+    server.set(full_key(), 0)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            while not stop.is_set():
+                if watch.generation() is None:
+                    watch.read(read_from(server))
+                watch.vouches(time.monotonic())
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    watch.read(read_from(server))
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    try:
+        for thread in threads:
+            thread.start()
+        for _ in range(300):
+            server.incr(full_key())
+        time.sleep(0.2)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+    try:
+        assert not any(thread.is_alive() for thread in threads)
+        assert errors == []
+        assert watch.generation() in (None, 300)
+        assert watch.read(read_from(server)) == 300
+    finally:
+        watch.close()
