@@ -252,12 +252,8 @@ def redis_start(procs: Processes, workdir: Path) -> str:
     return f"redis://127.0.0.1:{port}/0"
 
 
-def fake_upstream_start(
-    procs: Processes, workdir: Path, src: Path, *, name: str, latency: float, image_bytes: int
-) -> int:
-    argv = [PYTHON, "-m", "bench.upstream", "--port", "0", "--latency", str(latency)]
-    if image_bytes:
-        argv += ["--image-bytes", str(image_bytes)]
+def upstream_process_start(procs: Processes, workdir: Path, src: Path, *, name: str, argv: list[str]) -> int:
+    """A fake upstream (`argv` with `--port 0`), started from the snapshot; its port, as it prints it."""
     process = procs.start(
         f"upstream {name}", argv, log_path=workdir / f"upstream-{name}.log", cwd=src, stdout=subprocess.PIPE
     )
@@ -268,6 +264,15 @@ def fake_upstream_start(
     return int(match.group(1))
 
 
+def fake_upstream_start(
+    procs: Processes, workdir: Path, src: Path, *, name: str, latency: float, image_bytes: int
+) -> int:
+    argv = [PYTHON, "-m", "bench.upstream", "--port", "0", "--latency", str(latency)]
+    if image_bytes:
+        argv += ["--image-bytes", str(image_bytes)]
+    return upstream_process_start(procs, workdir, src, name=name, argv=argv)
+
+
 def text_upstream_start(
     procs: Processes, workdir: Path, src: Path, *, name: str, ttft: float, events: int, interval: float
 ) -> int:
@@ -275,14 +280,7 @@ def text_upstream_start(
         PYTHON, "-m", "bench.text_upstream", "--port", "0", "--ttft", str(ttft), "--events", str(events),
         "--interval", str(interval),
     ]  # fmt: skip
-    process = procs.start(
-        f"upstream {name}", argv, log_path=workdir / f"upstream-{name}.log", cwd=src, stdout=subprocess.PIPE
-    )
-    line = process.stdout.readline().decode()
-    match = re.match(r"listening on (\d+)", line)
-    if not match:
-        raise RuntimeError(f"fake text upstream {name} did not start: {line!r}")
-    return int(match.group(1))
+    return upstream_process_start(procs, workdir, src, name=name, argv=argv)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -3,10 +3,7 @@ admin) and the spec's two image groups, built through the project's own services
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 import requests
@@ -19,6 +16,7 @@ from core.redis_health import redis_health_reset
 from groups.services import group_upsert
 from images.services import image_model_upsert
 from tests.factories import alpha_group_make, image_model_make, upstream_make
+from tests.listening_process import listening_process
 from upstreams.services import upstream_upsert
 
 
@@ -165,35 +163,17 @@ class FakeUpstream:
         requests.post(f"{self._root}/_reset", timeout=5)
 
 
-def _start_fake_upstream():
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.fake_upstream", "--port", "0"],
-        cwd=Path(__file__).resolve().parent.parent,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    line = process.stdout.readline()
-    if not line.startswith("listening on "):
-        process.kill()
-        raise RuntimeError(f"fake upstream did not start: {line!r}")
-    return process, FakeUpstream(int(line.split()[-1]))
-
-
 @pytest.fixture(scope="session")
 def fake_upstream_process():
     """The fake upstream as a real process on 127.0.0.1, started once per test session."""
-    process, upstream = _start_fake_upstream()
-    yield upstream
-    process.terminate()
-    process.wait(timeout=10)
+    with listening_process("tests.fake_upstream") as port:
+        yield FakeUpstream(port)
 
 
 @pytest.fixture(scope="session")
 def second_fake_upstream_process():
-    process, upstream = _start_fake_upstream()
-    yield upstream
-    process.terminate()
-    process.wait(timeout=10)
+    with listening_process("tests.fake_upstream") as port:
+        yield FakeUpstream(port)
 
 
 @pytest.fixture

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.listening_process import process_stop
+
 BASE_IMAGE = "igw-base:bookworm"
 DEBIAN_SUITE = "bookworm"
 # What the Dockerfile needs of a base: python3 with venv (and so ensurepip) and CA certificates.
@@ -168,12 +170,7 @@ def docker_engine() -> Iterator[DockerEngine]:
             pytest.skip(NO_BUILDKIT)
         yield DockerEngine(client=builder, env=env, private=True)
     finally:
-        daemon.terminate()
-        try:
-            daemon.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait(timeout=10)
+        process_stop(daemon, timeout=30)
         _unmount_under(workdir)
         shutil.rmtree(workdir, ignore_errors=True)
 

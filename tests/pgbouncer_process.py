@@ -17,6 +17,8 @@ from pathlib import Path
 
 from django.db import connection
 
+from tests.listening_process import process_stop
+
 PGBOUNCER = shutil.which("pgbouncer") or next(
     (p for p in ("/usr/sbin/pgbouncer",) if os.access(p, os.X_OK)), None
 )
@@ -74,11 +76,6 @@ def pgbouncer_serving() -> Iterator[str]:
                 time.sleep(0.05)
         yield f"postgres://{user}:{password}@127.0.0.1:{port}/{db['NAME']}"
     finally:
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=5)
+        if process is not None:
+            process_stop(process)
         shutil.rmtree(directory, ignore_errors=True)

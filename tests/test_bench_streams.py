@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.listening_process import listening_process
+
 ROOT = Path(__file__).resolve().parent.parent
 EVENTS, INTERVAL_S, TTFT_S = 5, 0.01, 0.05
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "Say hello"}], "stream": True}
@@ -18,20 +20,10 @@ CHAT = {"model": "m", "messages": [{"role": "user", "content": "Say hello"}], "s
 
 @pytest.fixture(scope="module")
 def port():
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bench.text_upstream", "--port", "0", "--ttft", str(TTFT_S),
-         "--events", str(EVENTS), "--interval", str(INTERVAL_S)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    line = process.stdout.readline()
-    if not line.startswith("listening on "):
-        process.kill()
-        raise RuntimeError(f"bench text upstream did not start: {line!r}")
-    yield int(line.split()[-1])
-    process.terminate()
-    process.wait(timeout=10)
+    with listening_process(
+        "bench.text_upstream", "--ttft", str(TTFT_S), "--events", str(EVENTS), "--interval", str(INTERVAL_S)
+    ) as port:
+        yield port
 
 
 def streams(port: int, *args: str, body: dict | None = None, path: str = "/v1/chat/completions") -> dict:

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import anthropic
 import openai
 import pytest
 import requests
+
+from tests.listening_process import listening_process
 
 MESSAGES = [{"role": "user", "content": "Say hello"}]  # 3 + ceil(13 characters / 4) = 7 input tokens
 DELTAS = ["tok ", "ken ", "tok ", "ken ", "tok "]  # two texts in turn, never one repeated
@@ -22,19 +21,8 @@ SERVER_ARGS = ["--ttft", "0.05", "--events", "5", "--interval", "0.01"]
 
 @pytest.fixture(scope="module")
 def port():
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bench.text_upstream", "--port", "0", *SERVER_ARGS],
-        cwd=Path(__file__).resolve().parent.parent,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    line = process.stdout.readline()
-    if not line.startswith("listening on "):
-        process.kill()
-        raise RuntimeError(f"bench text upstream did not start: {line!r}")
-    yield int(line.split()[-1])
-    process.terminate()
-    process.wait(timeout=10)
+    with listening_process("bench.text_upstream", *SERVER_ARGS) as port:
+        yield port
 
 
 @pytest.fixture

@@ -298,11 +298,8 @@ def test_a_slow_connect_holds_up_no_other_read(server):
     watch.close()
 
 
-@pytest.mark.django_db
-def test_an_api_call_asks_redis_nothing_about_the_configuration_while_it_is_unchanged(
-    server, client, alice, alpha_group, alpha_model
-):
-    key = api_key_create(account=alice, group=alpha_group)[1]
+def image_caller(client, key: str):
+    """A billed image call with `key`, answering its status."""
 
     def call() -> int:
         return client.post(
@@ -311,6 +308,15 @@ def test_an_api_call_asks_redis_nothing_about_the_configuration_while_it_is_unch
             content_type="application/json",
             headers={"Authorization": f"Bearer {key}"},
         ).status_code
+
+    return call
+
+
+@pytest.mark.django_db
+def test_an_api_call_asks_redis_nothing_about_the_configuration_while_it_is_unchanged(
+    server, client, alice, alpha_group, alpha_model
+):
+    call = image_caller(client, api_key_create(account=alice, group=alpha_group)[1])
 
     assert call() == 200
     settled()
@@ -330,15 +336,7 @@ def test_calls_spaced_beyond_the_views_lifetimes_ask_redis_nothing_about_configu
 ):
     """Past CLEAN_VIEW_SECONDS and half of trust_seconds between calls (a stream or two a second),
     neither the generation nor the circuit is read again: the watch's answered PINGs vouch for both."""
-    key = api_key_create(account=alice, group=alpha_group)[1]
-
-    def call() -> int:
-        return client.post(
-            "/v1/images/generations",
-            data=json.dumps({"model": "alpha-image-2", "prompt": "a red square", "size": "64x64"}),
-            content_type="application/json",
-            headers={"Authorization": f"Bearer {key}"},
-        ).status_code
+    call = image_caller(client, api_key_create(account=alice, group=alpha_group)[1])
 
     assert call() == 200
     settled()

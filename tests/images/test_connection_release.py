@@ -17,13 +17,10 @@ from billing.statements import hold_reserve_sql, statement_run
 from keys.services import api_key_create
 from tests.factories import image_model_make
 from tests.images.conftest import OPENAI_BASE, image_bytes
+from tests.markers import POOLED_POSTGRES
 
 pytestmark = [
-    pytest.mark.postgres,
-    pytest.mark.skipif(
-        not connection.settings_dict.get("OPTIONS", {}).get("pool"),
-        reason="needs PostgreSQL with its connection pool (DATABASE_POOL_MAX_SIZE > 0)",
-    ),
+    *POOLED_POSTGRES,
     pytest.mark.django_db(transaction=True),  # the connection can only be given back outside a transaction
 ]
 

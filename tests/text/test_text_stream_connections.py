@@ -12,15 +12,12 @@ import pytest
 from django.db import connection
 
 from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
+from tests.markers import POOLED_POSTGRES
 from tests.text.conftest import OPENAI_BASE, sse_body
 from tests.upstreams.conftest import event_by_event
 
 pytestmark = [
-    pytest.mark.postgres,
-    pytest.mark.skipif(
-        not connection.settings_dict.get("OPTIONS", {}).get("pool"),
-        reason="needs PostgreSQL with its connection pool (DATABASE_POOL_MAX_SIZE > 0)",
-    ),
+    *POOLED_POSTGRES,
     pytest.mark.django_db(transaction=True),  # the connection can only be given back outside a transaction
 ]
 
