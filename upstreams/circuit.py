@@ -74,7 +74,7 @@ _clean_views: dict[int, tuple[float, tuple[int, int]]] = {}
 # neither has moved since its read.
 _changes_all = 0
 _changes: dict[int, int] = {}
-# The keys whose change ends a clean view (the per-minute counters do not).
+# The circuit's state: a change of any of its keys ends a clean view (the per-minute counters do not).
 STATE_NAMES = ("failures", "open_until", "probe")
 # upstream id -> time.monotonic() of this process's last call let through its open circuit.
 _panic_probes: dict[int, float] = {}
@@ -101,7 +101,7 @@ def _key(upstream_id: int, name: str) -> str:
 
 
 def _state_keys(upstream_id: int) -> list[str]:
-    return [_key(upstream_id, "failures"), _key(upstream_id, "open_until"), _key(upstream_id, "probe")]
+    return [_key(upstream_id, name) for name in STATE_NAMES]
 
 
 @dataclass(frozen=True)
