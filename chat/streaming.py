@@ -7,6 +7,10 @@
   (events that arrived in one read of the upstream go out in one write); the family's tracker
   (chat/families.py) reads the usage on the way and may hold back one event (a chat completion's
   usage-only chunk, which the caller did not ask for).
+- The upstream's keep-alives (blocks of SSE comments, `: ping`) after the first event are passed on
+  too, so the caller's connection (and any proxy's idle timeout on it) sees the stream alive while
+  the model thinks. Those before the first event are not: the answer starts with the first event,
+  so that until then a failing upstream can still fail over and a refusal keep its status.
 - When the family's final event arrives, it is passed on and the exact cost of the reported usage
   captured before the answer's body ends, so whoever reads the account after the stream (the SDKs
   read a stream to its end) sees the final state, and the last event waits for no database.
@@ -73,7 +77,7 @@ def stream_open(
         if not 200 <= reply.status < 300 or reply.events is None:
             return reply, None
         try:
-            first = next(reply.events)
+            first = next(event for event in reply.events if not event.comment)
         except StopIteration:
             reply.close()
             raise UpstreamError("the upstream's stream was empty", status=502, retryable=True) from None
@@ -162,11 +166,14 @@ def text_stream_relay(
         # itertools.chain, not a generator: leaving this loop (the caller went away) must not close
         # the upstream's events, which the drain below reads on.
         for event in itertools.chain((opened.first,), reply.events or ()):
-            relayed = tracker.feed(event)
-            if tracker.error is not None:
-                raise _stream_error(tracker.error, upstream=opened.upstream)
-            if relayed:
-                batch.append(event.raw or sse_encode(event))
+            if event.comment:  # a keep-alive: nothing to track
+                batch.append(event.raw)
+            else:
+                relayed = tracker.feed(event)
+                if tracker.error is not None:
+                    raise _stream_error(tracker.error, upstream=opened.upstream)
+                if relayed:
+                    batch.append(event.raw or sse_encode(event))
             final = tracker.complete and not meter.resolved
             if batch and (final or not event.more):
                 yield batch[0] if len(batch) == 1 else b"".join(batch)
@@ -222,6 +229,8 @@ def _drain(*, reply: TextReply, tracker: StreamTracker, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     try:
         for event in reply.events or iter(()):
+            if event.comment:
+                continue
             tracker.feed(event)
             if tracker.complete or tracker.error is not None or time.monotonic() > deadline:
                 return

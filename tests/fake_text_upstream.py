@@ -30,6 +30,7 @@ Scripted answers for these paths (besides the status/json/body/drop/hang answers
 - {"status": 529, "error": "Overloaded"}: an error body in the path's family shape (optional
   "error_type", "headers" such as Retry-After).
 - {"event_delay": 0.1}: seconds between stream events (any success answer may carry it).
+- {"keep_alive": true}: a comment block (`: keep-alive`), as a chunk of its own, before each event.
 - {"action": "cut_stream", "after": N}: N events (default 2, never the final one), then the connection
   drops mid-body; with "framing": "close" the body is not chunked, so the cut looks like a clean end.
 - {"action": "stream_error", "after": N}: N events, then the family's in-stream error event.

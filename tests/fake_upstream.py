@@ -262,11 +262,13 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # the body ends when the connection closes
         self.end_headers()
         delay = float(answer.get("event_delay") or 0)
+        keep_alive = b": keep-alive\n\n" if answer.get("keep_alive") else b""
         for index, event in enumerate(events):
             if delay and index:
                 time.sleep(delay)
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event) if chunked else event)
-            self.wfile.flush()
+            for piece in (keep_alive, event) if keep_alive else (event,):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+                self.wfile.flush()
         if stop_after is not None and not error:
             # Cut: the connection drops without the chunked body's last chunk.
             self.close_connection = True

@@ -1,7 +1,8 @@
 """Server-sent event streams as they arrive from an upstream (the WHATWG `text/event-stream` format).
 
 `sse_events` yields each complete event's `event` and `data` fields, and the bytes it came in (which
-a relay passes on as they are); every adapter that reads an event stream parses it here.
+a relay passes on as they are), and on request the blocks of comments alone (keep-alives); every
+adapter that reads an event stream parses it here.
 """
 
 from __future__ import annotations
@@ -30,20 +31,26 @@ class SSEEvent:
     included) through the blank line that ends it; a block of comments alone is no event. Events made
     by the gateway have none; a relay encodes those (chat.streaming.sse_encode).
 
-    `more` is True when the next event arrived with this one (a relay then sends them together)."""
+    `more` is True when the next event arrived with this one (a relay then sends them together).
+
+    `comment` is True for a block of comments alone (`: ping`, the keep-alive some providers send while
+    a model thinks), yielded only when asked for (`sse_events(..., comments=True)`): no event, but
+    bytes a relay passes on so that its caller's connection does not sit idle either."""
 
     event: str
     data: str
     raw: bytes = field(default=b"", compare=False, repr=False)
     more: bool = field(default=False, compare=False, repr=False)
+    comment: bool = False
 
 
-def sse_events(reply: UpstreamReply) -> Iterator[SSEEvent]:
+def sse_events(reply: UpstreamReply, *, comments: bool = False) -> Iterator[SSEEvent]:
     """The events of a streamed reply as they arrive.
 
-    An event is dispatched at the blank line that ends it, and only when it had a data line (an event
-    of comments or of an `event:` line alone yields nothing). An event the stream ends inside is not
-    delivered. A failure while reading is the transport's UpstreamError (its outcome unknown).
+    An event is dispatched at the blank line that ends it, and only when it had a data line (a block
+    of an `event:` or other field alone yields nothing; a block of comments alone yields a `comment`
+    SSEEvent with `comments`, else nothing). An event the stream ends inside is not delivered. A
+    failure while reading is the transport's UpstreamError (its outcome unknown).
 
     Lines end with CRLF, LF or CR, and the stream is UTF-8 (the encoding of every event stream). Line
     ends are made "\\n" as the pieces arrive, then each event is cut at its blank line with one search
@@ -71,7 +78,7 @@ def sse_events(reply: UpstreamReply) -> Iterator[SSEEvent]:
         arrived: list[tuple[str, str, bytes]] = []
         while (end := buffer.find(_BLANK, searched)) >= 0:
             searched = end + 2
-            if (fields := _sse_fields(buffer, start, end)) is not None:
+            if (fields := _sse_fields(buffer, start, end, comments)) is not None:
                 arrived.append(fields)
             start = searched
         searched = max(start, len(buffer) - 1)  # a blank line may begin with the last byte
@@ -80,20 +87,23 @@ def sse_events(reply: UpstreamReply) -> Iterator[SSEEvent]:
             searched -= start
             start = 0
         last = len(arrived) - 1
-        for index, (event_type, data, raw) in enumerate(arrived):
-            yield SSEEvent(event=event_type, data=data, raw=raw, more=index < last)
+        for index, (event_type, data, raw, comment) in enumerate(arrived):
+            yield SSEEvent(event=event_type, data=data, raw=raw, more=index < last, comment=comment)
     if cr_pending:  # a final CR ends a line: it may end the last event
         buffer += _LF
         end = buffer.find(_BLANK, searched)
-        if end >= 0 and (fields := _sse_fields(buffer, start, end)) is not None:
-            yield SSEEvent(*fields)
+        if end >= 0 and (fields := _sse_fields(buffer, start, end, comments)) is not None:
+            event_type, data, raw, comment = fields
+            yield SSEEvent(event=event_type, data=data, raw=raw, comment=comment)
 
 
-def _sse_fields(buffer: bytearray, start: int, end: int) -> tuple[str, str, bytes] | None:
-    """(event, data, raw) of the event whose lines are buffer[start:end] (a blank line follows them),
-    or None when it has no data line. Comment lines (":...") and fields other than `event` and `data`
-    are skipped; a line without a colon is a field without value; one space after the colon is not
-    part of the value."""
+def _sse_fields(
+    buffer: bytearray, start: int, end: int, comments: bool
+) -> tuple[str, str, bytes, bool] | None:
+    """(event, data, raw, False) of the event whose lines are buffer[start:end] (a blank line follows
+    them); when it has no data line, ("", "", raw, True) if `comments` and it had a comment line, else
+    None. Comment lines (":...") and fields other than `event` and `data` are skipped; a line without
+    a colon is a field without value; one space after the colon is not part of the value."""
     raw = bytes(buffer[start : end + 2])
     event_type, data_lines = b"", []
     for line in raw[:-2].split(_LF):
@@ -108,6 +118,8 @@ def _sse_fields(buffer: bytearray, start: int, end: int) -> tuple[str, str, byte
         elif name == b"event":
             event_type = value
     if not data_lines:
+        if comments and (raw.startswith(b":") or b"\n:" in raw):
+            return "", "", raw, True
         return None
     data = data_lines[0] if len(data_lines) == 1 else _LF.join(data_lines)
-    return str(event_type, "utf-8", "replace"), str(data, "utf-8", "replace"), raw
+    return str(event_type, "utf-8", "replace"), str(data, "utf-8", "replace"), raw, False

@@ -343,6 +343,36 @@ def test_it_streams_a_chat_completion_with_usage_last_when_asked(world, fake, oa
     assert_charged(call, chat_cost(world.models["alpha-chat"], chunks[-1].usage))
 
 
+def test_keep_alives_reach_both_sdks_which_skip_them_and_the_charge_is_exact(world, fake, oa, an):
+    fake.script(CHAT, {"keep_alive": True, "event_delay": 0.01, "cached_tokens": 4})
+    with metered(world.carol) as call:
+        stream = oa.chat.completions.create(
+            model="alpha-chat", messages=USER, stream=True, stream_options={"include_usage": True}
+        )
+        chunks = list(stream)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == REPLY
+    assert_charged(call, chat_cost(world.models["alpha-chat"], chunks[-1].usage))
+
+    # As the SDK reads the stream: one keep-alive before every event but the first, which the
+    # gateway does not pass on (its answer starts with the first event).
+    fake.script(CHAT, {"keep_alive": True, "event_delay": 0.01})
+    with oa.chat.completions.with_streaming_response.create(
+        model="alpha-chat", messages=USER, stream=True, stream_options={"include_usage": True}
+    ) as raw:
+        lines = list(raw.iter_lines())
+    events = [line for line in lines if line.startswith("data: ")]
+    assert events[-1] == "data: [DONE]"
+    assert lines.count(": keep-alive") == len(events) - 1
+
+    fake.script(MESSAGES, {"keep_alive": True, "event_delay": 0.01})
+    streamed = an.messages.stream(model="alpha-haiku", max_tokens=256, messages=USER)
+    with metered(world.carol) as call, streamed as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == REPLY
+    assert_charged(call, messages_cost(world.models["alpha-haiku"], final.usage))
+
+
 # OpenAI responses
 
 

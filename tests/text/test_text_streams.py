@@ -109,6 +109,40 @@ def test_a_chat_stream_keeps_the_usage_chunk_for_a_caller_who_asked(
     assert balance(tara) == Decimal("1.00") - CHAT_COST
 
 
+def test_keep_alive_comments_after_the_first_event_reach_the_caller_in_their_place(
+    client, upstream, chat_model, tara, tara_key
+):
+    first, *rest = chat_stream_body().split("\n\n")[:-1]
+    keep_alive = ": keep-alive\n\n"
+    body = keep_alive + first + "\n\n" + keep_alive + "".join(f"{event}\n\n{keep_alive}" for event in rest)
+    upstream.post(CHAT_URL, body=event_by_event(body), content_type="text/event-stream")
+    response = stream(client, "/v1/chat/completions", {"model": "alpha-chat", "messages": []}, tara_key)
+
+    pieces = list(response.streaming_content)
+
+    # Not the one before the first event (the answer starts with the first event), nor the one after
+    # [DONE] (the answer ends with the charge). The usage-only chunk, which this caller did not ask
+    # for, is not relayed; the keep-alive after it is.
+    usage_chunk = next(event for event in rest if '"choices": []' in event) + "\n\n"
+    expected = body.removeprefix(keep_alive).removesuffix(keep_alive).replace(usage_chunk, "").encode()
+    assert b"".join(pieces) == expected
+    assert pieces.count(keep_alive.encode()) == len(rest)  # each read on its own, as it came
+    assert balance(tara) == Decimal("1.00") - CHAT_COST
+    assert UsageRecord.objects.get().amount == CHAT_COST
+
+
+def test_a_stream_of_keep_alives_alone_is_an_upstream_failure_that_costs_nothing(
+    client, upstream, chat_model, tara, tara_key
+):
+    upstream.post(CHAT_URL, body=": ping\n\n: ping\n\n", content_type="text/event-stream")
+    response = stream(client, "/v1/chat/completions", {"model": "alpha-chat", "messages": []}, tara_key)
+
+    assert response.status_code == 502
+    assert response.json()["error"]["type"] == "upstream_error"
+    assert balance(tara) == Decimal("1.00")
+    assert not Hold.objects.filter(status=Hold.Status.OPEN).exists()
+
+
 def test_a_chat_stream_cut_before_its_end_costs_nothing_and_ends_with_an_error_chunk(
     client, upstream, chat_model, tara, tara_key
 ):
@@ -274,6 +308,21 @@ def test_a_caller_who_leaves_mid_stream_is_charged_what_the_upstream_went_on_to_
     events = iter(response.streaming_content)
     for _ in range(3):  # message_start, content_block_start, ping; then the caller goes away
         next(events)
+    response.close()
+
+    assert balance(tara) == Decimal("1.00") - Decimal("0.00078")
+    assert UsageRecord.objects.get().status == 200
+
+
+def test_keep_alives_after_the_caller_left_do_not_stop_the_drain_to_the_final_event(
+    client, upstream, claude_model, tara, tara_key
+):
+    body = messages_stream_body().replace("\n\n", "\n\n: keep-alive\n\n")
+    upstream.post(MESSAGES_URL, body=event_by_event(body), content_type="text/event-stream")
+    response = stream(client, "/v1/messages", {"model": "alpha-claude", "max_tokens": 100}, tara_key)
+    events = iter(response.streaming_content)
+    assert next(events).startswith(b"event: message_start")
+    assert next(events) == b": keep-alive\n\n"
     response.close()
 
     assert balance(tara) == Decimal("1.00") - Decimal("0.00078")

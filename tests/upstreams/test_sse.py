@@ -14,10 +14,10 @@ pytestmark = pytest.mark.django_db
 URL = f"{OPENAI_BASE}/stream"
 
 
-def events_of(mocked, upstream, body: bytes, *, step: int = 7) -> list[SSEEvent]:
+def events_of(mocked, upstream, body: bytes, *, step: int = 7, comments: bool = False) -> list[SSEEvent]:
     mocked.post(URL, body=trickled(body, step), content_type="text/event-stream")
     with upstream_request(upstream=upstream, method="POST", url=URL, stream=True) as reply:
-        return list(sse_events(reply))
+        return list(sse_events(reply, comments=comments))
 
 
 @pytest.mark.parametrize("step", [1, 2, 3, 5, 64, 100_000])
@@ -86,3 +86,16 @@ def test_raw_holds_an_events_own_lines_with_crlf_made_lf_but_no_comment_only_blo
     events = events_of(mocked, openai_upstream, body, step=3)
 
     assert [event.raw for event in events] == [b"id: 7\n: note\ndata: x\n\n"]
+
+
+@pytest.mark.parametrize("step", [1, 3, 100_000])
+def test_asked_for_comments_it_yields_each_block_of_comments_alone(openai_upstream, mocked, step):
+    body = b": ping\n\nevent: named\n\nid: 7\n: note\ndata: x\n\n:a\r\n: b\r\n\r\ndata: y\n\n"
+    events = events_of(mocked, openai_upstream, body, step=step, comments=True)
+
+    assert [(event.comment, event.event, event.data, event.raw) for event in events] == [
+        (True, "", "", b": ping\n\n"),
+        (False, "", "x", b"id: 7\n: note\ndata: x\n\n"),  # a comment inside an event is part of it
+        (True, "", "", b":a\n: b\n\n"),
+        (False, "", "y", b"data: y\n\n"),
+    ]  # the block of an `event:` line alone is still no event

@@ -292,8 +292,9 @@ class Adapter:
 
 
 def _events_then_close(reply: UpstreamReply) -> Iterator[SSEEvent]:
+    """A text stream's events, its keep-alive comments included (chat/streaming.py relays them)."""
     try:
-        yield from sse_events(reply)
+        yield from sse_events(reply, comments=True)
     finally:
         reply.close()
 
