@@ -21,6 +21,7 @@ Results go to bench/results/run-<time>.json and are rendered into docs/benchmark
     .venv/bin/python bench/run.py               # the full suite (~6 minutes on 2 cores)
     .venv/bin/python bench/run.py --quick       # short runs, for development
     .venv/bin/python bench/run.py --no-peer --only throughput --set GUNICORN_THREADS=64
+    .venv/bin/python bench/run.py --only chat-streams-1k --streams 250 --no-doc   # a point of a sweep
 """
 
 from __future__ import annotations
@@ -1246,6 +1247,10 @@ def main(argv: list[str] | None = None) -> int:
         "--pg-max-connections", type=int, default=100, help="PostgreSQL's max_connections (its default: 100)"
     )
     parser.add_argument("--peer-workers", type=int, default=2)
+    parser.add_argument(
+        "--streams", type=int, metavar="N",
+        help="the many-streams scenarios with N streams in flight and 2N calls (instead of 1,000 or 2,000)",
+    )  # fmt: skip
     parser.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
     parser.add_argument(
         "--source", choices=("worktree", "head"), default="worktree",
@@ -1342,6 +1347,13 @@ def main(argv: list[str] | None = None) -> int:
         for scenario in scenarios(args.quick):
             if args.only and scenario.id not in args.only:
                 continue
+            if args.streams and scenario.streamed and scenario.connections > 1:
+                scenario = dataclasses.replace(
+                    scenario,
+                    connections=args.streams,
+                    max_requests=2 * args.streams,
+                    title=f"{scenario.title} (here {args.streams:,})",
+                )
             item = {"id": scenario.id, "title": scenario.title, "results": []}
             for name in scenario.targets:
                 target = {"direct": direct[scenario.upstream], "gateway": gateway, "peer": peer}[name]
