@@ -132,12 +132,15 @@ def test_keep_alive_comments_after_the_first_event_reach_the_caller_in_their_pla
 
 
 def test_a_stream_of_keep_alives_alone_is_an_upstream_failure_that_costs_nothing(
-    client, upstream, chat_model, tara, tara_key
+    client, upstream, chat_model, tara, tara_key, settings
 ):
-    upstream.post(CHAT_URL, body=": ping\n\n: ping\n\n", content_type="text/event-stream")
+    settings.GATEWAY_RETRY = {**settings.GATEWAY_RETRY, "base_delay": 0.0, "max_retries": 1}
+    for _ in range(2):  # an empty stream is retried, as any failure before the first event
+        upstream.post(CHAT_URL, body=": ping\n\n: ping\n\n", content_type="text/event-stream")
     response = stream(client, "/v1/chat/completions", {"model": "alpha-chat", "messages": []}, tara_key)
 
     assert response.status_code == 502
+    assert len(upstream.calls) == 2
     assert response.json()["error"]["type"] == "upstream_error"
     assert balance(tara) == Decimal("1.00")
     assert not Hold.objects.filter(status=Hold.Status.OPEN).exists()
@@ -314,6 +317,7 @@ def test_a_caller_who_leaves_mid_stream_is_charged_what_the_upstream_went_on_to_
     assert UsageRecord.objects.get().status == 200
 
 
+@pytest.mark.django_db(transaction=True)  # closing the response ends the request, and its connection
 def test_keep_alives_after_the_caller_left_do_not_stop_the_drain_to_the_final_event(
     client, upstream, claude_model, tara, tara_key
 ):
