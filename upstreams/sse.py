@@ -75,7 +75,7 @@ def sse_events(reply: UpstreamReply, *, comments: bool = False) -> Iterator[SSEE
             if buffer.startswith(_BOM):
                 del buffer[: len(_BOM)]
             bom_pending = False
-        arrived: list[tuple[str, str, bytes]] = []
+        arrived: list[tuple[str, str, bytes, bool]] = []
         while (end := buffer.find(_BLANK, searched)) >= 0:
             searched = end + 2
             if (fields := _sse_fields(buffer, start, end, comments)) is not None:
