@@ -18,6 +18,7 @@ A variant is `NAME` optionally followed by `:` and comma-separated settings:
     .venv/bin/python bench/ab.py --rounds 8 before:source=head after
     .venv/bin/python bench/ab.py --connections 1 --duration 6 base gevent:GUNICORN_WORKER_CLASS=gevent
     .venv/bin/python bench/ab.py --scenario chat-streams-1k --rounds 4 before:source=head after
+    .venv/bin/python bench/ab.py --burst 5 --connections 1 --scenario chat-overhead base other:...
 
 `--scenario ID` measures one of bench/run.py's scenarios (its model, body and, for a streamed one, its
 connections, calls and stream client) instead of image calls to the latency-0 upstream.
@@ -84,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--scenario", default="throughput", help="a bench/run.py scenario id")
+    parser.add_argument(
+        "--burst", type=float, default=0.0, metavar="SECONDS",
+        help="first load each variant at 64 connections this long (its database pool grows to its size, "
+        "as after the full suite's concurrent scenarios), then measure",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     scenario = next(s for s in run.scenarios(quick=False) if s.id == args.scenario)
     if not scenario.streamed:
@@ -122,6 +128,12 @@ def main(argv: list[str] | None = None) -> int:
             targets.append((name, target))
             run.log(f"variant {name}: :{bind} {overrides or ''} source={source} {patches or ''}")
 
+        if args.burst:
+            burst = run.dataclasses.replace(scenario, path=run.IMAGES_PATH, body=None, model="bench-fast")
+            for name, target in targets:
+                targets_signal(targets, signal.SIGCONT, only=target, others=signal.SIGSTOP)
+                run.log(f"burst {name}: 64 connections, {args.burst:g} s")
+                run.wrk_run(wrk, target, burst, connections=64, duration=args.burst)
         results: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in targets}
         for round_ in range(1, args.rounds + 1):
             for name, target in targets:
