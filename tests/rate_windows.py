@@ -1,18 +1,32 @@
-"""Per-minute rate limits in tests: django-ratelimit counts in fixed one-minute windows."""
+"""Fixed windows in tests: django-ratelimit counts in fixed windows whose edges it staggers per key, so
+a test that counts several calls against one key must not straddle an edge."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from django_ratelimit.core import get_usage
 
 from billing.limits import RATE_GROUP, RATE_PERIOD_SECONDS
 
 
+def _time_left(*, group: str, key: str, period: int) -> int:
+    usage = get_usage(None, group=group, key=lambda _g, _r: key, rate=(1, period))
+    return usage["time_left"]
+
+
+def window_key_fresh(*, group: str, period: int, candidate: Callable[[], str], seconds: int = 20) -> str:
+    """A key from `candidate()` whose current window in `group` has at least `seconds` left."""
+    while True:
+        key = candidate()
+        if _time_left(group=group, key=key, period=period) >= seconds:
+            return key
+
+
 def rate_window_wait(limit_key: str, *, seconds: float = 5) -> None:
     """Return once the credential's current per-minute rate window has at least `seconds` left (waiting
-    into the next window when it has not), so a test's calls cannot straddle two windows: the
-    windows are fixed, and django-ratelimit staggers their edges per key."""
-    usage = get_usage(None, group=RATE_GROUP, key=lambda _g, _r: limit_key, rate=(1, RATE_PERIOD_SECONDS))
-    if usage["time_left"] < seconds:
-        time.sleep(usage["time_left"] + 0.1)
+    into the next window when it has not), so a test's calls cannot straddle two windows."""
+    time_left = _time_left(group=RATE_GROUP, key=limit_key, period=RATE_PERIOD_SECONDS)
+    if time_left < seconds:
+        time.sleep(time_left + 0.1)

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django_ratelimit.core import get_usage
 
 from billing.limits import RATE_GROUP, RATE_PERIOD_SECONDS, rate_limit_hit
 from core.errors import RateLimited
+from tests.rate_windows import window_key_fresh
 
 pytestmark = pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="needs Redis: set REDIS_URL")
 
@@ -42,19 +42,19 @@ print(json.dumps({"allowed": allowed, "refused": refused, "cache": settings.CACH
 """
 
 
-def fresh_limit_key(rpm: int) -> str:
+def fresh_limit_key() -> str:
     """A credential whose current minute window has at least 20 s left, so the test cannot straddle
-    two windows (django-ratelimit staggers window edges per key)."""
-    while True:
-        key = f"api_key:redis-test-{uuid.uuid4().hex}"
-        usage = get_usage(None, group=RATE_GROUP, key=lambda _g, _r: key, rate=(rpm, RATE_PERIOD_SECONDS))
-        if usage["time_left"] >= 20:
-            return key
+    two windows."""
+    return window_key_fresh(
+        group=RATE_GROUP,
+        period=RATE_PERIOD_SECONDS,
+        candidate=lambda: f"api_key:redis-test-{uuid.uuid4().hex}",
+    )
 
 
 def test_two_gateway_processes_share_one_rate_limit():
     rpm, attempts = 8, 6
-    limit_key = fresh_limit_key(rpm)
+    limit_key = fresh_limit_key()
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "gateway_project.settings_test"}
     processes = [
         subprocess.Popen(

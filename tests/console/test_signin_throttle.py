@@ -5,15 +5,21 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.hashers import PBKDF2PasswordHasher, check_password, make_password
 from django.urls import reverse
 
 from accounts.hashers import OffloadedPBKDF2PasswordHasher
+from console.signin import ACCOUNT_GROUP, ADDRESS_GROUP
 from tests.gevent_probe import gevent_probe_run
+from tests.rate_windows import window_key_fresh
 
 pytestmark = pytest.mark.django_db
 
 LIMIT = 3
+# A test's sign-ins must fall in one fixed window: its address or username is one whose window has
+# this long left (django-ratelimit staggers window edges per key).
+WINDOW_LEFT_SECONDS = 60
 
 
 @pytest.fixture
@@ -22,10 +28,29 @@ def limits(settings):
     settings.GATEWAY_SIGNIN_FAILURES_PER_ACCOUNT = LIMIT
 
 
-def _address() -> str:
-    """A fresh address per test: the counts live in the cache (Redis keeps them between runs)."""
+def _any_address() -> str:
     number = uuid.uuid4().int
     return f"10.{number % 250}.{number // 250 % 250}.{number // 62500 % 250 + 1}"
+
+
+def _address() -> str:
+    """A fresh address per test: the counts live in the cache (Redis keeps them between runs)."""
+    return window_key_fresh(
+        group=ADDRESS_GROUP,
+        period=settings.GATEWAY_SIGNIN_WINDOW_SECONDS,
+        candidate=_any_address,
+        seconds=WINDOW_LEFT_SECONDS,
+    )
+
+
+def _username() -> str:
+    """A fresh username (as the throttle counts it: case-folded) whose window has time left."""
+    return window_key_fresh(
+        group=ACCOUNT_GROUP,
+        period=settings.GATEWAY_SIGNIN_WINDOW_SECONDS,
+        candidate=lambda: f"alice-{uuid.uuid4().hex[:8]}",
+        seconds=WINDOW_LEFT_SECONDS,
+    )
 
 
 def _sign_in(client, username: str, password: str, address: str):
@@ -49,8 +74,7 @@ def test_it_throttles_the_next_failed_sign_in_from_one_address(client, limits):
 
 
 def test_it_throttles_the_next_failed_sign_in_for_one_account_from_any_address(client, limits, alice):
-    username = alice.user.username
-    alice.user.username = username = f"alice-{uuid.uuid4().hex[:8]}"
+    alice.user.username = username = _username()
     alice.user.save(update_fields=["username"])
     for _ in range(LIMIT):
         assert _sign_in(client, username, "wrong", _address()).status_code == 200
