@@ -30,3 +30,11 @@ def rate_window_wait(limit_key: str, *, seconds: float = 5) -> None:
     time_left = _time_left(group=RATE_GROUP, key=limit_key, period=RATE_PERIOD_SECONDS)
     if time_left < seconds:
         time.sleep(time_left + 0.1)
+
+
+def local_rate_window_wait(*, seconds: float = 5) -> None:
+    """The same while Redis is down, for the per-process counters: their minute windows are not
+    staggered, they end on the minute."""
+    time_left = RATE_PERIOD_SECONDS - time.time() % RATE_PERIOD_SECONDS
+    if time_left < seconds:
+        time.sleep(time_left + 0.1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from decimal import Decimal
 
 import pytest
@@ -21,6 +22,7 @@ from core.config_cache import config_generation
 from core.errors import ApiError, RateLimited
 from keys.services import api_key_create
 from tests.factories import alpha_group_make, image_model_make
+from tests.rate_windows import local_rate_window_wait
 from tests.redis_process import redis_process
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -40,6 +42,12 @@ def own_redis():
         redis_health.redis_health_reset()
         yield server
     redis_health.redis_health_reset()
+
+
+@pytest.fixture
+def limit_key() -> str:
+    """A credential of this test alone: the per-process counters and slots outlive a test."""
+    return f"api_key:outage-{uuid.uuid4().hex}"
 
 
 @pytest.fixture
@@ -98,18 +106,19 @@ def warnings_of(caplog) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.name == "gateway.redis" and r.levelno == logging.WARNING]
 
 
-def test_it_counts_limits_per_process_while_redis_is_down_and_warns_once(own_redis, caplog):
+def test_it_counts_limits_per_process_while_redis_is_down_and_warns_once(own_redis, limit_key, caplog):
     own_redis.stop()
+    local_rate_window_wait()
     with caplog.at_level(logging.WARNING, logger="gateway.redis"):
         for _ in range(3):
-            rate_limit_hit(limit_key="api_key:1", rpm=3)
+            rate_limit_hit(limit_key=limit_key, rpm=3)
         with pytest.raises(RateLimited) as refused:
-            rate_limit_hit(limit_key="api_key:1", rpm=3)
-        slots = [concurrency_slot_acquire(limit_key="api_key:1", limit=2) for _ in range(2)]
+            rate_limit_hit(limit_key=limit_key, rpm=3)
+        slots = [concurrency_slot_acquire(limit_key=limit_key, limit=2) for _ in range(2)]
         with pytest.raises(RateLimited):
-            concurrency_slot_acquire(limit_key="api_key:1", limit=2)
+            concurrency_slot_acquire(limit_key=limit_key, limit=2)
         concurrency_slot_release(slot=slots[0])
-        assert concurrency_slot_acquire(limit_key="api_key:1", limit=2) is not None
+        assert concurrency_slot_acquire(limit_key=limit_key, limit=2) is not None
         assert config_generation() is None  # the configuration cache is off: the database answers
 
     assert refused.value.code == "rate_limit_exceeded"
@@ -119,11 +128,11 @@ def test_it_counts_limits_per_process_while_redis_is_down_and_warns_once(own_red
 
 
 @override_settings(GATEWAY_REDIS_FAILURE_MODE="closed")
-def test_it_refuses_with_503_while_redis_is_down_when_failing_closed(own_redis):
+def test_it_refuses_with_503_while_redis_is_down_when_failing_closed(own_redis, limit_key):
     own_redis.stop()
     for take in (
-        lambda: rate_limit_hit(limit_key="api_key:1", rpm=3),
-        lambda: concurrency_slot_acquire(limit_key="api_key:1", limit=2),
+        lambda: rate_limit_hit(limit_key=limit_key, rpm=3),
+        lambda: concurrency_slot_acquire(limit_key=limit_key, limit=2),
     ):
         with pytest.raises(ApiError) as refused:
             take()
@@ -146,19 +155,19 @@ def test_it_refuses_a_billed_call_with_503_before_anything_is_held_when_failing_
     assert Wallet.objects.get(account=alice).held == Decimal("0")
 
 
-def test_it_uses_redis_again_after_the_retry_interval_once_it_is_back(own_redis, caplog):
+def test_it_uses_redis_again_after_the_retry_interval_once_it_is_back(own_redis, limit_key, caplog):
     own_redis.stop()
-    rate_limit_hit(limit_key="api_key:1", rpm=5)
+    rate_limit_hit(limit_key=limit_key, rpm=5)
     own_redis.start()
     # Within the retry interval Redis is not even tried; after it, the first success ends the outage.
-    rate_limit_hit(limit_key="api_key:1", rpm=5)
+    rate_limit_hit(limit_key=limit_key, rpm=5)
     assert redis_health.redis_degraded()
     with (
         caplog.at_level(logging.WARNING, logger="gateway.redis"),
         override_settings(GATEWAY_REDIS_RETRY_SECONDS=0),
     ):
-        rate_limit_hit(limit_key="api_key:1", rpm=5)
-        slot = concurrency_slot_acquire(limit_key="api_key:1", limit=1)
+        rate_limit_hit(limit_key=limit_key, rpm=5)
+        slot = concurrency_slot_acquire(limit_key=limit_key, limit=1)
     assert not redis_health.redis_degraded()
     assert not slot.local
     assert "gateway recovered" in warnings_of(caplog)[-1].getMessage()

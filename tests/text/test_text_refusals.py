@@ -12,7 +12,9 @@ from billing.ledger import wallet_adjust
 from billing.models import Hold, UsageRecord, Wallet
 from chat.families import FAMILIES
 from groups.services import group_upsert
+from keys.models import ApiKey
 from tests.factories import text_model_make
+from tests.rate_windows import rate_window_wait
 
 pytestmark = pytest.mark.django_db
 
@@ -180,6 +182,7 @@ def test_count_tokens_is_rate_limited(client, upstream, models, tara_key, chat_g
     upstream.post("https://api.anthropic.test/v1/messages/count_tokens", json={"input_tokens": 3})
     chat_group.rpm = 1
     chat_group.save()
+    rate_window_wait(f"api_key:{ApiKey.objects.get().pk}")
     headers = {"x-api-key": tara_key}
     body = {"model": "alpha-claude", "messages": []}
 
