@@ -10,7 +10,7 @@ streamed request to its response head and first delta (default 0). --events: con
 `x-bench-ttft` and `x-bench-interval` override the last three per request. It prints `listening on PORT`
 once ready.
 
-Paths (wire formats as in tests/fake_text_upstream.py, which the official SDKs parse; any
+Paths (wire formats from upstreams/text_shapes.py, which the official SDKs parse; any
 Authorization or x-api-key is accepted):
 - POST /v1/chat/completions, /v1/responses, /v1/messages: the answer, streamed (server-sent events in
   a chunked body) when the body says `"stream": true`. Chat streams end with a usage-only chunk when
@@ -52,6 +52,7 @@ import time
 from typing import Any
 
 from tests.fake_text_upstream import error_body, input_tokens_for
+from upstreams import text_shapes
 
 CHAT = "/v1/chat/completions"
 RESPONSES = "/v1/responses"
@@ -60,6 +61,7 @@ COUNT_TOKENS = "/v1/messages/count_tokens"
 TEXT_PATHS = (CHAT, RESPONSES, MESSAGES, COUNT_TOKENS)
 DELTA = "tok "
 DELTAS = (DELTA, "ken ")  # delta k is DELTAS[k % 2]
+DELTA_EVENTS = ("response.output_text.delta", "content_block_delta")
 ID = "########"  # in every id of an encoded answer; each request's number (8 digits) replaces it
 ID_BYTES = ID.encode()
 CACHE_SIZE = 1024
@@ -303,9 +305,9 @@ class Stream:
         self.delta = encoded.delta and tuple(delta.replace(ID_BYTES, number) for delta in encoded.delta)
         self.seq = encoded.seq  # responses: the first delta's sequence_number, formatted into a template
         self.delta_prefix = tuple(prefix.replace(ID_BYTES, number) for prefix in encoded.delta_prefix)
-        self.delta_suffix = encoded.delta_suffix
-        # Both delta texts have 4 characters: one length for either prefix.
-        self.fixed = len(self.delta_prefix[0]) + len(self.delta_suffix) if self.delta_prefix else 0
+        self.delta_suffix = tuple(suffix.replace(ID_BYTES, number) for suffix in encoded.delta_suffix)
+        # Both delta texts have 4 characters: one length for either form.
+        self.fixed = len(self.delta_prefix[0]) + len(self.delta_suffix[0]) if self.delta_prefix else 0
 
     def send(self, data: bytes) -> None:
         if self.fd >= 0:
@@ -332,7 +334,7 @@ class Stream:
                 seq = b"%d" % (self.seq + sent)
                 self.send(
                     b"%x\r\n%b%b%b\r\n"
-                    % (self.fixed + len(seq), self.delta_prefix[sent & 1], seq, self.delta_suffix)
+                    % (self.fixed + len(seq), self.delta_prefix[sent & 1], seq, self.delta_suffix[sent & 1])
                 )
         elif sent == 0:
             self.send(self.opening)
@@ -377,216 +379,102 @@ class Answer:
         fields = (self.model, self.n, self.truncated, self.input, self.created, self.with_usage, self.echo)
         return (self.path, streamed, close, *fields)
 
-    # OpenAI chat completions
-
-    def _chat_usage(self) -> dict[str, Any]:
-        return {
-            "prompt_tokens": self.input,
-            "completion_tokens": self.n,
-            "total_tokens": self.input + self.n,
-            "prompt_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0, "audio_tokens": 0},
-            "completion_tokens_details": {
-                "reasoning_tokens": 0,
-                "audio_tokens": 0,
-                "accepted_prediction_tokens": 0,
-                "rejected_prediction_tokens": 0,
-            },
-        }
-
-    def _chat_base(self, kind: str) -> dict[str, Any]:
-        return {
-            "id": f"chatcmpl-bench{ID}",
-            "object": kind,
-            "created": self.created,
-            "model": self.model,
-            "system_fingerprint": "fp_bench",
-        }
-
-    def _finish_reason(self) -> str:
-        return "length" if self.truncated else "stop"
-
-    def _chat_body(self) -> dict[str, Any]:
-        message = {"role": "assistant", "content": self.text, "refusal": None, "annotations": []}
-        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": self._finish_reason()}
-        return {**self._chat_base("chat.completion"), "choices": [choice], "usage": self._chat_usage()}
-
-    def _chat_stream(self, encoded: Encoded) -> tuple[bytes, bytes]:
-        base = self._chat_base("chat.completion.chunk")
-        extra = {"usage": None} if self.with_usage else {}
-
-        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-            return _data({**base, "choices": [choice], **extra})
-
-        delta = chunk({"content": DELTA})
-        encoded.delta = (_chunk(delta), _chunk(chunk({"content": DELTAS[1]})))
-        closing = chunk({}, self._finish_reason())
-        if self.with_usage:
-            closing += _data({**base, "choices": [], "usage": self._chat_usage()})
-        closing += b"data: [DONE]\n\n"
-        return chunk({"role": "assistant", "content": "", "refusal": None}) + delta, closing
-
-    # OpenAI responses
-
-    def _text_part(self, text: str) -> dict[str, Any]:
-        return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-
-    def _item(self, status: str, content: list[dict[str, Any]]) -> dict[str, Any]:
-        item_id = f"msg_bench{ID}"
-        return {"type": "message", "id": item_id, "status": status, "role": "assistant", "content": content}
-
-    def _response(self, status: str) -> dict[str, Any]:
-        finished = status != "in_progress"
-        usage = {
-            "input_tokens": self.input,
-            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-            "output_tokens": self.n,
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": self.input + self.n,
-        }
-        return {
-            "id": f"resp_bench{ID}",
-            "object": "response",
-            "created_at": self.created,
-            "status": status,
-            "background": False,
-            "error": None,
-            "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
-            "instructions": self.payload.get("instructions"),
-            "max_output_tokens": self.payload.get("max_output_tokens"),
-            "model": self.model,
-            "output": [self._item(status, [self._text_part(self.text)])] if finished else [],
-            "parallel_tool_calls": True,
-            "previous_response_id": None,
-            "reasoning": {"effort": None, "summary": None},
-            "store": True,
-            "temperature": 1.0,
-            "text": {"format": {"type": "text"}, "verbosity": "medium"},
-            "tool_choice": "auto",
-            "tools": [],
-            "top_p": 1.0,
-            "truncation": "disabled",
-            "usage": usage if finished else None,
-            "user": None,
-            "metadata": {},
-        }
-
-    def _final_status(self) -> str:
-        return "incomplete" if self.truncated else "completed"
-
-    def _responses_stream(self, encoded: Encoded) -> tuple[bytes, bytes]:
-        where = {"item_id": f"msg_bench{ID}", "output_index": 0, "content_index": 0}
-        opening = [
-            {"type": "response.created", "response": self._response("in_progress")},
-            {"type": "response.in_progress", "response": self._response("in_progress")},
-            {"type": "response.output_item.added", "output_index": 0, "item": self._item("in_progress", [])},
-            {"type": "response.content_part.added", **where, "part": self._text_part("")},
-        ]
-        final = self._response(self._final_status())
-        closing = [
-            {"type": "response.output_text.done", **where, "text": self.text, "logprobs": []},
-            {"type": "response.content_part.done", **where, "part": self._text_part(self.text)},
-            {"type": "response.output_item.done", "output_index": 0, "item": final["output"][0]},
-            {"type": f"response.{self._final_status()}", "response": final},
-        ]
-        first = len(opening)
-        delta = {
-            "type": "response.output_text.delta",
-            **where,
-            "delta": DELTA,
-            "logprobs": [],
-            "sequence_number": 0,
-        }
-        prefix, _, suffix = _event(delta).rpartition(b"0")
-        other = _event({**delta, "delta": DELTAS[1]}).rpartition(b"0")[0]
-        encoded.delta_prefix, encoded.delta_suffix, encoded.seq = (prefix, other), suffix, first
-        opening.append({**delta, "sequence_number": first})
-        events = opening + closing
-        for number, event in enumerate(events):
-            event["sequence_number"] = number if number < len(opening) else number - 1 + self.n
-        return b"".join(map(_event, opening)), b"".join(map(_event, closing))
-
-    # Anthropic messages
-
-    def _message(self, content: list[dict[str, Any]], final: bool) -> dict[str, Any]:
-        return {
-            "id": f"msg_bench{ID}",
-            "type": "message",
-            "role": "assistant",
-            "model": self.model,
-            "content": content,
-            "stop_reason": self._stop_reason() if final else None,
-            "stop_sequence": None,
-            "usage": {
-                "input_tokens": self.input,
-                "cache_creation_input_tokens": 0,
-                "cache_read_input_tokens": 0,
-                "output_tokens": self.n if final else 1,
-                "service_tier": "standard",
-            },
-        }
-
-    def _stop_reason(self) -> str:
-        return "max_tokens" if self.truncated else "end_turn"
-
-    def _messages_stream(self, encoded: Encoded) -> tuple[bytes, bytes]:
-        def block_delta(text: str) -> bytes:
-            return _event(
-                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}
-            )
-
-        delta = block_delta(DELTA)
-        encoded.delta = (_chunk(delta), _chunk(block_delta(DELTAS[1])))
-        opening = [
-            {"type": "message_start", "message": self._message([], final=False)},
-            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-            {"type": "ping"},
-        ]
-        closing = [
-            {"type": "content_block_stop", "index": 0},
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": self._stop_reason(), "stop_sequence": None},
-                "usage": {"output_tokens": self.n},
-            },
-            {"type": "message_stop"},
-        ]
-        return b"".join(map(_event, opening)) + delta, b"".join(map(_event, closing))
-
-    # Either
+    # The families' shapes (upstreams/text_shapes.py), ids left as ID
 
     def body(self) -> dict[str, Any]:
         if self.path == CHAT:
-            return self._chat_body()
+            usage = text_shapes.chat_usage(input_tokens=self.input, output_tokens=self.n)
+            return text_shapes.chat_completion(
+                id=f"chatcmpl-bench{ID}",
+                created=self.created,
+                model=self.model,
+                text=self.text,
+                truncated=self.truncated,
+                usage=usage,
+            )
         if self.path == RESPONSES:
-            return self._response(self._final_status())
-        return self._message([{"type": "text", "text": self.text}], final=True)
+            return text_shapes.response_object(
+                id=f"resp_bench{ID}",
+                item_id=f"msg_bench{ID}",
+                created=self.created,
+                model=self.model,
+                text=self.text,
+                truncated=self.truncated,
+                usage=text_shapes.responses_usage(input_tokens=self.input, output_tokens=self.n),
+                instructions=self.payload.get("instructions"),
+                max_output_tokens=self.payload.get("max_output_tokens"),
+            )
+        usage = text_shapes.messages_usage(input_tokens=self.input, output_tokens=self.n)
+        return text_shapes.message_object(
+            id=f"msg_bench{ID}", model=self.model, text=self.text, truncated=self.truncated, usage=usage
+        )
+
+    def events(self, deltas: tuple[str, ...]) -> list[dict[str, Any]]:
+        """The stream's events, with these deltas."""
+        if self.path == CHAT:
+            return text_shapes.chat_chunks(
+                completion=self.body(), deltas=deltas, include_usage=self.with_usage
+            )
+        if self.path == RESPONSES:
+            return text_shapes.response_events(response=self.body(), deltas=deltas)
+        return text_shapes.message_events(message=self.body(), deltas=deltas, ping=True)
 
     def encode(self, streamed: bool, close: bool) -> Encoded:
         encoded = Encoded(self.n)
         if not streamed:
             encoded.response = _json_response(200, self.body(), close)
             return encoded
-        build = {CHAT: self._chat_stream, RESPONSES: self._responses_stream}.get(
-            self.path, self._messages_stream
-        )
-        opening, closing = build(encoded)
-        encoded.opening = _stream_head(close) + _chunk(opening)
+        # Built with the two forms of a delta only, taken in turn (with one delta, the second is never
+        # sent): the events around the deltas follow from the answer, not from its deltas, but for the
+        # responses' sequence_numbers, renumbered here for all N.
+        built = min(self.n, 2)
+        events = self.events(DELTAS[:built])
+        first = _first_delta(events)
+        encode = _data if self.path == CHAT else _event
+        deltas = (events[first], events[first + built - 1])
+        closing_events = events[first + built :]
+        if self.path == RESPONSES:
+            # A template: each delta's own sequence_number goes between its form's prefix and suffix.
+            encoded.seq = deltas[0]["sequence_number"]
+            mark = b'"sequence_number":'
+            parts = [encode(delta).partition(mark + b"%d" % delta["sequence_number"]) for delta in deltas]
+            encoded.delta_prefix = tuple(head + mark for head, _, _ in parts)
+            encoded.delta_suffix = tuple(tail for _, _, tail in parts)
+            closing_events = [
+                {**event, "sequence_number": event["sequence_number"] + self.n - built}
+                for event in closing_events
+            ]
+        else:
+            encoded.delta = (_chunk(encode(deltas[0])), _chunk(encode(deltas[1])))
+        closing = b"".join(map(encode, closing_events))
+        if self.path == CHAT:
+            closing += b"data: " + text_shapes.CHAT_DONE.encode() + b"\n\n"
+        encoded.opening = _stream_head(close) + _chunk(b"".join(map(encode, events[: first + 1])))
         encoded.closing = _chunk(closing) + b"0\r\n\r\n"
         return encoded
 
 
+def _first_delta(events: list[dict[str, Any]]) -> int:
+    """Where a stream's deltas begin: its first content-only chat chunk, or its first delta event."""
+    for index, event in enumerate(events):
+        choices = event.get("choices")
+        if event.get("type") in DELTA_EVENTS or (choices and list(choices[0]["delta"]) == ["content"]):
+            return index
+    raise ValueError("a stream without deltas")
+
+
 class Encoded:
     """The bytes of an answer, ids left as ID: a whole response, or the writes of a stream (the
-    opening write with the response head, the delta chunk or the template of the responses' delta
-    chunk, whose sequence_number goes between prefix and suffix, and the closing write)."""
+    opening write with the response head, the two delta chunks or the templates of the responses'
+    delta chunks, whose sequence_number goes between prefix and suffix, and the closing write)."""
 
     __slots__ = ("closing", "delta", "delta_prefix", "delta_suffix", "n", "opening", "response", "seq")
 
     def __init__(self, n: int) -> None:
         self.n, self.seq = n, 0
-        self.response = self.opening = self.closing = self.delta_suffix = b""
+        self.response = self.opening = self.closing = b""
         self.delta_prefix: tuple[bytes, ...] = ()
+        self.delta_suffix: tuple[bytes, ...] = ()
         self.delta: tuple[bytes, bytes] | None = None
 
 

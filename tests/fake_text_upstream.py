@@ -1,5 +1,6 @@
 """The text endpoints of the fake upstream (tests/fake_upstream.py serves them): answers in the wire
-formats the official SDKs parse, built from the request alone so that tests can predict them.
+formats the official SDKs parse (upstreams/text_shapes.py builds them), made from the request
+alone so that tests can predict them.
 
 Paths and families:
 - POST /v1/chat/completions (OpenAI chat completions), POST /v1/responses (OpenAI responses),
@@ -44,6 +45,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from upstreams import text_shapes
+
 CHAT = "/v1/chat/completions"
 RESPONSES = "/v1/responses"
 MESSAGES = "/v1/messages"
@@ -51,7 +54,6 @@ COUNT_TOKENS = "/v1/messages/count_tokens"
 TEXT_PATHS = (CHAT, RESPONSES, MESSAGES, COUNT_TOKENS)
 ANTHROPIC_PATHS = (MESSAGES, COUNT_TOKENS)
 
-DONE = "[DONE]"
 _TEXT_KEYS = ("messages", "input", "system", "instructions", "tools")
 
 _ANTHROPIC_ERROR_TYPES = {
@@ -181,18 +183,26 @@ class TextAnswer:
         if self.path == CHAT:
             return self._chat_completion()
         if self.path == RESPONSES:
-            return self._response("completed" if not self.truncated else "incomplete", self._output())
+            return self._response()
         if self.path == MESSAGES:
-            return self._message(content=[{"type": "text", "text": self.text}], final=True)
+            return self._message()
         return {"input_tokens": self.counts.input}
 
     def events(self) -> list[bytes]:
         """Every event of the stream, the final one last."""
         if self.path == CHAT:
-            return [_data(e) for e in self._chat_chunks()] + [f"data: {DONE}\n\n".encode()]
+            options = self.payload.get("stream_options") or {}
+            chunks = text_shapes.chat_chunks(
+                completion=self._chat_completion(),
+                deltas=self.pieces,
+                include_usage=options.get("include_usage") is True,
+            )
+            return [_data(chunk) for chunk in chunks] + [f"data: {text_shapes.CHAT_DONE}\n\n".encode()]
         if self.path == RESPONSES:
-            return [_event(e["type"], e) for e in self._response_events()]
-        return [_event(e["type"], e) for e in self._message_events()]
+            events = text_shapes.response_events(response=self._response(), deltas=self.pieces)
+        else:
+            events = text_shapes.message_events(message=self._message(), deltas=self.pieces, ping=True)
+        return [_event(event["type"], event) for event in events]
 
     def error_event(self, *, sequence_number: int, message: str = "The upstream failed mid-stream.") -> bytes:
         if self.path == CHAT:
@@ -202,195 +212,55 @@ class TextAnswer:
             return _event("error", {**event, "sequence_number": sequence_number})
         return _event("error", {"type": "error", "error": {"type": "overloaded_error", "message": message}})
 
-    # OpenAI chat completions
+    # The families' shapes (upstreams/text_shapes.py), with this answer's ids and counts
 
-    def _chat_usage(self) -> dict[str, Any]:
+    def _openai_tokens(self) -> dict[str, int]:
         c = self.counts
         return {
-            "prompt_tokens": c.input,
-            "completion_tokens": c.output,
-            "total_tokens": c.input + c.output,
-            "prompt_tokens_details": {"cached_tokens": c.cached, "cache_write_tokens": 0, "audio_tokens": 0},
-            "completion_tokens_details": {
-                "reasoning_tokens": c.reasoning,
-                "audio_tokens": 0,
-                "accepted_prediction_tokens": 0,
-                "rejected_prediction_tokens": 0,
-            },
+            "input_tokens": c.input,
+            "output_tokens": c.output,
+            "cached_tokens": c.cached,
+            "reasoning_tokens": c.reasoning,
         }
-
-    def _chat_base(self, kind: str) -> dict[str, Any]:
-        return {
-            "id": f"chatcmpl-fake{self.n:06d}",
-            "object": kind,
-            "created": self.created,
-            "model": self.model,
-            "system_fingerprint": "fp_fake",
-            "service_tier": "default",
-        }
-
-    def _finish_reason(self) -> str:
-        return "length" if self.truncated else "stop"
 
     def _chat_completion(self) -> dict[str, Any]:
-        message = {"role": "assistant", "content": self.text, "refusal": None, "annotations": []}
-        return {
-            **self._chat_base("chat.completion"),
-            "choices": [
-                {"index": 0, "message": message, "logprobs": None, "finish_reason": self._finish_reason()}
-            ],
-            "usage": self._chat_usage(),
-        }
+        return text_shapes.chat_completion(
+            id=f"chatcmpl-fake{self.n:06d}",
+            created=self.created,
+            model=self.model,
+            text=self.text,
+            truncated=self.truncated,
+            usage=text_shapes.chat_usage(**self._openai_tokens()),
+        )
 
-    def _chat_chunks(self) -> list[dict[str, Any]]:
-        options = self.payload.get("stream_options") or {}
-        with_usage = options.get("include_usage") is True
-        # Asked for usage, the provider puts "usage": null on every chunk before the usage-only one.
-        extra = {"usage": None} if with_usage else {}
+    def _response(self) -> dict[str, Any]:
+        return text_shapes.response_object(
+            id=f"resp_fake{self.n:06d}",
+            item_id=f"msg_fake{self.n:06d}",
+            created=self.created,
+            model=self.model,
+            text=self.text,
+            truncated=self.truncated,
+            usage=text_shapes.responses_usage(**self._openai_tokens()),
+            instructions=self.payload.get("instructions"),
+            max_output_tokens=self.payload.get("max_output_tokens"),
+        )
 
-        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-            return {**self._chat_base("chat.completion.chunk"), "choices": [choice], **extra}
-
-        chunks = [chunk({"role": "assistant", "content": "", "refusal": None})]
-        chunks += [chunk({"content": piece}) for piece in self.pieces]
-        chunks.append(chunk({}, self._finish_reason()))
-        if with_usage:
-            chunks.append(
-                {**self._chat_base("chat.completion.chunk"), "choices": [], "usage": self._chat_usage()}
-            )
-        return chunks
-
-    # OpenAI responses
-
-    def _responses_usage(self) -> dict[str, Any]:
+    def _message(self) -> dict[str, Any]:
         c = self.counts
-        return {
-            "input_tokens": c.input,
-            "input_tokens_details": {"cached_tokens": c.cached, "cache_write_tokens": 0},
-            "output_tokens": c.output,
-            "output_tokens_details": {"reasoning_tokens": c.reasoning},
-            "total_tokens": c.input + c.output,
-        }
-
-    def _text_part(self, text: str) -> dict[str, Any]:
-        return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-
-    def _message_item(self, status: str, content: list[dict[str, Any]]) -> dict[str, Any]:
-        return {
-            "type": "message",
-            "id": f"msg_fake{self.n:06d}",
-            "status": status,
-            "role": "assistant",
-            "content": content,
-        }
-
-    def _output(self) -> list[dict[str, Any]]:
-        status = "incomplete" if self.truncated else "completed"
-        return [self._message_item(status, [self._text_part(self.text)])]
-
-    def _response(self, status: str, output: list[dict[str, Any]]) -> dict[str, Any]:
-        finished = status in ("completed", "incomplete")
-        return {
-            "id": f"resp_fake{self.n:06d}",
-            "object": "response",
-            "created_at": self.created,
-            "status": status,
-            "background": False,
-            "error": None,
-            "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
-            "instructions": self.payload.get("instructions"),
-            "max_output_tokens": self.payload.get("max_output_tokens"),
-            "model": self.model,
-            "output": output,
-            "parallel_tool_calls": True,
-            "previous_response_id": None,
-            "reasoning": {"effort": None, "summary": None},
-            "store": True,
-            "temperature": 1.0,
-            "text": {"format": {"type": "text"}, "verbosity": "medium"},
-            "tool_choice": "auto",
-            "tools": [],
-            "top_p": 1.0,
-            "truncation": "disabled",
-            "usage": self._responses_usage() if finished else None,
-            "user": None,
-            "metadata": {},
-        }
-
-    def _response_events(self) -> list[dict[str, Any]]:
-        item_id = f"msg_fake{self.n:06d}"
-        where = {"item_id": item_id, "output_index": 0, "content_index": 0}
-        final = self._response("incomplete" if self.truncated else "completed", self._output())
-        events: list[dict[str, Any]] = [
-            {"type": "response.created", "response": self._response("in_progress", [])},
-            {"type": "response.in_progress", "response": self._response("in_progress", [])},
-            {
-                "type": "response.output_item.added",
-                "output_index": 0,
-                "item": self._message_item("in_progress", []),
-            },
-            {"type": "response.content_part.added", **where, "part": self._text_part("")},
-        ]
-        events += [
-            {"type": "response.output_text.delta", **where, "delta": piece, "logprobs": []}
-            for piece in self.pieces
-        ]
-        events += [
-            {"type": "response.output_text.done", **where, "text": self.text, "logprobs": []},
-            {"type": "response.content_part.done", **where, "part": self._text_part(self.text)},
-            {"type": "response.output_item.done", "output_index": 0, "item": final["output"][0]},
-            {"type": "response.incomplete" if self.truncated else "response.completed", "response": final},
-        ]
-        return [{**event, "sequence_number": number} for number, event in enumerate(events)]
-
-    # Anthropic messages
-
-    def _message_usage(self, output_tokens: int) -> dict[str, Any]:
-        c = self.counts
-        return {
-            "input_tokens": c.input,
-            "cache_creation_input_tokens": c.cache_creation,
-            "cache_read_input_tokens": c.cached,
-            "output_tokens": output_tokens,
-            "service_tier": "standard",
-        }
-
-    def _stop_reason(self) -> str:
-        return "max_tokens" if self.truncated else "end_turn"
-
-    def _message(self, *, content: list[dict[str, Any]], final: bool) -> dict[str, Any]:
-        return {
-            "id": f"msg_fake{self.n:06d}",
-            "type": "message",
-            "role": "assistant",
-            "model": self.model,
-            "content": content,
-            "stop_reason": self._stop_reason() if final else None,
-            "stop_sequence": None,
-            "usage": self._message_usage(self.counts.output if final else 1),
-        }
-
-    def _message_events(self) -> list[dict[str, Any]]:
-        events: list[dict[str, Any]] = [
-            {"type": "message_start", "message": self._message(content=[], final=False)},
-            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-            {"type": "ping"},
-        ]
-        events += [
-            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}}
-            for piece in self.pieces
-        ]
-        events += [
-            {"type": "content_block_stop", "index": 0},
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": self._stop_reason(), "stop_sequence": None},
-                "usage": {"output_tokens": self.counts.output},
-            },
-            {"type": "message_stop"},
-        ]
-        return events
+        usage = text_shapes.messages_usage(
+            input_tokens=c.input,
+            output_tokens=c.output,
+            cache_read_tokens=c.cached,
+            cache_creation_tokens=c.cache_creation,
+        )
+        return text_shapes.message_object(
+            id=f"msg_fake{self.n:06d}",
+            model=self.model,
+            text=self.text,
+            truncated=self.truncated,
+            usage=usage,
+        )
 
 
 def _data(payload: dict[str, Any]) -> bytes:

@@ -1,5 +1,6 @@
 """The `demo` kind's text answers, made offline: chat completions, responses, messages and token
-counts, streamed or not, each in its family's wire shape as the official SDKs parse it.
+counts, streamed or not, each in its family's wire shape as the official SDKs parse it (built by
+text_shapes, as the fake upstreams of the tests and the benchmarks build theirs).
 
 The answer is deterministic text about the prompt ("Demo reply to: ..."), with real usage: tokens
 are the pieces a simple tokenizer finds (`\\w+` runs and single punctuation marks), counted over
@@ -18,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from upstreams import text_shapes
 from upstreams.providers.base import (
     CHAT_COMPLETIONS,
     EVENT_STREAM,
@@ -164,43 +166,19 @@ def _cut(text: str, limit: int | None) -> tuple[str, bool]:
     return text, False
 
 
-# --- the families' shapes --------------------------------------------------------------------------
-
-
-def _chat_usage(answer: Answer) -> dict[str, Any]:
-    return {
-        "prompt_tokens": answer.input_tokens,
-        "completion_tokens": answer.output_tokens,
-        "total_tokens": answer.input_tokens + answer.output_tokens,
-        "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
-        "completion_tokens_details": {
-            "reasoning_tokens": 0,
-            "audio_tokens": 0,
-            "accepted_prediction_tokens": 0,
-            "rejected_prediction_tokens": 0,
-        },
-    }
-
-
-def _chat_head(answer: Answer, obj: str) -> dict[str, Any]:
-    return {
-        "id": f"chatcmpl-demo{answer.id}",
-        "object": obj,
-        "created": answer.created,
-        "model": answer.model,
-        "service_tier": "default",
-        "system_fingerprint": None,
-    }
-
-
-def _chat_finish(answer: Answer) -> str:
-    return "length" if answer.truncated else "stop"
+# --- the families' shapes (text_shapes) ------------------------------------------------------------
 
 
 def chat_completion(answer: Answer, body: dict[str, Any]) -> dict[str, Any]:
-    message = {"role": "assistant", "content": answer.text, "refusal": None, "annotations": []}
-    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": _chat_finish(answer)}
-    return {**_chat_head(answer, "chat.completion"), "choices": [choice], "usage": _chat_usage(answer)}
+    usage = text_shapes.chat_usage(input_tokens=answer.input_tokens, output_tokens=answer.output_tokens)
+    return text_shapes.chat_completion(
+        id=f"chatcmpl-demo{answer.id}",
+        created=answer.created,
+        model=answer.model,
+        text=answer.text,
+        truncated=answer.truncated,
+        usage=usage,
+    )
 
 
 def chat_chunks(answer: Answer, body: dict[str, Any]) -> Iterator[SSEEvent]:
@@ -208,177 +186,60 @@ def chat_chunks(answer: Answer, body: dict[str, Any]) -> Iterator[SSEEvent]:
     (`stream_options.include_usage`), as OpenAI does; then [DONE]."""
     options = body.get("stream_options")
     include_usage = isinstance(options, dict) and options.get("include_usage") is True
-    head = _chat_head(answer, "chat.completion.chunk")
-
-    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> SSEEvent:
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        return _event("", {**head, "choices": [choice], **({"usage": None} if include_usage else {})})
-
-    yield chunk({"role": "assistant", "content": "", "refusal": None})
-    for delta in answer.deltas():
-        yield chunk({"content": delta})
-    yield chunk({}, _chat_finish(answer))
-    if include_usage:
-        yield _event("", {**head, "choices": [], "usage": _chat_usage(answer)})
-    yield SSEEvent(event="", data="[DONE]")
-
-
-def _response_status(answer: Answer) -> str:
-    return "incomplete" if answer.truncated else "completed"
-
-
-def _response_item(answer: Answer, *, text: str | None, status: str) -> dict[str, Any]:
-    content = [] if text is None else [_output_text(text)]
-    return {
-        "id": f"msg_demo{answer.id}",
-        "type": "message",
-        "status": status,
-        "role": "assistant",
-        "content": content,
-    }
-
-
-def _output_text(text: str) -> dict[str, Any]:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-
-
-def _response(answer: Answer, body: dict[str, Any], *, status: str, output: list[Any]) -> dict[str, Any]:
-    done = status != "in_progress"
-    instructions = body.get("instructions")
-    metadata = body.get("metadata")
-    return {
-        "id": f"resp_demo{answer.id}",
-        "object": "response",
-        "created_at": answer.created,
-        "status": status,
-        "background": False,
-        "error": None,
-        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
-        "instructions": instructions if isinstance(instructions, str) else None,
-        "max_output_tokens": answer.limit,
-        "model": answer.model,
-        "output": output,
-        "parallel_tool_calls": True,
-        "previous_response_id": None,
-        "reasoning": {"effort": None, "summary": None},
-        "service_tier": "default",
-        "store": False,
-        "temperature": 1.0,
-        "text": {"format": {"type": "text"}, "verbosity": "medium"},
-        "tool_choice": "auto",
-        "tools": [],
-        "top_p": 1.0,
-        "truncation": "disabled",
-        "usage": _response_usage(answer) if done else None,
-        "user": None,
-        "metadata": metadata if isinstance(metadata, dict) else {},
-    }
-
-
-def _response_usage(answer: Answer) -> dict[str, Any]:
-    return {
-        "input_tokens": answer.input_tokens,
-        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-        "output_tokens": answer.output_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": answer.input_tokens + answer.output_tokens,
-    }
+    chunks = text_shapes.chat_chunks(
+        completion=chat_completion(answer, body), deltas=answer.deltas(), include_usage=include_usage
+    )
+    for chunk in chunks:
+        yield _event("", chunk)
+    yield SSEEvent(event="", data=text_shapes.CHAT_DONE)
 
 
 def response_object(answer: Answer, body: dict[str, Any]) -> dict[str, Any]:
-    status = _response_status(answer)
-    item = _response_item(answer, text=answer.text, status=status)
-    return _response(answer, body, status=status, output=[item])
+    """The response, echoing the request's instructions (text ones), output limit and metadata."""
+    instructions = body.get("instructions")
+    metadata = body.get("metadata")
+    usage = text_shapes.responses_usage(input_tokens=answer.input_tokens, output_tokens=answer.output_tokens)
+    return text_shapes.response_object(
+        id=f"resp_demo{answer.id}",
+        item_id=f"msg_demo{answer.id}",
+        created=answer.created,
+        model=answer.model,
+        text=answer.text,
+        truncated=answer.truncated,
+        usage=usage,
+        instructions=instructions if isinstance(instructions, str) else None,
+        max_output_tokens=answer.limit,
+        metadata=metadata if isinstance(metadata, dict) else None,
+    )
 
 
 def response_events(answer: Answer, body: dict[str, Any]) -> Iterator[SSEEvent]:
     """The Responses API's stream of one message: created, in progress, the item and its text part
     opened, each word, then everything closed; the last event says completed, or incomplete when the
     output limit cut the text (as OpenAI ends such a stream)."""
-    status = _response_status(answer)
-    ids = {"item_id": f"msg_demo{answer.id}", "output_index": 0}
-    part = {**ids, "content_index": 0}
-    item = _response_item(answer, text=answer.text, status=status)
-    events: list[tuple[str, dict[str, Any]]] = [
-        ("response.created", {"response": _response(answer, body, status="in_progress", output=[])}),
-        ("response.in_progress", {"response": _response(answer, body, status="in_progress", output=[])}),
-        (
-            "response.output_item.added",
-            {"output_index": 0, "item": _response_item(answer, text=None, status="in_progress")},
-        ),
-        ("response.content_part.added", {**part, "part": _output_text("")}),
-        *(("response.output_text.delta", {**part, "delta": d, "logprobs": []}) for d in answer.deltas()),
-        ("response.output_text.done", {**part, "text": answer.text, "logprobs": []}),
-        ("response.content_part.done", {**part, "part": _output_text(answer.text)}),
-        ("response.output_item.done", {"output_index": 0, "item": item}),
-        (
-            f"response.{status}",
-            {"response": _response(answer, body, status=status, output=[item])},
-        ),
-    ]
-    for number, (name, data) in enumerate(events):
-        yield _event(name, {"type": name, "sequence_number": number, **data})
-
-
-def _message_usage(answer: Answer, output_tokens: int) -> dict[str, Any]:
-    return {
-        "input_tokens": answer.input_tokens,
-        "output_tokens": output_tokens,
-        "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": 0,
-        "service_tier": "standard",
-    }
-
-
-def _message(answer: Answer, *, content: list[Any], stop_reason: str | None, usage: dict[str, Any]):
-    return {
-        "id": f"msg_demo{answer.id}",
-        "type": "message",
-        "role": "assistant",
-        "model": answer.model,
-        "content": content,
-        "stop_reason": stop_reason,
-        "stop_sequence": None,
-        "usage": usage,
-    }
-
-
-def _stop_reason(answer: Answer) -> str:
-    return "max_tokens" if answer.truncated else "end_turn"
+    events = text_shapes.response_events(response=response_object(answer, body), deltas=answer.deltas())
+    for event in events:
+        yield _event(event["type"], event)
 
 
 def message_object(answer: Answer, body: dict[str, Any]) -> dict[str, Any]:
-    return _message(
-        answer,
-        content=[{"type": "text", "text": answer.text}],
-        stop_reason=_stop_reason(answer),
-        usage=_message_usage(answer, answer.output_tokens),
+    usage = text_shapes.messages_usage(input_tokens=answer.input_tokens, output_tokens=answer.output_tokens)
+    return text_shapes.message_object(
+        id=f"msg_demo{answer.id}",
+        model=answer.model,
+        text=answer.text,
+        truncated=answer.truncated,
+        usage=usage,
     )
 
 
 def message_events(answer: Answer, body: dict[str, Any]) -> Iterator[SSEEvent]:
     """Anthropic's stream of one text block: the message opened (input tokens known, one output
-    token so far), the block's words, the stop reason with the output tokens, the end."""
-    start = _message(answer, content=[], stop_reason=None, usage=_message_usage(answer, 1))
-    events: list[tuple[str, dict[str, Any]]] = [
-        ("message_start", {"message": start}),
-        ("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
-        *(
-            ("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": d}})
-            for d in answer.deltas()
-        ),
-        ("content_block_stop", {"index": 0}),
-        (
-            "message_delta",
-            {
-                "delta": {"stop_reason": _stop_reason(answer), "stop_sequence": None},
-                "usage": {"output_tokens": answer.output_tokens},
-            },
-        ),
-        ("message_stop", {}),
-    ]
-    for name, data in events:
-        yield _event(name, {"type": name, **data})
+    token so far), the block's words, the stop reason with the output tokens, the end. No ping: the
+    demo's answer is there at once, with no wait to fill."""
+    message = message_object(answer, body)
+    for event in text_shapes.message_events(message=message, deltas=answer.deltas(), ping=False):
+        yield _event(event["type"], event)
 
 
 def token_count_object(answer: Answer, body: dict[str, Any]) -> dict[str, Any]:

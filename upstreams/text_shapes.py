@@ -1,0 +1,263 @@
+"""The wire shapes of the three text families (OpenAI chat completions, OpenAI responses, Anthropic
+messages) as their providers send them and the official SDKs parse them, built in one place for all
+that answers in them: the `demo` kind (providers/demo_text.py) and the fake upstreams of the tests
+and the benchmarks. It imports nothing of the project, so that the fakes stay light processes.
+
+The caller brings what is its own (ids, model, creation time, the text and its deltas, token counts,
+what the request echoes); the rest is fixed here, as the provider sends it for a plain request. Every
+shape is a plain dict. A stream is built from its whole answer, so that the two always agree, as the
+list of its events' payloads: chat chunks (each sent as a `data:` line, CHAT_DONE after the last), or
+events whose `type` is also their SSE event name (responses, messages).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+CHAT_DONE = "[DONE]"  # the data of a chat stream's last event (not JSON)
+
+
+# --- OpenAI chat completions -----------------------------------------------------------------------
+
+
+def chat_usage(
+    *,
+    input_tokens: int,
+    output_tokens: int,
+    cached_tokens: int = 0,
+    cache_write_tokens: int = 0,
+    reasoning_tokens: int = 0,
+) -> dict[str, Any]:
+    """A chat completion's usage: the cached tokens are part of `input_tokens`, the reasoning tokens
+    part of `output_tokens`."""
+    return {
+        "prompt_tokens": input_tokens,
+        "completion_tokens": output_tokens,
+        "total_tokens": input_tokens + output_tokens,
+        "prompt_tokens_details": {
+            "cached_tokens": cached_tokens,
+            "cache_write_tokens": cache_write_tokens,
+            "audio_tokens": 0,
+        },
+        "completion_tokens_details": {
+            "reasoning_tokens": reasoning_tokens,
+            "audio_tokens": 0,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        },
+    }
+
+
+def chat_completion(
+    *, id: str, created: int, model: str, text: str, truncated: bool, usage: dict[str, Any]
+) -> dict[str, Any]:
+    """A chat completion of one assistant message; finish_reason "length" when the output limit cut it."""
+    message = {"role": "assistant", "content": text, "refusal": None, "annotations": []}
+    finish_reason = "length" if truncated else "stop"
+    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
+    return {
+        "id": id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "service_tier": "default",
+        "system_fingerprint": None,
+        "choices": [choice],
+        "usage": usage,
+    }
+
+
+def chat_chunk(
+    *,
+    completion: dict[str, Any],
+    delta: dict[str, Any],
+    finish_reason: str | None = None,
+    include_usage: bool = False,
+) -> dict[str, Any]:
+    """One chunk of `completion`'s stream (its id, time and model): a delta, or the finish reason.
+    When the request asked for the usage, the provider puts `"usage": null` on every such chunk."""
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+    head = {key: value for key, value in completion.items() if key not in ("choices", "usage")}
+    chunk = {**head, "object": "chat.completion.chunk", "choices": [choice]}
+    if include_usage:
+        chunk["usage"] = None
+    return chunk
+
+
+def chat_chunks(
+    *, completion: dict[str, Any], deltas: Sequence[str], include_usage: bool
+) -> list[dict[str, Any]]:
+    """`completion` streamed: the role, a chunk per delta, the finish reason, and the usage alone in a
+    last chunk (`choices: []`) only when the request asked for it (`stream_options.include_usage`).
+    CHAT_DONE follows them."""
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        return chat_chunk(
+            completion=completion, delta=delta, finish_reason=finish_reason, include_usage=include_usage
+        )
+
+    chunks = [chunk({"role": "assistant", "content": "", "refusal": None})]
+    chunks += [chunk({"content": delta}) for delta in deltas]
+    chunks.append(chunk({}, completion["choices"][0]["finish_reason"]))
+    if include_usage:
+        chunks.append({**chunks[0], "choices": [], "usage": completion["usage"]})
+    return chunks
+
+
+# --- OpenAI responses ------------------------------------------------------------------------------
+
+
+def responses_usage(
+    *,
+    input_tokens: int,
+    output_tokens: int,
+    cached_tokens: int = 0,
+    cache_write_tokens: int = 0,
+    reasoning_tokens: int = 0,
+) -> dict[str, Any]:
+    """A response's usage: the cached tokens are part of `input_tokens`, the reasoning tokens part of
+    `output_tokens`."""
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": cached_tokens, "cache_write_tokens": cache_write_tokens},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+        "total_tokens": input_tokens + output_tokens,
+    }
+
+
+def output_text_part(*, text: str) -> dict[str, Any]:
+    """The text of an output message item."""
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def output_message_item(*, id: str, status: str, text: str | None) -> dict[str, Any]:
+    """The assistant's message among a response's output items; no content yet when `text` is None."""
+    content = [] if text is None else [output_text_part(text=text)]
+    return {"type": "message", "id": id, "status": status, "role": "assistant", "content": content}
+
+
+def response_object(
+    *,
+    id: str,
+    item_id: str,
+    created: int,
+    model: str,
+    text: str,
+    truncated: bool,
+    usage: dict[str, Any],
+    instructions: str | list[Any] | None = None,
+    max_output_tokens: int | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A finished response of one message item (`item_id`): completed, or incomplete when the output
+    limit cut it. It echoes the request's instructions, max_output_tokens and metadata."""
+    status = "incomplete" if truncated else "completed"
+    return {
+        "id": id,
+        "object": "response",
+        "created_at": created,
+        "status": status,
+        "background": False,
+        "error": None,
+        "incomplete_details": {"reason": "max_output_tokens"} if truncated else None,
+        "instructions": instructions,
+        "max_output_tokens": max_output_tokens,
+        "model": model,
+        "output": [output_message_item(id=item_id, status=status, text=text)],
+        "parallel_tool_calls": True,
+        "previous_response_id": None,
+        "reasoning": {"effort": None, "summary": None},
+        "service_tier": "default",
+        "store": True,
+        "temperature": 1.0,
+        "text": {"format": {"type": "text"}, "verbosity": "medium"},
+        "tool_choice": "auto",
+        "tools": [],
+        "top_p": 1.0,
+        "truncation": "disabled",
+        "usage": usage,
+        "user": None,
+        "metadata": metadata or {},
+    }
+
+
+def response_events(*, response: dict[str, Any], deltas: Sequence[str]) -> list[dict[str, Any]]:
+    """The stream of `response` (a response_object): created and in progress (no output, no usage
+    yet), the item and its text part opened, a delta each, everything closed, then the response whole
+    (`response.completed`, or `response.incomplete` as OpenAI ends a stream the limit cut). Each event
+    has its `sequence_number`, from 0."""
+    item = response["output"][0]
+    part = item["content"][0]
+    started = {**response, "status": "in_progress", "incomplete_details": None, "output": [], "usage": None}
+    where = {"item_id": item["id"], "output_index": 0, "content_index": 0}
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("response.created", {"response": started}),
+        ("response.in_progress", {"response": started}),
+        (
+            "response.output_item.added",
+            {"output_index": 0, "item": {**item, "status": "in_progress", "content": []}},
+        ),
+        ("response.content_part.added", {**where, "part": output_text_part(text="")}),
+        *(("response.output_text.delta", {**where, "delta": delta, "logprobs": []}) for delta in deltas),
+        ("response.output_text.done", {**where, "text": part["text"], "logprobs": []}),
+        ("response.content_part.done", {**where, "part": part}),
+        ("response.output_item.done", {"output_index": 0, "item": item}),
+        (f"response.{response['status']}", {"response": response}),
+    ]
+    return [{"type": name, "sequence_number": number, **data} for number, (name, data) in enumerate(events)]
+
+
+# --- Anthropic messages ----------------------------------------------------------------------------
+
+
+def messages_usage(
+    *, input_tokens: int, output_tokens: int, cache_read_tokens: int = 0, cache_creation_tokens: int = 0
+) -> dict[str, Any]:
+    """A message's usage: `input_tokens` are the uncached ones, the cache reads and writes come on
+    top, as Anthropic reports them."""
+    return {
+        "input_tokens": input_tokens,
+        "cache_creation_input_tokens": cache_creation_tokens,
+        "cache_read_input_tokens": cache_read_tokens,
+        "output_tokens": output_tokens,
+        "service_tier": "standard",
+    }
+
+
+def message_object(
+    *, id: str, model: str, text: str, truncated: bool, usage: dict[str, Any]
+) -> dict[str, Any]:
+    """A message of one text block; stop_reason "max_tokens" when the output limit cut it."""
+    return {
+        "id": id,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "max_tokens" if truncated else "end_turn",
+        "stop_sequence": None,
+        "usage": usage,
+    }
+
+
+def message_events(*, message: dict[str, Any], deltas: Sequence[str], ping: bool) -> list[dict[str, Any]]:
+    """The stream of `message`: the message opened (no content, no stop reason, the input usage and
+    one output token so far), its text block opened, a `ping` when asked (the provider sends one), a
+    delta each, the block closed, the stop reason with the output tokens, the end."""
+    usage = message["usage"]
+    start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+    stop = {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]}
+    return [
+        {"type": "message_start", "message": start},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        *([{"type": "ping"}] if ping else []),
+        *(
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": delta}}
+            for delta in deltas
+        ),
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": stop, "usage": {"output_tokens": usage["output_tokens"]}},
+        {"type": "message_stop"},
+    ]
