@@ -150,9 +150,11 @@ def response_object(
     instructions: str | list[Any] | None = None,
     max_output_tokens: int | None = None,
     metadata: dict[str, Any] | None = None,
+    store: bool = True,
 ) -> dict[str, Any]:
     """A finished response of one message item (`item_id`): completed, or incomplete when the output
-    limit cut it. It echoes the request's instructions, max_output_tokens and metadata."""
+    limit cut it. It echoes the request's instructions, max_output_tokens and metadata; `store` says
+    whether the response is kept for later retrieval (OpenAI's default is true)."""
     status = "incomplete" if truncated else "completed"
     return {
         "id": id,
@@ -170,7 +172,7 @@ def response_object(
         "previous_response_id": None,
         "reasoning": {"effort": None, "summary": None},
         "service_tier": "default",
-        "store": True,
+        "store": store,
         "temperature": 1.0,
         "text": {"format": {"type": "text"}, "verbosity": "medium"},
         "tool_choice": "auto",

@@ -125,6 +125,7 @@ def test_a_streamed_chat_completion_ends_with_usage_only_when_asked(demo_upstrea
 def test_a_response_is_what_the_openai_sdk_parses(demo_upstream):
     response = openai.types.responses.Response.model_validate(answer(demo_upstream, RESPONSES, RESPONSE))
     assert (response.object, response.status, response.model) == ("response", "completed", "demo-chat")
+    assert response.store is False  # nothing is kept to be retrieved later
     assert response.output_text.startswith('Demo reply to: "Write a short poem')
     usage = response.usage
     assert usage.input_tokens == 3 + 3 + 3 + tokens(PROMPT)  # the input message and the instructions
@@ -155,6 +156,7 @@ def test_a_streamed_response_is_the_responses_api_event_sequence(demo_upstream):
     assert text == whole.output_text == events[-4].text
     final = events[-1].response
     assert (final.status, final.output_text, final.usage) == ("completed", whole.output_text, whole.usage)
+    assert final.store is False and events[0].response.store is False
     assert events[0].response.status == "in_progress" and events[0].response.usage is None
 
 

@@ -195,7 +195,8 @@ def chat_chunks(answer: Answer, body: dict[str, Any]) -> Iterator[SSEEvent]:
 
 
 def response_object(answer: Answer, body: dict[str, Any]) -> dict[str, Any]:
-    """The response, echoing the request's instructions (text ones), output limit and metadata."""
+    """The response, echoing the request's instructions (text ones), output limit and metadata; not
+    stored (the demo keeps nothing to retrieve later)."""
     instructions = body.get("instructions")
     metadata = body.get("metadata")
     usage = text_shapes.responses_usage(input_tokens=answer.input_tokens, output_tokens=answer.output_tokens)
@@ -210,6 +211,7 @@ def response_object(answer: Answer, body: dict[str, Any]) -> dict[str, Any]:
         instructions=instructions if isinstance(instructions, str) else None,
         max_output_tokens=answer.limit,
         metadata=metadata if isinstance(metadata, dict) else None,
+        store=False,
     )
 
 
