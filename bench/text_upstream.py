@@ -382,32 +382,24 @@ class Answer:
     # The families' shapes (upstreams/text_shapes.py), ids left as ID
 
     def body(self) -> dict[str, Any]:
+        said = text_shapes.Answer(
+            tag=f"bench{ID}",
+            created=self.created,
+            model=self.model,
+            text=self.text,
+            truncated=self.truncated,
+            input_tokens=self.input,
+            output_tokens=self.n,
+        )
         if self.path == CHAT:
-            usage = text_shapes.chat_usage(input_tokens=self.input, output_tokens=self.n)
-            return text_shapes.chat_completion(
-                id=f"chatcmpl-bench{ID}",
-                created=self.created,
-                model=self.model,
-                text=self.text,
-                truncated=self.truncated,
-                usage=usage,
-            )
+            return text_shapes.chat_completion(said)
         if self.path == RESPONSES:
             return text_shapes.response_object(
-                id=f"resp_bench{ID}",
-                item_id=f"msg_bench{ID}",
-                created=self.created,
-                model=self.model,
-                text=self.text,
-                truncated=self.truncated,
-                usage=text_shapes.responses_usage(input_tokens=self.input, output_tokens=self.n),
+                said,
                 instructions=self.payload.get("instructions"),
                 max_output_tokens=self.payload.get("max_output_tokens"),
             )
-        usage = text_shapes.messages_usage(input_tokens=self.input, output_tokens=self.n)
-        return text_shapes.message_object(
-            id=f"msg_bench{ID}", model=self.model, text=self.text, truncated=self.truncated, usage=usage
-        )
+        return text_shapes.message_object(said)
 
     def events(self, deltas: tuple[str, ...]) -> list[dict[str, Any]]:
         """The stream's events, with these deltas."""

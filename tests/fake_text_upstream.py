@@ -163,7 +163,11 @@ class TextAnswer:
         self.counts = Counts(
             input=prompt,
             cached=cached if is_anthropic else min(cached, prompt),
-            cache_creation=_number(answer, "cache_creation_tokens", headers, "x-fake-cache-creation"),
+            cache_creation=(
+                _number(answer, "cache_creation_tokens", headers, "x-fake-cache-creation")
+                if is_anthropic
+                else 0
+            ),
             visible=len(self.pieces),
             reasoning=0 if is_anthropic else _number(answer, "reasoning_tokens", headers, "x-fake-reasoning"),
             truncated=self.truncated,
@@ -214,53 +218,33 @@ class TextAnswer:
 
     # The families' shapes (upstreams/text_shapes.py), with this answer's ids and counts
 
-    def _openai_tokens(self) -> dict[str, int]:
+    def _said(self) -> text_shapes.Answer:
         c = self.counts
-        return {
-            "input_tokens": c.input,
-            "output_tokens": c.output,
-            "cached_tokens": c.cached,
-            "reasoning_tokens": c.reasoning,
-        }
-
-    def _chat_completion(self) -> dict[str, Any]:
-        return text_shapes.chat_completion(
-            id=f"chatcmpl-fake{self.n:06d}",
+        return text_shapes.Answer(
+            tag=f"fake{self.n:06d}",
             created=self.created,
             model=self.model,
             text=self.text,
             truncated=self.truncated,
-            usage=text_shapes.chat_usage(**self._openai_tokens()),
+            input_tokens=c.input,
+            output_tokens=c.output,
+            cached_tokens=c.cached,
+            cache_write_tokens=c.cache_creation,
+            reasoning_tokens=c.reasoning,
         )
+
+    def _chat_completion(self) -> dict[str, Any]:
+        return text_shapes.chat_completion(self._said())
 
     def _response(self) -> dict[str, Any]:
         return text_shapes.response_object(
-            id=f"resp_fake{self.n:06d}",
-            item_id=f"msg_fake{self.n:06d}",
-            created=self.created,
-            model=self.model,
-            text=self.text,
-            truncated=self.truncated,
-            usage=text_shapes.responses_usage(**self._openai_tokens()),
+            self._said(),
             instructions=self.payload.get("instructions"),
             max_output_tokens=self.payload.get("max_output_tokens"),
         )
 
     def _message(self) -> dict[str, Any]:
-        c = self.counts
-        usage = text_shapes.messages_usage(
-            input_tokens=c.input,
-            output_tokens=c.output,
-            cache_read_tokens=c.cached,
-            cache_creation_tokens=c.cache_creation,
-        )
-        return text_shapes.message_object(
-            id=f"msg_fake{self.n:06d}",
-            model=self.model,
-            text=self.text,
-            truncated=self.truncated,
-            usage=usage,
-        )
+        return text_shapes.message_object(self._said())
 
 
 def _data(payload: dict[str, Any]) -> bytes:

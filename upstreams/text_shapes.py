@@ -3,8 +3,9 @@ messages) as their providers send them and the official SDKs parse them, built i
 that answers in them: the `demo` kind (providers/demo_text.py) and the fake upstreams of the tests
 and the benchmarks. It imports nothing of the project, so that the fakes stay light processes.
 
-The caller brings what is its own (ids, model, creation time, the text and its deltas, token counts,
-what the request echoes); the rest is fixed here, as the provider sends it for a plain request. Every
+The caller brings what is its own, an `Answer` (the ids' tag, model, creation time, text, token
+counts) and what the request echoes; the rest is fixed here, as the provider sends it for a plain
+request. Every
 shape is a plain dict. A stream is built from its whole answer, so that the two always agree, as the
 list of its events' payloads: chat chunks (each sent as a `data:` line, CHAT_DONE after the last), or
 events whose `type` is also their SSE event name (responses, messages).
@@ -13,35 +14,44 @@ events whose `type` is also their SSE event name (responses, messages).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 CHAT_DONE = "[DONE]"  # the data of a chat stream's last event (not JSON)
 
 
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What one answer says, whichever family shapes it. Token counts are as the family reports
+    them (the caller knows which family it answers in)."""
+
+    tag: str  # in the ids: chatcmpl-{tag}, resp_{tag}, msg_{tag}
+    created: int
+    model: str
+    text: str
+    truncated: bool  # the output limit cut the text
+    input_tokens: int  # OpenAI: cached ones included; Anthropic: the uncached ones
+    output_tokens: int  # reasoning ones included
+    cached_tokens: int = 0  # OpenAI: part of input_tokens; Anthropic: the cache reads, on top
+    cache_write_tokens: int = 0  # Anthropic's cache_creation_input_tokens, on top of input_tokens
+    reasoning_tokens: int = 0  # OpenAI: part of output_tokens
+
+
 # --- OpenAI chat completions -----------------------------------------------------------------------
 
 
-def chat_usage(
-    *,
-    input_tokens: int,
-    output_tokens: int,
-    cached_tokens: int = 0,
-    cache_write_tokens: int = 0,
-    reasoning_tokens: int = 0,
-) -> dict[str, Any]:
-    """A chat completion's usage: the cached tokens are part of `input_tokens`, the reasoning tokens
-    part of `output_tokens`."""
+def _chat_usage(answer: Answer) -> dict[str, Any]:
     return {
-        "prompt_tokens": input_tokens,
-        "completion_tokens": output_tokens,
-        "total_tokens": input_tokens + output_tokens,
+        "prompt_tokens": answer.input_tokens,
+        "completion_tokens": answer.output_tokens,
+        "total_tokens": answer.input_tokens + answer.output_tokens,
         "prompt_tokens_details": {
-            "cached_tokens": cached_tokens,
-            "cache_write_tokens": cache_write_tokens,
+            "cached_tokens": answer.cached_tokens,
+            "cache_write_tokens": answer.cache_write_tokens,
             "audio_tokens": 0,
         },
         "completion_tokens_details": {
-            "reasoning_tokens": reasoning_tokens,
+            "reasoning_tokens": answer.reasoning_tokens,
             "audio_tokens": 0,
             "accepted_prediction_tokens": 0,
             "rejected_prediction_tokens": 0,
@@ -49,125 +59,97 @@ def chat_usage(
     }
 
 
-def chat_completion(
-    *, id: str, created: int, model: str, text: str, truncated: bool, usage: dict[str, Any]
-) -> dict[str, Any]:
+def chat_completion(answer: Answer) -> dict[str, Any]:
     """A chat completion of one assistant message; finish_reason "length" when the output limit cut it."""
-    message = {"role": "assistant", "content": text, "refusal": None, "annotations": []}
-    finish_reason = "length" if truncated else "stop"
+    message = {"role": "assistant", "content": answer.text, "refusal": None, "annotations": []}
+    finish_reason = "length" if answer.truncated else "stop"
     choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
     return {
-        "id": id,
+        "id": f"chatcmpl-{answer.tag}",
         "object": "chat.completion",
-        "created": created,
-        "model": model,
+        "created": answer.created,
+        "model": answer.model,
         "service_tier": "default",
         "system_fingerprint": None,
         "choices": [choice],
-        "usage": usage,
+        "usage": _chat_usage(answer),
     }
-
-
-def chat_chunk(
-    *,
-    completion: dict[str, Any],
-    delta: dict[str, Any],
-    finish_reason: str | None = None,
-    include_usage: bool = False,
-) -> dict[str, Any]:
-    """One chunk of `completion`'s stream (its id, time and model): a delta, or the finish reason.
-    When the request asked for the usage, the provider puts `"usage": null` on every such chunk."""
-    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-    head = {key: value for key, value in completion.items() if key not in ("choices", "usage")}
-    chunk = {**head, "object": "chat.completion.chunk", "choices": [choice]}
-    if include_usage:
-        chunk["usage"] = None
-    return chunk
 
 
 def chat_chunks(
     *, completion: dict[str, Any], deltas: Sequence[str], include_usage: bool
 ) -> list[dict[str, Any]]:
     """`completion` streamed: the role, a chunk per delta, the finish reason, and the usage alone in a
-    last chunk (`choices: []`) only when the request asked for it (`stream_options.include_usage`).
-    CHAT_DONE follows them."""
+    last chunk (`choices: []`) only when the request asked for it (`stream_options.include_usage`),
+    as OpenAI does, with `"usage": null` on every chunk before it. CHAT_DONE follows them."""
+    head = {key: value for key, value in completion.items() if key not in ("choices", "usage")}
+    head["object"] = "chat.completion.chunk"
+    no_usage_yet = {"usage": None} if include_usage else {}
 
     def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
-        return chat_chunk(
-            completion=completion, delta=delta, finish_reason=finish_reason, include_usage=include_usage
-        )
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return {**head, "choices": [choice], **no_usage_yet}
 
     chunks = [chunk({"role": "assistant", "content": "", "refusal": None})]
     chunks += [chunk({"content": delta}) for delta in deltas]
     chunks.append(chunk({}, completion["choices"][0]["finish_reason"]))
     if include_usage:
-        chunks.append({**chunks[0], "choices": [], "usage": completion["usage"]})
+        chunks.append({**head, "choices": [], "usage": completion["usage"]})
     return chunks
 
 
 # --- OpenAI responses ------------------------------------------------------------------------------
 
 
-def responses_usage(
-    *,
-    input_tokens: int,
-    output_tokens: int,
-    cached_tokens: int = 0,
-    cache_write_tokens: int = 0,
-    reasoning_tokens: int = 0,
-) -> dict[str, Any]:
-    """A response's usage: the cached tokens are part of `input_tokens`, the reasoning tokens part of
-    `output_tokens`."""
+def _responses_usage(answer: Answer) -> dict[str, Any]:
     return {
-        "input_tokens": input_tokens,
-        "input_tokens_details": {"cached_tokens": cached_tokens, "cache_write_tokens": cache_write_tokens},
-        "output_tokens": output_tokens,
-        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
-        "total_tokens": input_tokens + output_tokens,
+        "input_tokens": answer.input_tokens,
+        "input_tokens_details": {
+            "cached_tokens": answer.cached_tokens,
+            "cache_write_tokens": answer.cache_write_tokens,
+        },
+        "output_tokens": answer.output_tokens,
+        "output_tokens_details": {"reasoning_tokens": answer.reasoning_tokens},
+        "total_tokens": answer.input_tokens + answer.output_tokens,
     }
 
 
-def output_text_part(*, text: str) -> dict[str, Any]:
-    """The text of an output message item."""
+def _output_text(text: str) -> dict[str, Any]:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
-def output_message_item(*, id: str, status: str, text: str | None) -> dict[str, Any]:
-    """The assistant's message among a response's output items; no content yet when `text` is None."""
-    content = [] if text is None else [output_text_part(text=text)]
-    return {"type": "message", "id": id, "status": status, "role": "assistant", "content": content}
-
-
 def response_object(
+    answer: Answer,
     *,
-    id: str,
-    item_id: str,
-    created: int,
-    model: str,
-    text: str,
-    truncated: bool,
-    usage: dict[str, Any],
     instructions: str | list[Any] | None = None,
     max_output_tokens: int | None = None,
     metadata: dict[str, Any] | None = None,
     store: bool = True,
 ) -> dict[str, Any]:
-    """A finished response of one message item (`item_id`): completed, or incomplete when the output
-    limit cut it. It echoes the request's instructions, max_output_tokens and metadata; `store` says
-    whether the response is kept for later retrieval (OpenAI's default is true)."""
-    status = "incomplete" if truncated else "completed"
+    """A finished response of one message item: completed, or incomplete when the output limit cut
+    it. It echoes the request's instructions, max_output_tokens and metadata; `store` says whether
+    the response is kept for later retrieval (OpenAI's default is true)."""
+    status = "incomplete" if answer.truncated else "completed"
     return {
-        "id": id,
+        "id": f"resp_{answer.tag}",
         "object": "response",
-        "created_at": created,
+        "created_at": answer.created,
         "status": status,
         "background": False,
         "error": None,
-        "incomplete_details": {"reason": "max_output_tokens"} if truncated else None,
+        "incomplete_details": {"reason": "max_output_tokens"} if answer.truncated else None,
         "instructions": instructions,
         "max_output_tokens": max_output_tokens,
-        "model": model,
-        "output": [output_message_item(id=item_id, status=status, text=text)],
+        "model": answer.model,
+        "output": [
+            {
+                "type": "message",
+                "id": f"msg_{answer.tag}",
+                "status": status,
+                "role": "assistant",
+                "content": [_output_text(answer.text)],
+            }
+        ],
         "parallel_tool_calls": True,
         "previous_response_id": None,
         "reasoning": {"effort": None, "summary": None},
@@ -179,7 +161,7 @@ def response_object(
         "tools": [],
         "top_p": 1.0,
         "truncation": "disabled",
-        "usage": usage,
+        "usage": _responses_usage(answer),
         "user": None,
         "metadata": metadata or {},
     }
@@ -201,7 +183,7 @@ def response_events(*, response: dict[str, Any], deltas: Sequence[str]) -> list[
             "response.output_item.added",
             {"output_index": 0, "item": {**item, "status": "in_progress", "content": []}},
         ),
-        ("response.content_part.added", {**where, "part": output_text_part(text="")}),
+        ("response.content_part.added", {**where, "part": _output_text("")}),
         *(("response.output_text.delta", {**where, "delta": delta, "logprobs": []}) for delta in deltas),
         ("response.output_text.done", {**where, "text": part["text"], "logprobs": []}),
         ("response.content_part.done", {**where, "part": part}),
@@ -214,33 +196,23 @@ def response_events(*, response: dict[str, Any], deltas: Sequence[str]) -> list[
 # --- Anthropic messages ----------------------------------------------------------------------------
 
 
-def messages_usage(
-    *, input_tokens: int, output_tokens: int, cache_read_tokens: int = 0, cache_creation_tokens: int = 0
-) -> dict[str, Any]:
-    """A message's usage: `input_tokens` are the uncached ones, the cache reads and writes come on
-    top, as Anthropic reports them."""
-    return {
-        "input_tokens": input_tokens,
-        "cache_creation_input_tokens": cache_creation_tokens,
-        "cache_read_input_tokens": cache_read_tokens,
-        "output_tokens": output_tokens,
-        "service_tier": "standard",
-    }
-
-
-def message_object(
-    *, id: str, model: str, text: str, truncated: bool, usage: dict[str, Any]
-) -> dict[str, Any]:
+def message_object(answer: Answer) -> dict[str, Any]:
     """A message of one text block; stop_reason "max_tokens" when the output limit cut it."""
     return {
-        "id": id,
+        "id": f"msg_{answer.tag}",
         "type": "message",
         "role": "assistant",
-        "model": model,
-        "content": [{"type": "text", "text": text}],
-        "stop_reason": "max_tokens" if truncated else "end_turn",
+        "model": answer.model,
+        "content": [{"type": "text", "text": answer.text}],
+        "stop_reason": "max_tokens" if answer.truncated else "end_turn",
         "stop_sequence": None,
-        "usage": usage,
+        "usage": {
+            "input_tokens": answer.input_tokens,
+            "cache_creation_input_tokens": answer.cache_write_tokens,
+            "cache_read_input_tokens": answer.cached_tokens,
+            "output_tokens": answer.output_tokens,
+            "service_tier": "standard",
+        },
     }
 
 

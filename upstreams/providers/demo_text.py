@@ -105,15 +105,10 @@ def _listed(value: Any) -> list[Any]:
 
 @dataclass(frozen=True)
 class Answer:
-    """The demo's answer to one request, before any family shapes it."""
+    """The demo's answer to one request: what it says, before any family shapes it, and the output
+    limit the request set."""
 
-    id: str
-    created: int
-    model: str
-    text: str
-    input_tokens: int
-    output_tokens: int
-    truncated: bool  # the output limit cut the text
+    said: text_shapes.Answer
     limit: int | None
 
     @classmethod
@@ -122,20 +117,20 @@ class Answer:
         limit = _limit(body, LIMIT_FIELDS[operation])
         text, truncated = _cut(_reply_text(conversation.last_user_text()), limit)
         model = body.get("model")
-        return cls(
-            id=hashlib.sha256(raw).hexdigest()[:24],
+        said = text_shapes.Answer(
+            tag=f"demo{hashlib.sha256(raw).hexdigest()[:24]}",
             created=int(time.time()),
             model=model if isinstance(model, str) and model else "demo",
             text=text,
+            truncated=truncated,
             input_tokens=conversation.input_tokens(),
             output_tokens=token_count(text),
-            truncated=truncated,
-            limit=limit,
         )
+        return cls(said=said, limit=limit)
 
     def deltas(self) -> list[str]:
         """The text in the pieces a stream sends, one word each."""
-        return _DELTA.findall(self.text)
+        return _DELTA.findall(self.said.text)
 
 
 def _reply_text(prompt: str) -> str:
@@ -170,15 +165,7 @@ def _cut(text: str, limit: int | None) -> tuple[str, bool]:
 
 
 def chat_completion(answer: Answer, body: dict[str, Any]) -> dict[str, Any]:
-    usage = text_shapes.chat_usage(input_tokens=answer.input_tokens, output_tokens=answer.output_tokens)
-    return text_shapes.chat_completion(
-        id=f"chatcmpl-demo{answer.id}",
-        created=answer.created,
-        model=answer.model,
-        text=answer.text,
-        truncated=answer.truncated,
-        usage=usage,
-    )
+    return text_shapes.chat_completion(answer.said)
 
 
 def chat_chunks(answer: Answer, body: dict[str, Any]) -> Iterator[SSEEvent]:
@@ -199,15 +186,8 @@ def response_object(answer: Answer, body: dict[str, Any]) -> dict[str, Any]:
     stored (the demo keeps nothing to retrieve later)."""
     instructions = body.get("instructions")
     metadata = body.get("metadata")
-    usage = text_shapes.responses_usage(input_tokens=answer.input_tokens, output_tokens=answer.output_tokens)
     return text_shapes.response_object(
-        id=f"resp_demo{answer.id}",
-        item_id=f"msg_demo{answer.id}",
-        created=answer.created,
-        model=answer.model,
-        text=answer.text,
-        truncated=answer.truncated,
-        usage=usage,
+        answer.said,
         instructions=instructions if isinstance(instructions, str) else None,
         max_output_tokens=answer.limit,
         metadata=metadata if isinstance(metadata, dict) else None,
@@ -225,14 +205,7 @@ def response_events(answer: Answer, body: dict[str, Any]) -> Iterator[SSEEvent]:
 
 
 def message_object(answer: Answer, body: dict[str, Any]) -> dict[str, Any]:
-    usage = text_shapes.messages_usage(input_tokens=answer.input_tokens, output_tokens=answer.output_tokens)
-    return text_shapes.message_object(
-        id=f"msg_demo{answer.id}",
-        model=answer.model,
-        text=answer.text,
-        truncated=answer.truncated,
-        usage=usage,
-    )
+    return text_shapes.message_object(answer.said)
 
 
 def message_events(answer: Answer, body: dict[str, Any]) -> Iterator[SSEEvent]:
@@ -245,7 +218,7 @@ def message_events(answer: Answer, body: dict[str, Any]) -> Iterator[SSEEvent]:
 
 
 def token_count_object(answer: Answer, body: dict[str, Any]) -> dict[str, Any]:
-    return {"input_tokens": answer.input_tokens}
+    return {"input_tokens": answer.said.input_tokens}
 
 
 Shape = Callable[[Answer, dict[str, Any]], dict[str, Any]]
