@@ -11,10 +11,14 @@
 --   BENCH_PATH          request path (default /v1/images/generations)
 --   BENCH_MAX_REQUESTS  stop after this many responses (per wrk thread); the -d duration still bounds
 --                       the run. Use with -t 1 for an exact count.
+--   BENCH_HISTOGRAM     when set, the JSON line also carries "latency_us": every distinct latency in
+--                       microseconds with its count, [[value, count], ...], so that the latencies of
+--                       several runs can be merged exactly (bench/run.py's interleaved rounds)
 
 local key = os.getenv("BENCH_KEY")
 local model = os.getenv("BENCH_MODEL") or "bench-image"
 local max_requests = tonumber(os.getenv("BENCH_MAX_REQUESTS") or "0")
+local histogram = (os.getenv("BENCH_HISTOGRAM") or "") ~= ""
 
 wrk.method = "POST"
 wrk.path = os.getenv("BENCH_PATH") or "/v1/images/generations"
@@ -55,12 +59,22 @@ function done(summary, latency, requests)
   local function pct(p)
     return latency:percentile(p) / 1000.0 -- microseconds -> ms
   end
+  local extra = ""
+  if histogram then
+    -- latency(i): the i-th distinct value (microseconds) and how many requests took it
+    local pairs_ = {}
+    for i = 1, #latency do
+      local value, count = latency(i)
+      pairs_[#pairs_ + 1] = string.format("[%d,%d]", value, count)
+    end
+    extra = ',"latency_us":[' .. table.concat(pairs_, ",") .. "]"
+  end
   io.write(string.format(
     'BENCH_JSON {"requests":%d,"duration_s":%.3f,"bytes":%d,"rps":%.2f,'
       .. '"p50_ms":%.3f,"p90_ms":%.3f,"p99_ms":%.3f,"max_ms":%.3f,"mean_ms":%.3f,'
-      .. '"non_2xx":%d,"connect_errors":%d,"read_errors":%d,"write_errors":%d,"timeouts":%d}\n',
+      .. '"non_2xx":%d,"connect_errors":%d,"read_errors":%d,"write_errors":%d,"timeouts":%d%s}\n',
     summary.requests, summary.duration / 1e6, summary.bytes,
     summary.requests / (summary.duration / 1e6),
     pct(50), pct(90), pct(99), latency.max / 1000.0, latency.mean / 1000.0,
-    e.status, e.connect, e.read, e.write, e.timeout))
+    e.status, e.connect, e.read, e.write, e.timeout, extra))
 end

@@ -11,6 +11,7 @@ done(); nothing else goes to stdout (--progress writes to stderr).
         --body '{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}' \\
         --header 'Authorization: Bearer K' --connections 2000 --requests 4000 --ramp 2 [--timeout 60] \\
         [--duration S] [--final MARKER ...] [--error-marker MARKER ...] [--expect-events N] [--progress]
+        [--samples]
 
 --body takes JSON text, or @FILE. --header adds or replaces a request header (Content-Type defaults to
 application/json). The run stops once --requests calls are done (errors included: no more are started
@@ -55,6 +56,8 @@ gaps of all streams, streams (responses that were event streams), streams_max_op
 bodies being received at one time: from a response head saying text/event-stream to the body's end or
 the call's failure), bytes (everything received, heads and framing included), connects (connections
 opened). Percentiles are exact, nearest rank over the sorted samples; null when there is none.
+With --samples it also carries `samples`: {ttfb, ttlb, ttle, gaps}, every sample in ms, so that the
+results of several runs can be merged exactly (bench/run.py's interleaved rounds).
 """
 
 from __future__ import annotations
@@ -571,7 +574,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             task.cancel()
     duration = perf_counter() - started
     errors = sum(run.errors.values())
-    return {
+    result: dict[str, Any] = {
         "requests": run.ok,
         "errors": errors,
         "errors_by_kind": dict(sorted(run.errors.items())),
@@ -590,6 +593,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "connections": args.connections,
         "interrupted": run.interrupted,
     }
+    if args.samples:
+        result["samples"] = {
+            name: [round(value * 1000, 3) for value in getattr(run, name)]
+            for name in ("ttfb", "ttlb", "ttle", "gaps")
+        }
+    return result
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -610,6 +619,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--error-marker", action="append", help="a marker of an error event (repeatable)")
     parser.add_argument("--expect-events", type=int, default=0, help="fewer events in a stream: an error")
     parser.add_argument("--progress", action="store_true", help="a line per second on stderr")
+    parser.add_argument("--samples", action="store_true", help="also print every sample (for merging runs)")
     args = parser.parse_args(argv)
     if args.requests is None and args.duration is None:
         parser.error("give --requests or --duration (or both)")
