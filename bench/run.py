@@ -1015,7 +1015,6 @@ def rounds_merge(results: list[dict[str, Any]]) -> dict[str, Any]:
         merged.update(
             p50_ms=merged["ttfb_ms"]["p50"], p90_ms=merged["ttfb_ms"]["p90"], p99_ms=merged["ttfb_ms"]["p99"]
         )
-        merged["rounds"] = [{"rps": r["rps"], "ttfb_p50_ms": r["ttfb_ms"]["p50"]} for r in results]
         billings = [r["billing"] for r in results if r.get("billing")]
         if billings:
             merged["billing"] = {
@@ -1047,7 +1046,7 @@ def rounds_merge(results: list[dict[str, Any]]) -> dict[str, Any]:
                 for key in ("non_2xx", "connect_errors", "read_errors", "write_errors", "timeouts")
             },
         )
-        merged["rounds"] = [{"rps": r["rps"], "p50_ms": r["p50_ms"]} for r in results]
+    merged["rounds"] = [{"rps": r["rps"], "p50_ms": r["p50_ms"]} for r in results]
     return merged
 
 
@@ -1236,6 +1235,17 @@ def rss_per_stream_kb(r: dict[str, Any]) -> float | None:
     return (r["rss_total_mb"] - r["rss_total_idle_mb"]) * 1024 / r["streams_max_open"]
 
 
+def added_p50(gateway: dict[str, Any], peer: dict[str, Any], direct: dict[str, Any]) -> float:
+    """What the gateway adds to direct's p50 (a streamed scenario's: to its first event), as a
+    multiple of what the peer adds; of two rows, or of one round's figures."""
+    return (gateway["p50_ms"] - direct["p50_ms"]) / (peer["p50_ms"] - direct["p50_ms"])
+
+
+def rps_ratio(gateway: dict[str, Any], peer: dict[str, Any], direct: dict[str, Any] | None) -> float:
+    """The gateway's requests per second as a multiple of the peer's."""
+    return gateway["rps"] / peer["rps"]
+
+
 def per_round(by: dict[tuple[str, str], dict[str, Any]], sid: str, ratio: Any) -> str:
     """The ratio in each round of a scenario that ran in rounds ("; in its 4 rounds 0.28 to 0.35x
     (median 0.31x)"), or "": `ratio(gateway, peer, direct)` takes one round's figures of each target."""
@@ -1269,17 +1279,15 @@ def derive_text(report: dict[str, Any], by: dict[tuple[str, str], dict[str, Any]
             )
     if len(added) == 2:
         ratio = added["gateway"][0] / added["peer"][0]
-        rounds = per_round(
-            by, "chat-overhead", lambda g, p, d: (g["p50_ms"] - d["p50_ms"]) / (p["p50_ms"] - d["p50_ms"])
-        )
+        rounds = per_round(by, "chat-overhead", added_p50)
         out.append(
             f"chat-overhead: added p50 gateway/peer = {ratio:.2f}x{rounds} (target ≤ 0.3x): "
             f"{verdict(ratio <= 0.3)}"
         )
     g, p = by.get(("chat-throughput", "gateway")), by.get(("chat-throughput", "peer"))
     if g and p:
-        ratio = g["rps"] / p["rps"]
-        rounds = per_round(by, "chat-throughput", lambda g, p, d: g["rps"] / p["rps"])
+        ratio = rps_ratio(g, p, None)
+        rounds = per_round(by, "chat-throughput", rps_ratio)
         out.append(
             f"chat-throughput: gateway {g['rps']:.0f} req/s, peer {p['rps']:.0f} req/s = "
             f"{ratio:.2f}x{rounds} (target ≥ 3x): {verdict(ratio >= 3)}"
@@ -1301,11 +1309,7 @@ def derive_text(report: dict[str, Any], by: dict[tuple[str, str], dict[str, Any]
             )
     if len(first) == 2 and first["peer"] > 0:
         ratio = first["gateway"] / first["peer"]
-        rounds = per_round(
-            by,
-            "chat-ttft",
-            lambda g, p, d: (g["ttfb_p50_ms"] - d["ttfb_p50_ms"]) / (p["ttfb_p50_ms"] - d["ttfb_p50_ms"]),
-        )
+        rounds = per_round(by, "chat-ttft", added_p50)
         out.append(
             f"chat-ttft: added first event gateway/peer = {ratio:.2f}x{rounds} (target ≤ 0.3x): "
             f"{verdict(ratio <= 0.3)}"
@@ -1371,18 +1375,16 @@ def derive(report: dict[str, Any]) -> list[str]:
             )
     g, p, d = by.get(("overhead", "gateway")), by.get(("overhead", "peer")), direct
     if g and p and d:
-        ratio = (g["p50_ms"] - d["p50_ms"]) / (p["p50_ms"] - d["p50_ms"])
-        rounds = per_round(
-            by, "overhead", lambda g, p, d: (g["p50_ms"] - d["p50_ms"]) / (p["p50_ms"] - d["p50_ms"])
-        )
+        ratio = added_p50(g, p, d)
+        rounds = per_round(by, "overhead", added_p50)
         out.append(
             f"overhead: added p50 gateway/peer = {ratio:.2f}x{rounds} (target ≤ 0.4x): "
             f"{'met' if ratio <= 0.4 else 'NOT met'}"
         )
     g, p = by.get(("throughput", "gateway")), by.get(("throughput", "peer"))
     if g and p:
-        ratio = g["rps"] / p["rps"]
-        rounds = per_round(by, "throughput", lambda g, p, d: g["rps"] / p["rps"])
+        ratio = rps_ratio(g, p, None)
+        rounds = per_round(by, "throughput", rps_ratio)
         out.append(
             f"throughput at concurrency 64: gateway {g['rps']:.0f} req/s, peer {p['rps']:.0f} req/s: "
             f"{ratio:.2f}x{rounds} (target ≥ 2.5x): {'met' if ratio >= 2.5 else 'NOT met'}"

@@ -74,6 +74,12 @@ def _rate_refused(rpm: int, time_left: int) -> RateLimited:
     )
 
 
+def local_rate_window_end(*, now: int) -> int:
+    """When the per-process counters' current window ends (while Redis is down): fixed one-minute
+    windows that end on the minute, the same for every key."""
+    return now - now % RATE_PERIOD_SECONDS + RATE_PERIOD_SECONDS
+
+
 def rate_limit_hit(*, limit_key: str, rpm: int) -> None:
     """Count one request of the credential in the current minute; 429 with Retry-After when it is
     over `rpm` (0 = unlimited). django-ratelimit's fixed windows, over the Django cache."""
@@ -94,7 +100,7 @@ def rate_limit_hit(*, limit_key: str, rpm: int) -> None:
             return (rpm + 1 if usage["should_limit"] else usage["count"]), usage["time_left"]
         # Per process, while Redis is down: the same fixed one-minute windows.
         now = int(time.time())
-        window_end = now - now % RATE_PERIOD_SECONDS + RATE_PERIOD_SECONDS
+        window_end = local_rate_window_end(now=now)
         key = f"rate:{limit_key}:{window_end}"
         store.add(key, 0, timeout=RATE_PERIOD_SECONDS + 1)
         return store.incr(key), window_end - now

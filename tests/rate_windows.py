@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from django_ratelimit.core import get_usage
 
-from billing.limits import RATE_GROUP, RATE_PERIOD_SECONDS
+from billing.limits import RATE_GROUP, RATE_PERIOD_SECONDS, local_rate_window_end
 
 
 def _time_left(*, group: str, key: str, period: int) -> int:
@@ -33,8 +33,8 @@ def rate_window_wait(limit_key: str, *, seconds: float = 5) -> None:
 
 
 def local_rate_window_wait(*, seconds: float = 5) -> None:
-    """The same while Redis is down, for the per-process counters: their minute windows are not
-    staggered, they end on the minute."""
-    time_left = RATE_PERIOD_SECONDS - time.time() % RATE_PERIOD_SECONDS
+    """The same while Redis is down, for the per-process counters (their windows are not staggered)."""
+    now = time.time()
+    time_left = local_rate_window_end(now=int(now)) - now
     if time_left < seconds:
         time.sleep(time_left + 0.1)

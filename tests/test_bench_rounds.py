@@ -3,6 +3,8 @@ into its one row of the report (the verdicts against the peer are computed from 
 
 from __future__ import annotations
 
+import pytest
+
 from bench import run
 
 
@@ -81,6 +83,7 @@ def _streams(ttfb_ms, *, billing):
         connects=1,
         interrupted=False,
         ttfb_ms={"p50": sorted(ttfb_ms)[len(ttfb_ms) // 2]},
+        p50_ms=sorted(ttfb_ms)[len(ttfb_ms) // 2],  # as streams_run sets it
         samples={"ttfb": ttfb_ms, "ttlb": [t + 500 for t in ttfb_ms], "ttle": [t + 499 for t in ttfb_ms],
                  "gaps": [10.0] * 49 * len(ttfb_ms)},
         billing=billing,
@@ -114,7 +117,8 @@ def test_merged_stream_rounds_pool_their_samples_and_add_up_their_billing_checks
     assert merged["billing"]["charges"] == merged["billing"]["streams_answered"] == 5
     assert merged["billing"]["amount"] == "0.00200000"
     assert merged["billing"]["exactly_once"] is True
-    assert merged["rounds"] == [{"rps": 3.0, "ttfb_p50_ms": 3.2}, {"rps": 2.0, "ttfb_p50_ms": 6.2}]
+    # a streamed round's p50 is its time to the first event, as the row's is
+    assert merged["rounds"] == [{"rps": 3.0, "p50_ms": 3.2}, {"rps": 2.0, "p50_ms": 6.2}]
 
 
 def test_one_round_that_charged_twice_fails_the_merged_billing_check():
@@ -147,7 +151,13 @@ def test_the_report_gives_each_rounds_own_ratio_next_to_the_merged_one():
         ("chat-throughput", "peer"): {"rps": 300.0, "rounds": [{"rps": 250.0}, {"rps": 400.0}]},
     }
 
-    text = run.per_round(by, "chat-throughput", lambda g, p, d: g["rps"] / p["rps"])
+    text = run.per_round(by, "chat-throughput", run.rps_ratio)
 
     assert text == "; in its 2 rounds 2.50 to 3.20x (median 2.85x)"
-    assert run.per_round({}, "chat-throughput", lambda g, p, d: 1.0) == ""
+    assert run.per_round({}, "chat-throughput", run.rps_ratio) == ""
+
+
+def test_the_added_latency_ratio_is_over_direct_for_both_sides():
+    gateway, peer, direct = {"p50_ms": 3.1}, {"p50_ms": 10.1}, {"p50_ms": 0.1}
+
+    assert run.added_p50(gateway, peer, direct) == pytest.approx(0.3)

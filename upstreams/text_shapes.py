@@ -5,10 +5,9 @@ and the benchmarks. It imports nothing of the project, so that the fakes stay li
 
 The caller brings what is its own, an `Answer` (the ids' tag, model, creation time, text, token
 counts) and what the request echoes; the rest is fixed here, as the provider sends it for a plain
-request. Every
-shape is a plain dict. A stream is built from its whole answer, so that the two always agree, as the
-list of its events' payloads: chat chunks (each sent as a `data:` line, CHAT_DONE after the last), or
-events whose `type` is also their SSE event name (responses, messages).
+request. Every shape is a plain dict. A stream is built from its whole answer, so that the two always
+agree, as the list of its events' payloads: chat chunks (each sent as a `data:` line, CHAT_DONE after
+the last), or events whose `type` is also their SSE event name (responses, messages).
 """
 
 from __future__ import annotations
