@@ -158,7 +158,15 @@ def post_worker_init(worker: object) -> None:
     the database pool, and read the configuration generation (which opens the Redis connection that
     tells the process when it changes). Without this, the first call of every new worker (after a
     deploy, a restart or max_requests) takes ~0.4 s. Nothing here may stop the worker from starting: a
-    database or cache that cannot be reached now is reported by the first call that needs it."""
+    database or cache that cannot be reached now is reported by the first call that needs it.
+
+    Then set what is loaded aside from the garbage collector (`gc.freeze`): the objects of the
+    modules, classes and settings live as long as the process, yet every full collection walked them
+    again, and a full collection stops every call and stream of the worker while it runs. Frozen,
+    a full collection walks only what the calls made (docs/benchmarks.md, "Serving settings", gives
+    the pauses and what they did to streams)."""
+    import gc
+
     from django.core.cache import cache
     from django.db import connection
     from django.urls import get_resolver
@@ -174,3 +182,5 @@ def post_worker_init(worker: object) -> None:
         worker.log.warning("worker warm-up: %s", error)  # type: ignore[attr-defined]
     finally:
         connection.close()  # back to the pool; the request greenlets take their own
+    gc.collect()  # what the start left unreachable is freed, not frozen
+    gc.freeze()

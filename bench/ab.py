@@ -152,8 +152,9 @@ def main(argv: list[str] | None = None) -> int:
                 rps = result["rps"]
                 ms = cpu * 1000 / max(1, result["requests"])
                 results[name].append((rps, ms))
-                run.log(f"round {round_} {name}: {rps:.1f} req/s, {ms:.2f} ms CPU/req, "
-                        f"{'event gap p99' if scenario.streamed else 'p50'} {result['p50_ms']:.2f} ms, "
+                judged = (f"event gap p99 {result['p50_ms']:.2f} ms (max {result['gap_ms']['max']:.2f})"
+                          if scenario.streamed else f"p50 {result['p50_ms']:.2f} ms")  # fmt: skip
+                run.log(f"round {round_} {name}: {rps:.1f} req/s, {ms:.2f} ms CPU/req, {judged}, "
                         f"errors {result['errors']}")  # fmt: skip
         targets_signal(targets, signal.SIGCONT)
         first = targets[0][0]

@@ -1,7 +1,9 @@
+import gc
 import os
 import runpy
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import pytest
@@ -246,21 +248,25 @@ class _Worker:
         self.warnings.append(message % args)
 
 
+@pytest.fixture
 def _post_worker_init():
-    return runpy.run_path(str(ROOT / "gunicorn.conf.py"))["post_worker_init"]
+    """The hook, as gunicorn runs it in a new worker; what it froze is given back to the collector
+    afterwards, since here the worker is the test process."""
+    yield runpy.run_path(str(ROOT / "gunicorn.conf.py"))["post_worker_init"]
+    gc.unfreeze()
 
 
 @pytest.mark.django_db(transaction=True)  # outside a transaction, as a worker starts
-def test_a_new_worker_loads_the_urlconf_and_gives_its_database_connection_back():
+def test_a_new_worker_loads_the_urlconf_and_gives_its_database_connection_back(_post_worker_init):
     worker = _Worker()
-    _post_worker_init()(worker)
+    _post_worker_init(worker)
     assert "gateway_project.urls" in sys.modules
     if connection.vendor == "postgresql":  # the SQLite test database lives in memory: never closed
         assert connection.connection is None
     assert worker.warnings == []
 
 
-def test_a_new_worker_starts_even_when_its_cache_is_unreachable():
+def test_a_new_worker_starts_even_when_its_cache_is_unreachable(_post_worker_init):
     unreachable = {
         "default": {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
@@ -269,9 +275,29 @@ def test_a_new_worker_starts_even_when_its_cache_is_unreachable():
     }
     worker = _Worker()
     with override_settings(CACHES=unreachable):
-        _post_worker_init()(worker)
+        _post_worker_init(worker)
     assert len(worker.warnings) == 1
     assert worker.warnings[0].startswith("worker warm-up:")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_new_worker_sets_what_it_loaded_aside_from_the_collectors_passes(_post_worker_init):
+    loaded = [{"a module's table": []}]  # a container the collector tracks, alive from the start on
+    cycle = _Cycle()
+    cycle.itself = cycle
+    left_over = weakref.ref(cycle)
+    gc.collect()  # it survives into the oldest generation, which only a full collection walks
+    del cycle  # garbage now, in a cycle: refcounting cannot free it
+    _post_worker_init(_Worker())
+    assert gc.get_freeze_count() > 0
+    assert not any(thing is loaded for thing in gc.get_objects())  # no full collection walks it again
+    assert left_over() is None  # what the start left unreachable was freed, not frozen for good
+    made_after = [[]]
+    assert any(thing is made_after for thing in gc.get_objects())  # the calls' objects are collected
+
+
+class _Cycle:
+    itself: object = None
 
 
 GUNICORN_LIMITS = {
