@@ -97,7 +97,11 @@ def rate_limit_hit(*, limit_key: str, rpm: int) -> None:
             )
             if usage is None:
                 return 0, 0
-            return (rpm + 1 if usage["should_limit"] else usage["count"]), usage["time_left"]
+            # django-ratelimit's window ending at second W counts that second too: it ends at W + 1,
+            # so the seconds left are its `time_left` (W minus the whole seconds now) and the part of
+            # this second still to run. Retry-After rounds that up; a client waiting what it says
+            # comes back in the next window, not in the last second of this one.
+            return (rpm + 1 if usage["should_limit"] else usage["count"]), usage["time_left"] + 1
         # Per process, while Redis is down: the same fixed one-minute windows.
         now = int(time.time())
         window_end = local_rate_window_end(now=now)

@@ -24,12 +24,28 @@ def window_key_fresh(*, group: str, period: int, candidate: Callable[[], str], s
             return key
 
 
+def window_key_ending(*, candidate: Callable[[], str], time_left: int) -> str:
+    """A key from `candidate()` whose current per-minute rate window has django-ratelimit's
+    `time_left` (its last second minus the whole seconds now) equal to `time_left`."""
+    while True:
+        key = candidate()
+        if _time_left(group=RATE_GROUP, key=key, period=RATE_PERIOD_SECONDS) == time_left:
+            return key
+
+
 def rate_window_wait(limit_key: str, *, seconds: float = 5) -> None:
     """Return once the credential's current per-minute rate window has at least `seconds` left (waiting
-    into the next window when it has not), so a test's calls cannot straddle two windows."""
+    into the next window when it has not), so a test's calls cannot straddle two windows.
+
+    django-ratelimit's `time_left` is the window's last second minus the whole seconds now, and the
+    window counts its last second too: it ends `time_left + 1` whole seconds from the start of this
+    one. Waiting only `time_left` (and a little) could land in that last second, where calls a few
+    milliseconds apart can still fall on both sides of the window's end."""
+    now = time.time()
     time_left = _time_left(group=RATE_GROUP, key=limit_key, period=RATE_PERIOD_SECONDS)
-    if time_left < seconds:
-        time.sleep(time_left + 0.1)
+    window_end = int(now) + time_left + 1
+    if window_end - now < seconds:
+        time.sleep(window_end - now + 0.1)
 
 
 def local_rate_window_wait(*, seconds: float = 5) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+import uuid
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -11,14 +13,14 @@ from django.db import connection, transaction
 from api.metering import metered_call, transaction_open_by_application
 from api.usage import usage_scope
 from billing.holds import hold_release
-from billing.limits import concurrency_slot_acquire
+from billing.limits import concurrency_slot_acquire, rate_limit_hit
 from billing.models import Hold, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
 from billing.selectors import ledger_check
 from billing.subscriptions import subscription_hold_reserve
 from core.errors import ApiError, BillingError, RateLimited
 from groups.models import Group
 from tests.billing.conftest import FakeUpstream, alpha_call, beta_call, credential_for, subscribe
-from tests.rate_windows import rate_window_wait
+from tests.rate_windows import rate_window_wait, window_key_ending
 from upstreams.providers.base import UpstreamError
 
 pytestmark = pytest.mark.django_db
@@ -394,6 +396,23 @@ def test_it_refuses_the_request_over_rpm_with_retry_after(alice, alpha_group, al
     # Another credential of the same account has its own count.
     alpha_call(credential_for(alice), group, upstream, request_id="r5")
     assert UsageRecord.objects.filter(status=429).count() == 1
+
+
+def test_a_client_that_waits_the_retry_after_it_was_given_is_counted_in_the_next_window():
+    # A credential whose window ends one second after this one (the ends are staggered per key): the
+    # refusal comes with little of the window left, the part of a second included.
+    limit_key = window_key_ending(candidate=lambda: f"api_key:test-{uuid.uuid4().hex}", time_left=1)
+    rate_limit_hit(limit_key=limit_key, rpm=1)
+    with pytest.raises(RateLimited) as refused:
+        rate_limit_hit(limit_key=limit_key, rpm=1)
+    waited = int(refused.value.headers["Retry-After"])
+    assert 1 <= waited <= 2
+
+    time.sleep(waited)
+
+    rate_limit_hit(limit_key=limit_key, rpm=1)  # not refused: a new window, counted afresh
+    with pytest.raises(RateLimited):
+        rate_limit_hit(limit_key=limit_key, rpm=1)
 
 
 def test_it_refuses_a_call_over_the_concurrency_limit_and_frees_the_slot_after(
