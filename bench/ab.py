@@ -172,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     finally:
+        run.signals_hold()
         targets_signal(targets, signal.SIGCONT)  # a stopped process cannot handle its SIGTERM
         for process in run.LOADS:
             with contextlib.suppress(Exception):

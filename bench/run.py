@@ -78,6 +78,14 @@ def log(message: str) -> None:
 # Processes: every child starts in its own process group and is stopped on exit, Ctrl-C included.
 
 
+def signals_hold() -> None:
+    """From here on, ignore SIGINT and SIGTERM: the cleanup that follows a first one (stopping every
+    server the run started) must not be cut short by a second, as when `timeout` passes on the
+    SIGTERM its process group also got."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 class Processes:
     def __init__(self) -> None:
         self.started: list[tuple[str, subprocess.Popen]] = []
@@ -1615,6 +1623,7 @@ def main(argv: list[str] | None = None) -> int:
         log("interrupted: stopping everything")
         return 130
     finally:
+        signals_hold()
         procs.stop_all()
         if args.keep_logs:
             log(f"logs kept in {workdir}")
