@@ -182,11 +182,11 @@ BODY = json.dumps(
 ).encode()
 
 
-def call(app: Callable, key: str) -> int:
-    """One request through the WSGI app; returns the response body's size."""
+def call(app: Callable, key: str, *, path: str = "/v1/images/generations", body: bytes = BODY) -> int:
+    """One POST of `body` (JSON) to `path` through the WSGI app; returns the response body's size."""
     environ = {
         "REQUEST_METHOD": "POST",
-        "PATH_INFO": "/v1/images/generations",
+        "PATH_INFO": path,
         "SCRIPT_NAME": "",
         "QUERY_STRING": "",
         "SERVER_NAME": "127.0.0.1",
@@ -196,8 +196,8 @@ def call(app: Callable, key: str) -> int:
         "HTTP_HOST": "127.0.0.1",
         "HTTP_AUTHORIZATION": f"Bearer {key}",
         "CONTENT_TYPE": "application/json",
-        "CONTENT_LENGTH": str(len(BODY)),
-        "wsgi.input": io.BytesIO(BODY),
+        "CONTENT_LENGTH": str(len(body)),
+        "wsgi.input": io.BytesIO(body),
         "wsgi.errors": sys.stderr,
         "wsgi.url_scheme": "http",
         "wsgi.version": (1, 0),

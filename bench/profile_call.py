@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import io
 import os
 import pstats
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import memory_large  # noqa: E402
+
 STATEMENTS = {
     "the reserve and the capture (billing/statements.py statement_run)": ("statements.py", "statement_run"),
     "the capture with its usage record": ("holds.py", "_hold_capture_statement"),
@@ -38,34 +40,6 @@ def served_environment(pid: int) -> dict[str, str]:
     raw = Path(f"/proc/{pid}/environ").read_bytes()
     pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
     return {key.decode(): value.decode() for key, value in pairs}
-
-
-def wsgi_call(app: Callable, *, path: str, body: bytes, key: str) -> None:
-    environ = {
-        "REQUEST_METHOD": "POST",
-        "PATH_INFO": path,
-        "QUERY_STRING": "",
-        "SERVER_NAME": "127.0.0.1",
-        "SERVER_PORT": "8000",
-        "SERVER_PROTOCOL": "HTTP/1.1",
-        "REMOTE_ADDR": "127.0.0.1",
-        "CONTENT_TYPE": "application/json",
-        "CONTENT_LENGTH": str(len(body)),
-        "HTTP_AUTHORIZATION": f"Bearer {key}",
-        "HTTP_HOST": "127.0.0.1:8000",
-        "wsgi.input": io.BytesIO(body),
-        "wsgi.url_scheme": "http",
-        "wsgi.errors": sys.stderr,
-        "wsgi.multithread": False,
-        "wsgi.multiprocess": True,
-        "wsgi.run_once": False,
-    }
-    status: list[str] = []
-    answer = app(environ, lambda line, headers, exc_info=None: status.append(line))
-    content = b"".join(answer)
-    answer.close()
-    if not status[0].startswith("200"):
-        raise SystemExit(f"the call failed: {status[0]} {content[:300]!r}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,15 +57,12 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ.update(served_environment(args.pid))
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="igw-profile-metrics-")
-    sys.path.insert(0, str(ROOT))
-    from django.core.wsgi import get_wsgi_application
-
-    app = get_wsgi_application()
+    app = memory_large.gateway_load(source=ROOT)
     body = args.body.encode()
 
     def calls(count: int) -> None:
         for _ in range(count):
-            wsgi_call(app, path=args.path, body=body, key=args.key)
+            memory_large.call(app, args.key, path=args.path, body=body)
 
     calls(args.warmup)
     started = time.perf_counter()

@@ -80,6 +80,14 @@ def local_rate_window_end(*, now: int) -> int:
     return now - now % RATE_PERIOD_SECONDS + RATE_PERIOD_SECONDS
 
 
+def ratelimit_seconds_left(*, time_left: int) -> int:
+    """Whole seconds, rounded up, until django-ratelimit's current window ends, from the `time_left`
+    it reports: the window ending at second W counts that second too, so it ends at W + 1, while
+    `time_left` is W minus the whole seconds now. A client that waits this long (Retry-After) comes
+    back in the next window, not in the last second of this one."""
+    return time_left + 1
+
+
 def rate_limit_hit(*, limit_key: str, rpm: int) -> None:
     """Count one request of the credential in the current minute; 429 with Retry-After when it is
     over `rpm` (0 = unlimited). django-ratelimit's fixed windows, over the Django cache."""
@@ -97,11 +105,8 @@ def rate_limit_hit(*, limit_key: str, rpm: int) -> None:
             )
             if usage is None:
                 return 0, 0
-            # django-ratelimit's window ending at second W counts that second too: it ends at W + 1,
-            # so the seconds left are its `time_left` (W minus the whole seconds now) and the part of
-            # this second still to run. Retry-After rounds that up; a client waiting what it says
-            # comes back in the next window, not in the last second of this one.
-            return (rpm + 1 if usage["should_limit"] else usage["count"]), usage["time_left"] + 1
+            used = rpm + 1 if usage["should_limit"] else usage["count"]
+            return used, ratelimit_seconds_left(time_left=usage["time_left"])
         # Per process, while Redis is down: the same fixed one-minute windows.
         now = int(time.time())
         window_end = local_rate_window_end(now=now)

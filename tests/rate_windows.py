@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from django_ratelimit.core import get_usage
 
-from billing.limits import RATE_GROUP, RATE_PERIOD_SECONDS, local_rate_window_end
+from billing.limits import RATE_GROUP, RATE_PERIOD_SECONDS, local_rate_window_end, ratelimit_seconds_left
 
 
 def _time_left(*, group: str, key: str, period: int) -> int:
@@ -35,15 +35,12 @@ def window_key_ending(*, candidate: Callable[[], str], time_left: int) -> str:
 
 def rate_window_wait(limit_key: str, *, seconds: float = 5) -> None:
     """Return once the credential's current per-minute rate window has at least `seconds` left (waiting
-    into the next window when it has not), so a test's calls cannot straddle two windows.
-
-    django-ratelimit's `time_left` is the window's last second minus the whole seconds now, and the
-    window counts its last second too: it ends `time_left + 1` whole seconds from the start of this
-    one. Waiting only `time_left` (and a little) could land in that last second, where calls a few
-    milliseconds apart can still fall on both sides of the window's end."""
-    now = time.time()
+    into the next window when it has not), so a test's calls cannot straddle two windows. The clock is
+    read after the window: a second that ticks in between makes the end look later, never earlier
+    (which could wake this up in the window's last second)."""
     time_left = _time_left(group=RATE_GROUP, key=limit_key, period=RATE_PERIOD_SECONDS)
-    window_end = int(now) + time_left + 1
+    now = time.time()
+    window_end = int(now) + ratelimit_seconds_left(time_left=time_left)
     if window_end - now < seconds:
         time.sleep(window_end - now + 0.1)
 

@@ -280,6 +280,10 @@ def test_a_new_worker_starts_even_when_its_cache_is_unreachable(_post_worker_ini
     assert worker.warnings[0].startswith("worker warm-up:")
 
 
+class _Cycle:
+    itself: object = None
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_new_worker_sets_what_it_loaded_aside_from_the_collectors_passes(_post_worker_init):
     loaded = [{"a module's table": []}]  # a container the collector tracks, alive from the start on
@@ -294,10 +298,6 @@ def test_a_new_worker_sets_what_it_loaded_aside_from_the_collectors_passes(_post
     assert left_over() is None  # what the start left unreachable was freed, not frozen for good
     made_after = [[]]
     assert any(thing is made_after for thing in gc.get_objects())  # the calls' objects are collected
-
-
-class _Cycle:
-    itself: object = None
 
 
 GUNICORN_LIMITS = {
