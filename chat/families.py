@@ -96,6 +96,13 @@ class StreamTracker(ABC):
     def feed(self, event: SSEEvent) -> bool:
         """Take one event; True when it is to be relayed to the caller."""
 
+    def skim(self, whole: bytes) -> bool:
+        """True when `whole`, some whole events as they arrived (line ends "\\n"), holds nothing this
+        tracker follows: `feed` would relay each and note nothing. The relay then passes them on
+        unparsed (upstreams.sse.sse_events' `skim`). The checks are plain searches of the bytes, and
+        any doubt answers False: the events are then fed one by one."""
+        return False
+
     def ended(self) -> None:  # noqa: B027 - optional hook: most families need no end-of-body rule
         """The upstream's body ended (cleanly); a family may accept that as the end of the call."""
 
@@ -110,6 +117,11 @@ class StreamTracker(ABC):
 # A chat chunk worth parsing: it has an error, a usage object, or a finish_reason that is not null.
 _CHAT_NOTABLE = re.compile(r'"error"|"(?:usage|finish_reason)"\s*:\s*[^\sn]')
 _SEQUENCE_NUMBER = re.compile(r'"sequence_number"\s*:\s*(\d+)')
+# Named events of one data line each, none of them one that the tracker follows (`skim`).
+_MESSAGES_PLAIN = re.compile(rb"(?:event: (?!message_|error)[^\n]+\ndata: [^\n]*\n\n)+")
+_RESPONSES_PLAIN = re.compile(
+    rb"(?:event: (?!error|response\.(?:failed|completed|incomplete))[^\n]+\ndata: [^\n]*\n\n)+"
+)
 
 
 class ChatCompletionsTracker(StreamTracker):
@@ -145,6 +157,20 @@ class ChatCompletionsTracker(StreamTracker):
                 return self.usage_asked
         return True
 
+    def skim(self, whole: bytes) -> bool:
+        # Events of one `data: ` line each: the line ends are two per event and all of them are those
+        # of an event's end, each but the last followed by the next event's `data: `. Then none may
+        # hold an error or `[DONE]`, and every usage and finish_reason must be null, as compact JSON
+        # has them (the upstream sends `"usage":null` on each chunk before the usage-only one).
+        return (
+            whole.startswith(b"data: ")
+            and whole.count(b"\n") == 2 * (whole.count(b"\n\ndata: ") + 1)
+            and b'"error"' not in whole
+            and b"[DONE]" not in whole
+            and whole.count(b'"usage"') == whole.count(b'"usage":null')
+            and whole.count(b'"finish_reason"') == whole.count(b'"finish_reason":null')
+        )
+
     def ended(self) -> None:
         # Some compatible upstreams end the body without `[DONE]`: a stream that finished and
         # reported its usage is complete all the same.
@@ -161,12 +187,22 @@ class ResponsesTracker(StreamTracker):
 
     def __init__(self, *, usage_asked: bool) -> None:
         super().__init__(usage_asked=usage_asked)
-        self._last_data = ""  # the last event's data, for the sequence number that follows it
+        # The last event's data (or, after a skim, the whole last event), for the sequence number
+        # that follows it.
+        self._last_data: str | bytes = ""
 
     @property
     def next_sequence(self) -> int:
-        match = _SEQUENCE_NUMBER.search(self._last_data)
+        last = self._last_data
+        match = _SEQUENCE_NUMBER.search(last if isinstance(last, str) else last.decode("utf-8", "replace"))
         return int(match.group(1)) + 1 if match else 0
+
+    def skim(self, whole: bytes) -> bool:
+        if _RESPONSES_PLAIN.fullmatch(whole) is None:
+            return False
+        cut = whole.rfind(b"\n\n", 0, len(whole) - 2)
+        self._last_data = whole[cut + 2 :] if cut >= 0 else whole
+        return True
 
     def feed(self, event: SSEEvent) -> bool:
         kind = event.event
@@ -192,6 +228,9 @@ class MessagesTracker(StreamTracker):
     `message_stop` ends the call; an `error` event is a failure."""
 
     NOTABLE = frozenset({"", "error", "message_start", "message_delta"})
+
+    def skim(self, whole: bytes) -> bool:
+        return _MESSAGES_PLAIN.fullmatch(whole) is not None
 
     def feed(self, event: SSEEvent) -> bool:
         kind = event.event

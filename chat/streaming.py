@@ -6,7 +6,8 @@
 - Each event is passed on as soon as it is read, never held for a later one, in the bytes it came in
   (events that arrived in one read of the upstream go out in one write); the family's tracker
   (chat/families.py) reads the usage on the way and may hold back one event (a chat completion's
-  usage-only chunk, which the caller did not ask for).
+  usage-only chunk, which the caller did not ask for). A read whose events hold nothing the tracker
+  follows (text deltas, mostly) goes on without being cut into events (the tracker's `skim`).
 - The upstream's keep-alives (blocks of SSE comments, `: ping`) after the first event are passed on
   too, so the caller's connection (and any proxy's idle timeout on it) sees the stream alive while
   the model thinks. Those before the first event are not: the answer starts with the first event,
@@ -144,6 +145,7 @@ def text_stream_relay(
     assert family.tracker is not None
     tracker = family.tracker(usage_asked=usage_asked)
     reply = opened.reply
+    reply.skim = tracker.skim  # runs of events with nothing to follow go on unparsed
     finished = False
 
     def finish(failure: BaseException | None) -> None:
@@ -166,7 +168,7 @@ def text_stream_relay(
         # itertools.chain, not a generator: leaving this loop (the caller went away) must not close
         # the upstream's events, which the drain below reads on.
         for event in itertools.chain((opened.first,), reply.events or ()):
-            if event.comment:  # a keep-alive: nothing to track
+            if event.comment or event.skimmed:  # a keep-alive, or events with nothing to track
                 batch.append(event.raw)
             else:
                 relayed = tracker.feed(event)
@@ -229,7 +231,7 @@ def _drain(*, reply: TextReply, tracker: StreamTracker, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     try:
         for event in reply.events or iter(()):
-            if event.comment:
+            if event.comment or event.skimmed:
                 continue
             tracker.feed(event)
             if tracker.complete or tracker.error is not None or time.monotonic() > deadline:

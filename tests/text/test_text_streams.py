@@ -109,6 +109,31 @@ def test_a_chat_stream_keeps_the_usage_chunk_for_a_caller_who_asked(
     assert balance(tara) == Decimal("1.00") - CHAT_COST
 
 
+@pytest.mark.parametrize("per_read", [1, 3, 4])
+def test_deltas_read_in_runs_go_out_as_they_came_and_the_usage_chunk_is_still_read_and_hidden(
+    client, upstream, chat_model, tara, tara_key, per_read
+):
+    # Compact JSON, as OpenAI sends it: runs of plain deltas go out unparsed (the tracker's skim).
+    def data(value):
+        return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+    events = [("", chunk(content)) for content in ["H", "e", "l", "l", "o", "!"]]
+    events += [("", chunk(finish="stop")), ("", chunk(usage=CHAT_USAGE, choices=False)), ("", "[DONE]")]
+    body = sse_body(*((name, data(value)) for name, value in events))
+    upstream.post(CHAT_URL, body=event_by_event(body, per_read), content_type="text/event-stream")
+    response = stream(client, "/v1/chat/completions", {"model": "alpha-chat", "messages": []}, tara_key)
+
+    pieces = list(response.streaming_content)
+
+    usage_chunk = f"data: {data(events[-2][1])}\n\n"
+    assert b"".join(pieces) == body.replace(usage_chunk, "").encode()
+    assert len(pieces) == -(-len(events) // per_read) - (per_read == 1)  # a write per read that relays
+    assert balance(tara) == Decimal("1.00") - CHAT_COST
+    record = UsageRecord.objects.get()
+    assert (record.amount, record.input_tokens, record.output_tokens) == (CHAT_COST, 100, 20)
+    assert ledger_check() == []
+
+
 def test_keep_alive_comments_after_the_first_event_reach_the_caller_in_their_place(
     client, upstream, chat_model, tara, tara_key
 ):
@@ -318,6 +343,23 @@ def test_a_caller_who_leaves_mid_stream_is_charged_what_the_upstream_went_on_to_
     assert pieces[0].startswith(b"event: message_start")
     assert (pieces[1] == b": keep-alive\n\n") is keep_alive
     assert balance(tara) == Decimal("1.00") - Decimal("0.00078")
+    assert UsageRecord.objects.get().status == 200
+
+
+@pytest.mark.django_db(transaction=True)  # closing the response ends the request, and its connection
+def test_a_caller_who_leaves_is_charged_when_the_drain_reads_past_runs_of_skimmed_events(
+    client, upstream, claude_model, tara, tara_key
+):
+    body = messages_stream_body().replace(
+        "event: content_block_stop", "event: ping\ndata: {}\n\nevent: content_block_stop"
+    )  # two events a read: (start, block start), (ping, delta), (ping, block stop), (delta, stop)
+    upstream.post(MESSAGES_URL, body=event_by_event(body, 2), content_type="text/event-stream")
+    response = stream(client, "/v1/messages", {"model": "alpha-claude", "max_tokens": 100}, tara_key)
+    first = next(iter(response.streaming_content))
+    response.close()  # the caller goes away after the first read's events
+
+    assert first.startswith(b"event: message_start") and b"content_block_delta" not in first
+    assert balance(tara) == Decimal("1.00") - Decimal("0.00078")  # 50 x 3 + 100 x 0.30 + 40 x 15
     assert UsageRecord.objects.get().status == 200
 
 

@@ -88,11 +88,13 @@ def trickled(data: bytes, step: int) -> io.BufferedReader:
 
 
 class EventByEvent(io.RawIOBase):
-    """An event stream's body that arrives one event per read, as a provider sends it."""
+    """An event stream's body that arrives one event per read, as a provider sends it, or `per_read`
+    events per read, as they pile up on the connection of a reader that falls behind."""
 
-    def __init__(self, data: bytes | str) -> None:
+    def __init__(self, data: bytes | str, per_read: int = 1) -> None:
         data = data.encode() if isinstance(data, str) else data
-        self.pieces = [piece + b"\n\n" for piece in data.split(b"\n\n") if piece]
+        events = [piece + b"\n\n" for piece in data.split(b"\n\n") if piece]
+        self.pieces = [b"".join(events[i : i + per_read]) for i in range(0, len(events), per_read)]
 
     def readable(self) -> bool:
         return True
@@ -105,8 +107,8 @@ class EventByEvent(io.RawIOBase):
         return len(piece)
 
 
-def event_by_event(data: bytes | str) -> io.BufferedReader:
-    return io.BufferedReader(EventByEvent(data))
+def event_by_event(data: bytes | str, per_read: int = 1) -> io.BufferedReader:
+    return io.BufferedReader(EventByEvent(data, per_read))
 
 
 def sse(*events: tuple[str, Any]) -> bytes:

@@ -99,3 +99,51 @@ def test_asked_for_comments_it_yields_each_block_of_comments_alone(openai_upstre
         (True, "", "", b":a\n: b\n\n"),
         (False, "", "y", b"data: y\n\n"),
     ]  # the block of an `event:` line alone is still no event
+
+
+SKIM_BODY = b"data: 1\n\ndata: 2\r\n\r\nevent: e\ndata: 3\n\n: ping\n\ndata: 4\n\ndata: 5"
+
+
+def skim_read(mocked, upstream, body: bytes, *, step: int, skim) -> list[SSEEvent]:
+    mocked.post(URL, body=trickled(body, step), content_type="text/event-stream")
+    with upstream_request(upstream=upstream, method="POST", url=URL, stream=True) as reply:
+        return list(sse_events(reply, comments=True, skim=skim))
+
+
+@pytest.mark.parametrize("step", [1, 4, 9, 20, 100_000])
+def test_a_skim_is_asked_the_whole_events_each_read_completes_and_takes_them_unparsed(
+    openai_upstream, mocked, step
+):
+    asked: list[bytes] = []
+
+    def skim(whole: bytes) -> bool:
+        asked.append(whole)
+        return b"3" not in whole
+
+    events = skim_read(mocked, openai_upstream, SKIM_BODY, step=step, skim=skim)
+
+    whole_events = SKIM_BODY.replace(b"\r\n", b"\n").rsplit(b"\n\n", 1)[0] + b"\n\n"  # not the cut "5"
+    assert b"".join(event.raw for event in events) == whole_events  # every byte once, in order
+    assert all(whole.endswith(b"\n\n") and b"5" not in whole for whole in asked)
+    for event in events:
+        assert event.skimmed == (event.raw in asked and b"3" not in event.raw)
+        if event.skimmed:
+            assert (event.event, event.data, event.more, event.comment) == ("", "", False, False)
+    refused = [(event.event, event.data) for event in events if not event.skimmed and not event.comment]
+    assert ("e", "3") in refused  # a run the skim refused comes as its events, parsed
+    if step == 100_000:  # one read: one run, refused
+        assert asked == [whole_events] and not any(event.skimmed for event in events)
+
+
+def test_without_a_skim_or_when_it_refuses_every_run_the_events_are_the_same(openai_upstream, mocked):
+    plain = skim_read(mocked, openai_upstream, SKIM_BODY, step=3, skim=None)
+    refused = skim_read(mocked, openai_upstream, SKIM_BODY, step=3, skim=lambda whole: False)
+
+    assert refused == plain
+    assert [(event.event, event.data, event.comment) for event in plain] == [
+        ("", "1", False),
+        ("", "2", False),
+        ("e", "3", False),
+        ("", "", True),
+        ("", "4", False),
+    ]

@@ -133,6 +133,9 @@ class TextReply:
     they arrive (a read failure raises UpstreamError with `outcome_unknown`; the iterator ends where the
     upstream's body ends). `close` gives the connection back, or drops it if the stream was not read to
     its end; it is safe to call twice, and the events iterator calls it when exhausted or closed.
+
+    `skim`, which a reader of `events` may set at any time, is the `skim` of upstreams.sse.sse_events
+    for the reads still to come (an adapter whose events are not read through it ignores it).
     """
 
     def __init__(
@@ -148,7 +151,12 @@ class TextReply:
         self.content_type = content_type
         self.body = body
         self.events = events
+        self.skim: Callable[[bytes], bool] | None = None
         self._on_close = on_close
+
+    def skimmed(self, whole: bytes) -> bool:
+        """`skim` as sse_events asks it, whether or not a reader has set it yet."""
+        return self.skim is not None and self.skim(whole)
 
     def close(self) -> None:
         events, on_close, self._on_close = self.events, self._on_close, None
@@ -275,12 +283,9 @@ class Adapter:
                         "upstream did not answer with an event stream", status=502, retryable=True, sent=True
                     )
                 streaming = True
-                return TextReply(
-                    status=status,
-                    content_type=content_type,
-                    events=_events_then_close(reply),
-                    on_close=reply.close,
-                )
+                text = TextReply(status=status, content_type=content_type, on_close=reply.close)
+                text.events = _events_then_close(reply, skim=text.skimmed)
+                return text
             if request.stream:
                 reply.read()
             if 200 <= status < 300 or (400 <= status < 500 and status not in (401, 403, 429)):
@@ -291,10 +296,10 @@ class Adapter:
                 reply.close()
 
 
-def _events_then_close(reply: UpstreamReply) -> Iterator[SSEEvent]:
+def _events_then_close(reply: UpstreamReply, *, skim: Callable[[bytes], bool]) -> Iterator[SSEEvent]:
     """A text stream's events, its keep-alive comments included (chat/streaming.py relays them)."""
     try:
-        yield from sse_events(reply, comments=True)
+        yield from sse_events(reply, comments=True, skim=skim)
     finally:
         reply.close()
 
