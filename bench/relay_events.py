@@ -4,8 +4,8 @@ sockets, for each streamed family, with and without the tracker's skim.
 
     DATABASE_URL= .venv/bin/python bench/relay_events.py [--deltas 200] [--streams 100] [--repeat 5]
 
-Each family's stream is the wire format of upstreams/text_shapes.py (compact JSON, as the providers
-and bench/text_upstream.py write it) with --deltas text deltas. Its bytes are handed to
+Each family's stream is what bench/text_upstream.py sends for --deltas text deltas (the wire format
+of upstreams/text_shapes.py in compact JSON, as the providers write it). Its bytes are handed to
 upstreams.sse.sse_events in reads of 1, 3 and 5 events (a worker that keeps up reads one event at a
 time; one that falls behind finds several waiting), and every event goes through the family's tracker
 and into the batch of bytes the relay writes, as chat/streaming.py does. Reported: µs per event, the
@@ -15,13 +15,11 @@ best of --repeat runs of --streams streams.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -31,39 +29,27 @@ import django  # noqa: E402
 
 django.setup()
 
+from bench.text_upstream import CHAT, DELTAS, MESSAGES, RESPONSES, Answer, sse_data, sse_named  # noqa: E402
 from chat.families import ChatCompletionsTracker, MessagesTracker, ResponsesTracker, StreamTracker  # noqa: E402
 from upstreams import text_shapes  # noqa: E402
 from upstreams.sse import sse_events  # noqa: E402
 
 
-def compact(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()
+def stream(path: str, deltas: int) -> list[bytes]:
+    """The events of one streamed answer as bench/text_upstream.py writes them, each as its bytes."""
+    body = {"model": "bench", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    answer = Answer(path, {**body, "stream_options": {"include_usage": True}}, deltas)
+    events = answer.events(tuple(DELTAS[k % 2] for k in range(answer.n)))
+    if path == CHAT:
+        return [*map(sse_data, events), b"data: " + text_shapes.CHAT_DONE.encode() + b"\n\n"]
+    return list(map(sse_named, events))
 
 
 def streams(deltas: int) -> dict[str, tuple[type[StreamTracker], list[bytes]]]:
-    parts = ["tok ", "ken "] * (deltas // 2) + ["tok "] * (deltas % 2)
-    answer = text_shapes.Answer(
-        tag="bench001", created=1, model="m", text="".join(parts), truncated=False, input_tokens=12,
-        output_tokens=deltas,
-    )  # fmt: skip
-    chunks = text_shapes.chat_chunks(
-        completion=text_shapes.chat_completion(answer), deltas=parts, include_usage=True
-    )
-    chat = [b"data: " + compact(chunk) + b"\n\n" for chunk in chunks] + [b"data: [DONE]\n\n"]
-    response = text_shapes.response_object(answer)
-    responses = [
-        b"event: " + event["type"].encode() + b"\ndata: " + compact(event) + b"\n\n"
-        for event in text_shapes.response_events(response=response, deltas=parts)
-    ]
-    message = text_shapes.message_object(answer)
-    messages = [
-        b"event: " + event["type"].encode() + b"\ndata: " + compact(event) + b"\n\n"
-        for event in text_shapes.message_events(message=message, deltas=parts, ping=True)
-    ]
     return {
-        "chat": (ChatCompletionsTracker, chat),
-        "responses": (ResponsesTracker, responses),
-        "messages": (MessagesTracker, messages),
+        "chat": (ChatCompletionsTracker, stream(CHAT, deltas)),
+        "responses": (ResponsesTracker, stream(RESPONSES, deltas)),
+        "messages": (MessagesTracker, stream(MESSAGES, deltas)),
     }
 
 

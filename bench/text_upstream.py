@@ -89,11 +89,13 @@ def _chunk(payload: bytes) -> bytes:
     return b"%x\r\n%b\r\n" % (len(payload), payload)
 
 
-def _data(value: Any) -> bytes:
+def sse_data(value: Any) -> bytes:
+    """An unnamed event of one data line: a chat chunk on the wire."""
     return b"data: " + _json(value) + b"\n\n"
 
 
-def _event(value: dict[str, Any]) -> bytes:
+def sse_named(value: dict[str, Any]) -> bytes:
+    """An event named by its `type`, with one data line: a responses or messages event on the wire."""
     return b"event: " + value["type"].encode() + b"\ndata: " + _json(value) + b"\n\n"
 
 
@@ -422,7 +424,7 @@ class Answer:
         built = min(self.n, 2)
         events = self.events(DELTAS[:built])
         first = _first_delta(events)
-        encode = _data if self.path == CHAT else _event
+        encode = sse_data if self.path == CHAT else sse_named
         deltas = (events[first], events[first + built - 1])
         closing_events = events[first + built :]
         if self.path == RESPONSES:

@@ -90,11 +90,12 @@ def sse_events(
             if buffer.startswith(_BOM):
                 del buffer[: len(_BOM)]
             bom_pending = False
+        # Here `start` is 0: every read's events are cut off the buffer's front before the next read.
         if skim is not None and (last := buffer.rfind(_BLANK, searched)) >= 0:
-            whole = bytes(buffer[start : last + 2])
+            whole = bytes(buffer[: last + 2])
             if skim(whole):
                 del buffer[: last + 2]
-                start, searched = 0, max(0, len(buffer) - 1)
+                searched = max(0, len(buffer) - 1)  # a blank line may begin with the last byte
                 yield SSEEvent(event="", data="", raw=whole, skimmed=True)
                 continue
         arrived: list[tuple[str, str, bytes, bool]] = []
