@@ -21,6 +21,7 @@ from rest_framework.request import Request
 
 from api.answers import event_stream_response, stored_response, stream_idempotency_refused
 from api.metering import connection_release, metered_begin, metered_call
+from api.stream_loop import CallerSocket, caller_socket
 from api.usage import UsageScope, usage_scope
 from billing.idempotency import StoredResponse, idempotent_execute
 from billing.limits import rate_limit_hit
@@ -55,6 +56,7 @@ def text_call_handle(*, request: Request, family: Family) -> HttpResponse | Stre
         headers={name: meta[key] for name, key in FORWARDED_HEADERS.items() if meta.get(key)},
         request_id=request.request_id,
         idempotency_key=meta.get("HTTP_IDEMPOTENCY_KEY"),
+        caller=caller_socket(meta),
     )
     if isinstance(answer, StreamedTextCall):
         return event_stream_response(answer.events)
@@ -69,11 +71,13 @@ def text_call_run(
     headers: dict[str, str],
     request_id: str,
     idempotency_key: str | None = None,
+    caller: CallerSocket | None = None,
 ) -> StoredResponse | StreamedTextCall:
     """One text call for a verified credential; raises ApiError on any refusal or failure.
 
     Streamed, the answer is a StreamedTextCall that owns the usage scope and the hold until the
-    stream ends; the upstream has already sent its first event by then (failover happens before)."""
+    stream ends; the upstream has already sent its first event by then (failover happens before).
+    `caller` is the caller's connection for the stream loop (api/stream_loop.py), when it runs."""
     with ExitStack() as stack:
         usage = stack.enter_context(
             usage_scope(request_id=request_id, endpoint=family.endpoint, credential=credential)
@@ -123,6 +127,7 @@ def text_call_run(
                         resolved=resolved,
                         opened=opened,
                         usage_asked=_usage_asked(parsed.body),
+                        caller=caller,
                     ),
                     endpoint=usage.endpoint,
                 )

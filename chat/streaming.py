@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.metering import MeteredCall, connection_release
+from api.stream_loop import CALLER_GONE, TIMED_OUT, CallerSocket, stream_loop_relay
 from api.usage import UsageScope
 from chat.access import ResolvedTextModel
 from chat.answers import refusal_passthrough, tokens_charge
@@ -44,6 +46,8 @@ from upstreams.providers import adapter_for
 from upstreams.providers.base import SSEEvent, TextReply, TextRequest
 from upstreams.resilience import upstream_call_resilient
 from upstreams.snapshots import UpstreamSnapshot
+from upstreams.sse import SSEDirect
+from upstreams.transport import upstream_read_timed_out
 
 logger = logging.getLogger("gateway.stream")
 
@@ -139,13 +143,17 @@ def text_stream_relay(
     resolved: ResolvedTextModel,
     opened: OpenedStream,
     usage_asked: bool,
+    caller: CallerSocket | None = None,
 ) -> Iterator[bytes]:
     """The response body of a streamed text call. `owned` holds the usage scope and the hold and is
-    closed when the stream ends, however it ends."""
+    closed when the stream ends, however it ends. With `caller` (gunicorn's gevent worker), the events
+    after the first read go through the worker's stream loop (api/stream_loop.py), straight to the
+    caller's connection, until the final event."""
     assert family.tracker is not None
     tracker = family.tracker(usage_asked=usage_asked)
     reply = opened.reply
     reply.skim = tracker.skim  # runs of events with nothing to follow go on unparsed
+    timeout = float(opened.upstream.timeout_seconds)
     finished = False
 
     def finish(failure: BaseException | None) -> None:
@@ -163,25 +171,88 @@ def text_stream_relay(
         meter.capture(amount=tokens_charge(usage=usage, resolved=resolved, tokens=tracker.tokens))
         finish(None)
 
+    def caller_gone() -> None:
+        """The caller went away: read on to the final event, whose usage the provider bills anyway."""
+        if not tracker.complete and tracker.error is None:
+            _drain(reply=reply, tracker=tracker, timeout=timeout)
+        if tracker.complete and tracker.error is None and not meter.resolved:
+            settle()
+        finish(None if tracker.complete else _client_gone())
+
     batch: list[bytes] = []  # events read together, sent together
+    carried: list[SSEEvent] = []  # read by the loop after the final event, to relay after the capture
+
+    def take(event: SSEEvent) -> bool:
+        """Track and batch one event; True when the relay must stop at it: the final event with the
+        charge still to make, or an error the upstream reported (relayed as the gateway's own)."""
+        if event.comment or event.skimmed:  # a keep-alive, or events with nothing to track
+            batch.append(event.raw)
+            return False
+        relayed = tracker.feed(event)
+        if tracker.error is not None:
+            return True
+        if relayed:
+            batch.append(event.raw or sse_encode(event))
+        return tracker.complete and not meter.resolved
+
+    def step(direct: SSEDirect) -> tuple[bytes, bool] | None:
+        """One read in the stream loop's thread: the bytes to send, and whether the stream leaves the
+        loop. Only the stream's own objects are touched here (its greenlet waits meanwhile)."""
+        nonlocal batch, carried
+        events = direct.read()
+        if events is None:
+            return None
+        for index, event in enumerate(events):
+            if take(event):
+                carried = events[index + 1 :]
+                if tracker.error is not None:
+                    return b"", True  # the events before it go out with the error event
+                break
+        else:
+            if not direct.ended:
+                out = batch[0] if len(batch) == 1 else b"".join(batch)
+                batch = []
+                return out, False
+        out = b"".join(batch)
+        batch = []
+        return out, True
+
+    # itertools.chain, not a generator: leaving the loop below (the caller went away, or the stream
+    # loop takes over) must not close the upstream's events, which are read on afterwards.
+    events: Iterator[SSEEvent] = itertools.chain((opened.first,), reply.events or ())
     try:
-        # itertools.chain, not a generator: leaving this loop (the caller went away) must not close
-        # the upstream's events, which the drain below reads on.
-        for event in itertools.chain((opened.first,), reply.events or ()):
-            if event.comment or event.skimmed:  # a keep-alive, or events with nothing to track
-                batch.append(event.raw)
-            else:
-                relayed = tracker.feed(event)
+        while True:
+            for event in events:
+                final = take(event)
                 if tracker.error is not None:
                     raise _stream_error(tracker.error, upstream=opened.upstream)
-                if relayed:
-                    batch.append(event.raw or sse_encode(event))
-            final = tracker.complete and not meter.resolved
-            if batch and (final or not event.more):
-                yield batch[0] if len(batch) == 1 else b"".join(batch)
-                batch = []
-            if final:
-                settle()  # the final event is on its way; the answer ends once the charge is made
+                if batch and (final or not event.more):
+                    yield batch[0] if len(batch) == 1 else b"".join(batch)
+                    batch = []
+                if final:
+                    settle()  # the final event is on its way; the answer ends once the charge is made
+                elif caller is not None and not event.more:
+                    break  # between two reads: the stream loop may take over
+            else:
+                break  # the upstream's body has ended
+            direct = reply.direct()
+            if direct is None:
+                caller = None
+                continue
+            outcome = stream_loop_relay(
+                upstream_fd=direct.fd, caller=caller, step=functools.partial(step, direct), timeout=timeout
+            )
+            caller = None  # back through gunicorn: the capture, what follows the final event, the end
+            if outcome == CALLER_GONE:
+                caller_gone()
+                return
+            if outcome == TIMED_OUT:
+                raise upstream_read_timed_out()
+            if tracker.error is not None:
+                raise _stream_error(tracker.error, upstream=opened.upstream)
+            if tracker.complete and not meter.resolved:
+                settle()
+            events = itertools.chain(carried, events)
         if batch:
             yield b"".join(batch)
             batch = []
@@ -195,12 +266,7 @@ def text_stream_relay(
         if not meter.resolved:
             settle()
     except GeneratorExit:
-        # The caller went away: read on to the final event, whose usage the provider bills anyway.
-        if not tracker.complete and tracker.error is None:
-            _drain(reply=reply, tracker=tracker, timeout=float(opened.upstream.timeout_seconds))
-        if tracker.complete and tracker.error is None and not meter.resolved:
-            settle()
-        finish(None if tracker.complete else _client_gone())
+        caller_gone()
         raise
     except (ApiError, UpstreamError) as exc:
         meter.release()
@@ -228,6 +294,7 @@ def text_stream_relay(
 
 
 def _drain(*, reply: TextReply, tracker: StreamTracker, timeout: float) -> None:
+    """Read the upstream's events on, without relaying them, to the final one (at most `timeout`)."""
     deadline = time.monotonic() + timeout
     try:
         for event in reply.events or iter(()):

@@ -89,6 +89,13 @@ UPSTREAM_FAILURES = Counter(
     "(never connected), dropped (connection lost mid-answer), misconfigured (its key variable unset).",
     ["upstream", "class"],
 )
+STREAM_LOOP_STREAMS = Counter(
+    "gateway_stream_loop_streams",
+    "Streams whose events a worker's stream loop relayed straight to the caller (api/stream_loop.py), "
+    "counted as they leave it, by how they left it (left: final event, end or error; caller_gone; "
+    "timed_out).",
+    ["outcome"],
+)
 STREAMS_OPEN = Gauge(
     "gateway_streams_open",
     "Streamed answers (images and text) being relayed now.",

@@ -422,6 +422,9 @@ GATEWAY_RETRY = {
 # has in flight (gunicorn's worker_connections): past it, a call opens a connection that is closed
 # after it instead of kept, and urllib3 logs a warning for each.
 GATEWAY_UPSTREAM_POOL_SIZE = env_int("GATEWAY_UPSTREAM_POOL_SIZE", 1000, minimum=1)
+# Under gunicorn's gevent worker, the events of open text streams are relayed by one loop per worker
+# that writes them straight to the callers' connections (api/stream_loop.py); off: one greenlet each.
+GATEWAY_STREAM_LOOP = env_bool("GATEWAY_STREAM_LOOP", True)
 
 # --- Operations: health probes, CORS, log format (README, "Production") --------------------------
 # GET /healthz and /readyz: answered by the first middleware, before ALLOWED_HOSTS is checked (probes

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from upstreams.transport import UpstreamReply
+    from upstreams.transport import DirectBody, UpstreamReply
 
-__all__ = ["SSEEvent", "sse_events"]
+__all__ = ["SSEDirect", "SSEEvent", "SSEParser", "sse_events"]
 
 # Event streams are read in pieces of whatever has arrived, up to this size (never waiting for more).
 SSE_READ_BYTES = 64 * 1024
@@ -54,51 +54,78 @@ class SSEEvent:
 
 
 def sse_events(
-    reply: UpstreamReply, *, comments: bool = False, skim: Callable[[bytes], bool] | None = None
+    reply: UpstreamReply,
+    *,
+    comments: bool = False,
+    skim: Callable[[bytes], bool] | None = None,
+    parser: SSEParser | None = None,
 ) -> Iterator[SSEEvent]:
-    """The events of a streamed reply as they arrive.
+    """The events of a streamed reply as they arrive, parsed by `parser` (a new SSEParser with
+    `comments` and `skim` when none is given). A failure while reading is the transport's UpstreamError
+    (its outcome unknown)."""
+    if parser is None:
+        parser = SSEParser(comments=comments, skim=skim)
+    for chunk in reply.chunks(SSE_READ_BYTES):
+        yield from parser.feed(chunk)
+    yield from parser.end()
+
+
+class SSEParser:
+    """Cuts an event stream into events as its bytes arrive: `feed` each piece, `end` at the stream's
+    end. It holds only the bytes of an event not yet whole, so that whoever reads the stream may change
+    from one piece to the next (sse_events, or a relay reading many streams at once: SSEDirect).
 
     An event is dispatched at the blank line that ends it, and only when it had a data line (a block
     of an `event:` or other field alone yields nothing; a block of comments alone yields a `comment`
-    SSEEvent with `comments`, else nothing). An event the stream ends inside is not delivered. A
-    failure while reading is the transport's UpstreamError (its outcome unknown).
+    SSEEvent with `comments`, else nothing). An event the stream ends inside is not delivered.
 
     Lines end with CRLF, LF or CR, and the stream is UTF-8 (the encoding of every event stream). Line
     ends are made "\\n" as the pieces arrive, then each event is cut at its blank line with one search
     of the buffer: the work is linear in the stream's size and done per event, not per line.
 
-    `skim`, when given, is asked about the whole events each read completes, as one bytes object
-    (line ends made "\\n"); when it answers True they are yielded as one `skimmed` SSEEvent instead of
-    one SSEEvent each: a relay that follows only some events passes the rest on without parsing them.
+    `skim`, when given, is asked about the whole events each piece completes, as one bytes object
+    (line ends made "\\n"); when it answers True they come as one `skimmed` SSEEvent instead of one
+    SSEEvent each: a relay that follows only some events passes the rest on without parsing them.
     """
-    buffer = bytearray()
-    start = 0  # the current event's first byte
-    searched = 0  # no blank line in buffer[:searched]
-    cr_pending = False  # the last piece ended with CR: the first half of a CRLF, perhaps
-    bom_pending = True  # a BOM may open the stream
-    for chunk in reply.chunks(SSE_READ_BYTES):
-        if cr_pending:
-            chunk, cr_pending = _CR + chunk, False
+
+    __slots__ = ("bom_pending", "buffer", "comments", "cr_pending", "ended", "searched", "skim")
+
+    def __init__(self, *, comments: bool = False, skim: Callable[[bytes], bool] | None = None) -> None:
+        self.buffer = bytearray()  # the start of the next event; every whole event is cut off its front
+        self.searched = 0  # no blank line in buffer[:searched]
+        self.cr_pending = False  # the last piece ended with CR: the first half of a CRLF, perhaps
+        self.bom_pending = True  # a BOM may open the stream
+        self.ended = False
+        self.comments = comments
+        self.skim = skim
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        """The events `chunk`, the stream's next bytes, completes."""
+        if self.cr_pending:
+            chunk, self.cr_pending = _CR + chunk, False
         if _CR in chunk:
             if chunk.endswith(_CR):
-                chunk, cr_pending = chunk[:-1], True
+                chunk, self.cr_pending = chunk[:-1], True
             chunk = chunk.replace(_CRLF, _LF).replace(_CR, _LF)
+        buffer = self.buffer
         buffer += chunk
-        if bom_pending:
+        if self.bom_pending:
             if len(buffer) < len(_BOM) and _BOM.startswith(buffer):
-                continue
+                return []
             if buffer.startswith(_BOM):
                 del buffer[: len(_BOM)]
-            bom_pending = False
-        # Here `start` is 0: every read's events are cut off the buffer's front before the next read.
+            self.bom_pending = False
+        searched = self.searched
+        skim = self.skim
         if skim is not None and (last := buffer.rfind(_BLANK, searched)) >= 0:
             whole = bytes(buffer[: last + 2])
             if skim(whole):
                 del buffer[: last + 2]
-                searched = max(0, len(buffer) - 1)  # a blank line may begin with the last byte
-                yield SSEEvent(event="", data="", raw=whole, skimmed=True)
-                continue
+                self.searched = max(0, len(buffer) - 1)  # a blank line may begin with the last byte
+                return [SSEEvent(event="", data="", raw=whole, skimmed=True)]
         arrived: list[tuple[str, str, bytes, bool]] = []
+        start = 0  # the current event's first byte
+        comments = self.comments
         while (end := buffer.find(_BLANK, searched)) >= 0:
             searched = end + 2
             if (fields := _sse_fields(buffer, start, end, comments)) is not None:
@@ -108,16 +135,56 @@ def sse_events(
         if start:
             del buffer[:start]  # bytearray drops a prefix without moving the rest
             searched -= start
-            start = 0
+        self.searched = searched
         last = len(arrived) - 1
-        for index, (event_type, data, raw, comment) in enumerate(arrived):
-            yield SSEEvent(event=event_type, data=data, raw=raw, more=index < last, comment=comment)
-    if cr_pending:  # a final CR ends a line: it may end the last event
+        return [
+            SSEEvent(event=event_type, data=data, raw=raw, more=index < last, comment=comment)
+            for index, (event_type, data, raw, comment) in enumerate(arrived)
+        ]
+
+    def end(self) -> list[SSEEvent]:
+        """The stream has ended: a final CR ends a line, which may end the last event (once only)."""
+        if self.ended or not self.cr_pending:
+            self.ended = True
+            return []
+        self.ended, self.cr_pending = True, False
+        buffer = self.buffer
         buffer += _LF
-        end = buffer.find(_BLANK, searched)
-        if end >= 0 and (fields := _sse_fields(buffer, start, end, comments)) is not None:
+        end = buffer.find(_BLANK, self.searched)
+        if end >= 0 and (fields := _sse_fields(buffer, 0, end, self.comments)) is not None:
             event_type, data, raw, comment = fields
-            yield SSEEvent(event=event_type, data=data, raw=raw, comment=comment)
+            return [SSEEvent(event=event_type, data=data, raw=raw, comment=comment)]
+        return []
+
+
+class SSEDirect:
+    """The rest of a stream's events read without waiting, for a relay that waits for many streams at
+    once: `fd` to wait on, `read` once it is readable. Made between two pieces of sse_events (the
+    adapters' `TextReply.direct`), which may take over again afterwards: both read through the same
+    parser and body."""
+
+    __slots__ = ("body", "fd", "parser")
+
+    def __init__(self, body: DirectBody, parser: SSEParser) -> None:
+        self.body = body
+        self.parser = parser
+        self.fd = body.fd
+
+    def read(self) -> list[SSEEvent] | None:
+        """The events one read completes (the stream's last ones too, `ended` then True); None when
+        nothing has arrived. A failed read is the transport's UpstreamError (its outcome unknown)."""
+        data = self.body.read()
+        if data is None:
+            return None
+        events = self.parser.feed(data) if data else []
+        if self.body.done:
+            events += self.parser.end()
+        return events
+
+    @property
+    def ended(self) -> bool:
+        """The stream has been read to its end."""
+        return self.body.done
 
 
 def _sse_fields(

@@ -31,7 +31,7 @@ from urllib3.exceptions import (
 )
 from urllib3.exceptions import HTTPError as BodyReadError  # any failure while reading a body ourselves
 
-from upstreams.chunked import body_pieces
+from upstreams.chunked import ChunkedBody, SocketBody, chunked_body
 from upstreams.errors import UpstreamError
 
 if TYPE_CHECKING:
@@ -57,6 +57,7 @@ class UpstreamReply:
         self.headers: CaseInsensitiveDict[str] = response.headers
         self.body = body or b""
         self.streamed = response if body is None else None
+        self.chunked: ChunkedBody | None = None  # a streamed chunked body being read (`chunks`)
         # Through a proxy, the connection's peer is the proxy, not the host the URL names.
         self.proxied = proxied
 
@@ -119,14 +120,23 @@ class UpstreamReply:
             raise ValueError("only a streamed reply is read in chunks")
         raw = self.streamed.raw
         try:
-            pieces = body_pieces(raw, size)
-            if pieces is not None:  # whatever one read of the connection brings (upstreams/chunked.py)
-                yield from pieces
+            self.chunked = chunked_body(raw)
+            if self.chunked is not None:  # whatever one read of the connection brings (upstreams/chunked.py)
+                yield from self.chunked.pieces(size)
                 return
             while chunk := raw.read1(size, decode_content=True):
                 yield chunk
         except FAILURES as exc:
             raise _classified(exc) from exc
+
+    def direct(self, size: int) -> DirectBody | None:
+        """The rest of a streamed body that `chunks` is reading, to be read without waiting by a reader
+        that waits for many connections at once (upstreams/chunked.py, `ChunkedBody.direct`): only
+        between two pieces, and only for a chunked body read through the socket path; else None."""
+        if self.chunked is None:
+            return None
+        socket_body = self.chunked.direct(size)
+        return None if socket_body is None else DirectBody(socket_body, size)
 
     def read(self) -> None:
         """Read a streamed reply's body to its end, into `body` (an error answer's, say)."""
@@ -142,6 +152,31 @@ class UpstreamReply:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+class DirectBody:
+    """The rest of a streamed body, read one piece at a time without waiting (`UpstreamReply.direct`):
+    `fileno` to wait on, `read` once it is readable; `chunks` may take over again between two reads."""
+
+    __slots__ = ("_body", "_size", "fd")
+
+    def __init__(self, body: SocketBody, size: int) -> None:
+        self._body = body
+        self._size = size
+        self.fd = body.fd
+
+    @property
+    def done(self) -> bool:
+        """The body has been read to its end."""
+        return self._body.body.done
+
+    def read(self) -> bytes | None:
+        """The body's bytes one read of the socket brings (b"" if it brought framing only); None when
+        nothing has arrived; an UpstreamError whose outcome is unknown when the read fails."""
+        try:
+            return self._body.read(self._size)
+        except FAILURES as exc:
+            raise _classified(exc) from exc
 
 
 class UpstreamHTTPAdapter(HTTPAdapter):
@@ -325,12 +360,17 @@ def upstream_request(
     )
 
 
+def upstream_read_timed_out() -> UpstreamError:
+    """The UpstreamError of a read that waited past its timeout (as `_classified` makes it)."""
+    return UpstreamError("upstream timed out", status=504, retryable=False, outcome_unknown=True)
+
+
 def _classified(exc: Exception) -> UpstreamError:
     """The UpstreamError for a failed exchange: retryable only when nothing can have been sent."""
     if isinstance(exc, requests.ConnectTimeout):
         return UpstreamError("upstream connect timed out", status=None, retryable=True)
     if isinstance(exc, requests.ReadTimeout | ReadTimeoutError):
-        return UpstreamError("upstream timed out", status=504, retryable=False, outcome_unknown=True)
+        return upstream_read_timed_out()
     if isinstance(exc, requests.ConnectionError) and _never_connected(exc):
         # Refused or unreachable: the request never went out, so another attempt is safe.
         return UpstreamError("upstream connection failed", status=None, retryable=True)

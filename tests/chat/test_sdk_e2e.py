@@ -11,6 +11,8 @@ committed (a per-test transaction would hide them from the server), and flushed 
 
 from __future__ import annotations
 
+import json
+import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +27,7 @@ import requests
 from django.core.cache import cache
 from django.core.management import call_command
 from django.db import connection
+from prometheus_client.parser import text_string_to_metric_families
 
 from accounts.models import Account
 from accounts.services import account_create, account_set_groups
@@ -50,6 +53,7 @@ OPENAI_KEY_ENV = "IGW_TEST_TEXT_OPENAI_KEY"
 OPENAI_KEY = "sk-openai-provider-secret"
 ANTHROPIC_KEY_ENV = "IGW_TEST_TEXT_ANTHROPIC_KEY"
 ANTHROPIC_KEY = "sk-ant-provider-secret"
+METRICS_TOKEN = "metrics-token-for-the-text-e2e"
 MILLION = Decimal(1_000_000)
 CENT_OF_A_MICRO = Decimal("0.00000001")  # money's 8th decimal place
 PROMPT = "Tell me something about the sea"
@@ -61,6 +65,8 @@ MODELS = {
     "alpha-mini": ("openai", "", "0.15", "0.6", None, None),
     "alpha-claude": ("anthropic", "up-claude", "3", "15", "0.3", "3.75"),
     "alpha-haiku": ("anthropic", "", "0.8", "4", None, None),
+    # On an upstream that may keep silent for 1 s at most (the "openai-brief" upstream).
+    "alpha-brief": ("openai-brief", "", "1", "2", None, None),
 }
 
 
@@ -91,6 +97,12 @@ def _world_build(fake) -> World:
         ),
         "anthropic": upstream_make(
             name="text-anthropic", kind="anthropic", base_url=fake.base_url, api_key_env=ANTHROPIC_KEY_ENV
+        ),
+        "openai-brief": upstream_make(
+            name="text-openai-brief",
+            base_url=fake.base_url,
+            api_key_env=OPENAI_KEY_ENV,
+            timeout_seconds=1,
         ),
     }
     models = {}
@@ -135,6 +147,7 @@ def world(django_db_setup, django_db_blocker, fake_upstream_process, tmp_path_fa
         "GATEWAY_RETRY_BASE_SECONDS": "0.01",
         "GATEWAY_RETRY_MAX_WAIT_SECONDS": "0.1",
         "GATEWAY_CIRCUIT_THRESHOLD": "1000",
+        "GATEWAY_METRICS_TOKEN": METRICS_TOKEN,
     }
     with django_db_blocker.unblock():
         cache.clear()  # circuit states and rate-limit counters of earlier tests' upstreams and keys
@@ -272,6 +285,35 @@ def last_request(fake, path: str) -> dict[str, Any]:
     return record
 
 
+def chat_charge_of_last_request(world: World, fake) -> Decimal:
+    """What alpha-chat's last call costs for the usage the fake upstream reported (which follows from
+    the request it got), for streams whose caller did not see the usage."""
+    sent = last_request(fake, CHAT)
+    counts = TextAnswer(CHAT, sent["json"], sent["headers"], {}, 0).counts
+    return openai_cost(
+        world.models["alpha-chat"], prompt=counts.input, cached=counts.cached, completion=counts.output
+    )
+
+
+def loop_streams(world: World) -> dict[str, float]:
+    """How many streams have left the workers' stream loops, by how they left."""
+    response = requests.get(
+        f"{world.url}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}, timeout=10
+    )
+    assert response.status_code == 200, response.text
+    counts = {"left": 0.0, "caller_gone": 0.0, "timed_out": 0.0}
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            if sample.name == "gateway_stream_loop_streams_total":
+                counts[sample.labels["outcome"]] += sample.value
+    return counts
+
+
+def loop_went(world: World, before: dict[str, float], outcome: str) -> bool:
+    after = loop_streams(world)
+    return after == {**before, outcome: before[outcome] + 1}
+
+
 def final_response(sdk: openai.OpenAI, seen: list[str], **body: Any):
     """`responses.stream`'s final response, the types of the events before it put in `seen`."""
     with sdk.responses.stream(**body) as stream:
@@ -322,11 +364,7 @@ def test_it_streams_a_chat_completion_without_a_usage_chunk_the_caller_did_not_a
     assert sent["json"]["stream_options"] == {"include_usage": True}  # the gateway asked for usage
     assert sent["json"]["model"] == "up-gpt"
     # The caller saw no usage: what the upstream reported follows from the request it got.
-    counts = TextAnswer(CHAT, sent["json"], sent["headers"], {}, 0).counts
-    expected = openai_cost(
-        world.models["alpha-chat"], prompt=counts.input, cached=counts.cached, completion=counts.output
-    )
-    assert_charged(call, expected)
+    assert_charged(call, chat_charge_of_last_request(world, fake))
 
 
 def test_it_streams_a_chat_completion_with_usage_last_when_asked(world, fake, oa):
@@ -345,6 +383,7 @@ def test_it_streams_a_chat_completion_with_usage_last_when_asked(world, fake, oa
 
 def test_keep_alives_reach_both_sdks_which_skip_them_and_the_charge_is_exact(world, fake, oa, an):
     fake.script(CHAT, {"keep_alive": True, "event_delay": 0.01, "cached_tokens": 4})
+    before = loop_streams(world)
     with metered(world.carol) as call:
         stream = oa.chat.completions.create(
             model="alpha-chat", messages=USER, stream=True, stream_options={"include_usage": True}
@@ -352,6 +391,7 @@ def test_keep_alives_reach_both_sdks_which_skip_them_and_the_charge_is_exact(wor
         chunks = list(stream)
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == REPLY
     assert_charged(call, chat_cost(world.models["alpha-chat"], chunks[-1].usage))
+    assert loop_went(world, before, "left")  # relayed by the stream loop (api/stream_loop.py)
 
     # As the SDK reads the stream: one keep-alive before every event but the first, which the
     # gateway does not pass on (its answer starts with the first event).
@@ -365,12 +405,14 @@ def test_keep_alives_reach_both_sdks_which_skip_them_and_the_charge_is_exact(wor
     assert lines.count(": keep-alive") == len(events) - 1
 
     fake.script(MESSAGES, {"keep_alive": True, "event_delay": 0.01})
+    before = loop_streams(world)
     streamed = an.messages.stream(model="alpha-haiku", max_tokens=256, messages=USER)
     with metered(world.carol) as call, streamed as stream:
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
     assert text == REPLY
     assert_charged(call, messages_cost(world.models["alpha-haiku"], final.usage))
+    assert loop_went(world, before, "left")
 
 
 # OpenAI responses
@@ -530,8 +572,10 @@ def test_an_upstream_error_event_mid_stream_raises_and_charges_nothing(world, fa
 
 
 def test_a_caller_who_leaves_mid_stream_is_charged_what_the_upstream_bills(world, fake, oa):
-    # The caller reads three chunks and leaves; the upstream goes on for about a second more.
+    # The caller reads three chunks and leaves; the upstream goes on for about a second more. The
+    # stream loop relays it (its events come apart) and finds the caller gone.
     fake.script(CHAT, {"event_delay": 0.1})
+    before = loop_streams(world)
     with metered(world.carol) as call:
         stream = oa.chat.completions.create(model="alpha-chat", messages=USER, stream=True)
         chunks = iter(stream)
@@ -539,12 +583,9 @@ def test_a_caller_who_leaves_mid_stream_is_charged_what_the_upstream_bills(world
             next(chunks)
         stream.close()
 
-    sent = last_request(fake, CHAT)
-    counts = TextAnswer(CHAT, sent["json"], sent["headers"], {}, 0).counts
-    expected = openai_cost(
-        world.models["alpha-chat"], prompt=counts.input, cached=counts.cached, completion=counts.output
-    )
+    expected = chat_charge_of_last_request(world, fake)
     assert (call.charged, call.record.amount) == (expected, expected)
+    assert loop_went(world, before, "caller_gone")
 
 
 # The gateway's own refusals, in each family's shape
@@ -580,3 +621,79 @@ def test_an_insufficient_balance_is_permission_denied_to_both_sdks(world, fake):
     assert raised.value.body["type"] == "error"  # Anthropic's error shape
     assert_not_charged(call, status=403, code="INSUFFICIENT_BALANCE")
     assert fake.requests() == []
+
+
+# The stream loop (api/stream_loop.py): under gunicorn's gevent worker, the events after a stream's
+# first read are relayed by the worker's loop, straight to the caller's connection. The upstream's
+# events come apart (event_delay), so the loop takes each of these streams over after its first event.
+
+
+def test_the_stream_loop_relays_a_response_whole_and_charges_it_once(world, fake, oa):
+    # Chat completions and messages through the loop: the keep-alive test above.
+    fake.script(RESPONSES, {"event_delay": 0.02})
+    before = loop_streams(world)
+    with metered(world.carol) as call, oa.responses.stream(model="alpha-mini", input=PROMPT) as stream:
+        deltas = [event.delta for event in stream if event.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert "".join(deltas) == REPLY == final.output_text
+    assert_charged(call, responses_cost(world.models["alpha-mini"], final.usage))
+    assert loop_went(world, before, "left")
+
+
+def test_the_stream_loop_answers_http_1_0_unchunked_and_closes_at_the_end(world, fake):
+    fake.script(CHAT, {"event_delay": 0.02})
+    body = json.dumps({"model": "alpha-chat", "messages": USER, "stream": True}).encode()
+    host, port = world.url.removeprefix("http://").split(":")
+    before = loop_streams(world)
+    with metered(world.carol) as call, socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(
+            f"POST /v1/chat/completions HTTP/1.0\r\nHost: {host}:{port}\r\n".encode()
+            + f"Authorization: Bearer {world.key}\r\n".encode()
+            + b"Content-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        received = b""
+        while data := sock.recv(65536):  # the server closes the connection at the body's end
+            received += data
+
+    head, _, stream = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200") or head.startswith(b"HTTP/1.1 200")
+    assert b"transfer-encoding" not in head.lower()
+    events = [event for event in stream.decode().split("\n\n") if event]
+    assert events[-1] == "data: [DONE]"
+    chunks = [json.loads(event.removeprefix("data: ")) for event in events[:-1]]
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == REPLY
+    expected = chat_charge_of_last_request(world, fake)
+    assert_charged(call, expected)
+    assert loop_went(world, before, "left")
+
+
+def test_an_upstream_silent_past_its_timeout_in_the_stream_loop_raises_and_charges_nothing(world, fake, oa):
+    fake.script(CHAT, {"event_delay": 2.5})  # its upstream waits 1 s at most between two reads
+    before = loop_streams(world)
+    with metered(world.carol) as call, pytest.raises(openai.APIError) as raised:
+        for _chunk in oa.chat.completions.create(model="alpha-brief", messages=USER, stream=True):
+            pass
+
+    assert not isinstance(raised.value, openai.APIConnectionError)  # an error event, not a torn stream
+    assert_not_charged(call, status=502, code="upstream_stream_cut")
+    assert loop_went(world, before, "timed_out")
+
+
+def test_a_stream_cut_or_failing_in_the_stream_loop_raises_and_charges_nothing(world, fake, oa, an):
+    fake.script(CHAT, {"action": "cut_stream", "after": 4, "event_delay": 0.02})
+    before = loop_streams(world)
+    with metered(world.carol) as call, pytest.raises(openai.APIError) as raised:
+        for _chunk in oa.chat.completions.create(model="alpha-chat", messages=USER, stream=True):
+            pass
+    assert not isinstance(raised.value, openai.APIConnectionError)
+    assert_not_charged(call, status=502, code="upstream_stream_cut")
+    assert loop_went(world, before, "left")
+
+    fake.script(MESSAGES, {"action": "stream_error", "after": 4, "event_delay": 0.02})
+    before = loop_streams(world)
+    with metered(world.carol) as call, pytest.raises(anthropic.APIStatusError, match="upstream_stream_error"):
+        final_message(an, model="alpha-claude", max_tokens=256, messages=USER)
+    assert_not_charged(call, status=502, code="upstream_stream_error")
+    assert loop_went(world, before, "left")

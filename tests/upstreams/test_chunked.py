@@ -9,7 +9,7 @@ import http.client
 import pytest
 import urllib3
 
-from upstreams.chunked import body_pieces
+from upstreams.chunked import chunked_body
 from upstreams.errors import UpstreamError
 from upstreams.transport import upstream_request
 
@@ -48,7 +48,7 @@ def test_the_libraries_still_have_what_it_reads(raw_upstream):
     assert isinstance(raw._fp, http.client.HTTPResponse)
     assert raw._fp.chunked is True and raw._fp.chunk_left is None
     assert hasattr(raw._fp.fp, "read1")
-    assert body_pieces(raw, 1024) is not None
+    assert chunked_body(raw) is not None
     reply.close()
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from django.utils import timezone
 
 from upstreams.errors import UpstreamError, UpstreamMisconfigured
-from upstreams.sse import SSEEvent, sse_events
+from upstreams.sse import SSE_READ_BYTES, SSEDirect, SSEEvent, SSEParser, sse_events
 from upstreams.transport import UpstreamReply, upstream_request
 
 if TYPE_CHECKING:
@@ -136,6 +136,9 @@ class TextReply:
 
     `skim`, which a reader of `events` may set at any time, is the `skim` of upstreams.sse.sse_events
     for the reads still to come (an adapter whose events are not read through it ignores it).
+
+    `direct()` gives the rest of a streamed reply's events to a reader that waits for many streams at
+    once (api/stream_loop.py), when the adapter reads them straight off the upstream's connection.
     """
 
     def __init__(
@@ -153,6 +156,17 @@ class TextReply:
         self.events = events
         self.skim: Callable[[bytes], bool] | None = None
         self._on_close = on_close
+        self._direct: tuple[UpstreamReply, SSEParser] | None = None
+
+    def direct(self) -> SSEDirect | None:
+        """The rest of the events read without waiting (upstreams.sse.SSEDirect), or None when they
+        cannot be (an adapter that makes its events, a body that is not chunked). Only between two
+        reads: once `events` has yielded an event whose `more` is False. `events` may read on after."""
+        if self._direct is None:
+            return None
+        reply, parser = self._direct
+        body = reply.direct(SSE_READ_BYTES)
+        return None if body is None else SSEDirect(body, parser)
 
     def skimmed(self, whole: bytes) -> bool:
         """`skim` as sse_events asks it, whether or not a reader has set it yet."""
@@ -284,7 +298,9 @@ class Adapter:
                     )
                 streaming = True
                 text = TextReply(status=status, content_type=content_type, on_close=reply.close)
-                text.events = _events_then_close(reply, skim=text.skimmed)
+                parser = SSEParser(comments=True, skim=text.skimmed)
+                text.events = _events_then_close(reply, parser=parser)
+                text._direct = (reply, parser)
                 return text
             if request.stream:
                 reply.read()
@@ -296,10 +312,10 @@ class Adapter:
                 reply.close()
 
 
-def _events_then_close(reply: UpstreamReply, *, skim: Callable[[bytes], bool]) -> Iterator[SSEEvent]:
+def _events_then_close(reply: UpstreamReply, *, parser: SSEParser) -> Iterator[SSEEvent]:
     """A text stream's events, its keep-alive comments included (chat/streaming.py relays them)."""
     try:
-        yield from sse_events(reply, comments=True, skim=skim)
+        yield from sse_events(reply, parser=parser)
     finally:
         reply.close()
 
