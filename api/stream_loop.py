@@ -118,8 +118,13 @@ def stream_loop_relay(
     is full, without a byte taken by it).
     """
     stream = _Stream(upstream_fd=upstream_fd, caller=caller, step=step, timeout=timeout)
-    _loop().add(stream)
-    stream.left.wait()
+    loop = _loop()
+    loop.add(stream)
+    try:
+        stream.left.wait()
+    except BaseException:  # the greenlet is killed (a worker stopping): its sockets may close now
+        loop.discard(stream)
+        raise
     STREAM_LOOP_STREAMS.labels(outcome=stream.outcome).inc()
     if stream.outcome == CALLER_GONE:
         _shut(caller.fd)  # gunicorn's last writes then fail at once instead of waiting on a full one
@@ -217,6 +222,11 @@ class _Loop:
         if not self.tracing:
             self.previous_tracer = greenlet.settrace(self._traced)
             self.tracing = True
+
+    def discard(self, stream: _Stream) -> None:
+        """Take `stream` out of the loop, unserved (its greenlet no longer waits for it)."""
+        if stream.outcome is None:
+            self._leave(stream, CALLER_GONE)
 
     def _traced(self, event: str, args: Any) -> None:
         """The greenlet switch tracer: serve the set if a millisecond has passed."""

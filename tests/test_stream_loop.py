@@ -277,6 +277,30 @@ elif scenario == "busy_hub":
     gevent.joinall(workers)
     result = {"outcome": outcome, **json.loads(os.read(results_r, 1000))}
 
+elif scenario == "greenlet_killed":
+    # The stream's greenlet is killed while it waits (a worker stopping): the loop lets go of it.
+    (up_w, up_r), (caller_w, caller_r) = pair(), pair()
+    steps = []
+
+    def step():
+        steps.append(1)
+        return reader_step(up_r.fileno())()
+
+    relay = gevent.spawn(
+        stream_loop_relay, upstream_fd=up_r.fileno(),
+        caller=CallerSocket(fd=caller_w.fileno(), chunked=False), step=step, timeout=10,
+    )
+    gevent.sleep(0.05)
+    up_w.sendall(b"data: one\n\n")
+    gevent.sleep(0.05)
+    relay.kill()
+    steps_when_killed = len(steps)
+    up_w.sendall(b"data: two\n\n")
+    gevent.sleep(0.1)
+    caller_r.setblocking(False)
+    result = {"killed": relay.dead, "steps_after_kill": len(steps) - steps_when_killed,
+              "caller_got": caller_r.recv(100).decode()}
+
 elif scenario == "caller_socket":
     from django.test import override_settings
 
@@ -316,6 +340,12 @@ def test_events_are_relayed_between_greenlets_not_after_the_hubs_whole_pass():
     assert report["outcome"] == "left"
     assert report["arrivals"] >= 50  # events 10 ms apart arrive apart, not in bunches of a pass
     assert report["max_gap"] < 0.04  # a pass of the hub takes ~100 ms
+
+
+def test_a_stream_whose_greenlet_is_killed_leaves_the_loop_unserved():
+    report = probe("greenlet_killed")
+
+    assert report == {"killed": True, "steps_after_kill": 0, "caller_got": "data: one\n\n"}
 
 
 def test_a_caller_that_reads_slowly_gets_every_byte_and_the_upstream_waits_for_it():
