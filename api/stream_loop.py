@@ -108,14 +108,14 @@ def stream_loop_relay(
 ) -> str:
     """Relay a stream in this worker's loop until it leaves it; the calling greenlet waits meanwhile.
 
-    `step` is called when the upstream's connection `upstream_fd` has something (and once at once): it
-    reads it and returns the bytes for the caller (b"" for none) and whether the stream leaves the
-    loop once they are written, or None when the read found nothing. It must never wait on anything
-    of gevent's (a lock, a socket, a log handler): it runs between greenlets, possibly in the switch
-    tracer, while the stream's greenlet waits. An exception it raises leaves the loop and is raised
-    here. Returns LEFT, CALLER_GONE (the caller's connection is then shut down) or
-    TIMED_OUT (`timeout`: seconds without a byte from the upstream, or, while the caller's connection
-    is full, without a byte taken by it).
+    `step` is called when the upstream's connection `upstream_fd` has something (and once when the
+    stream arrives): it reads it and returns the bytes for the caller (b"" for none) and whether the
+    stream leaves the loop once they are written, or None when the read found nothing. It must never
+    wait on anything of gevent's (a lock, a socket, a log handler): it runs between greenlets,
+    possibly in the switch tracer, while the stream's greenlet waits. An exception it raises leaves
+    the loop and is raised here. Returns LEFT; CALLER_GONE when the caller's connection failed, or
+    was full and took nothing for `timeout` seconds (it is then shut down); or TIMED_OUT when the
+    upstream sent nothing for `timeout` seconds.
     """
     stream = _Stream(upstream_fd=upstream_fd, caller=caller, step=step, timeout=timeout)
     loop = _loop()

@@ -196,8 +196,9 @@ def text_stream_relay(
         return tracker.complete and not meter.resolved
 
     def step(direct: SSEDirect) -> tuple[bytes, bool] | None:
-        """One read in the stream loop's thread: the bytes to send, and whether the stream leaves the
-        loop. Only the stream's own objects are touched here (its greenlet waits meanwhile)."""
+        """One read for the stream loop, which runs it between greenlets: the bytes to send, and
+        whether the stream leaves the loop. Only the stream's own objects are touched here (its
+        greenlet waits meanwhile), and nothing here may wait on gevent."""
         nonlocal batch, carried
         events = direct.read()
         if events is None:
