@@ -152,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
                 rps = result["rps"]
                 ms = cpu * 1000 / max(1, result["requests"])
                 results[name].append((rps, ms))
-                judged = (f"event gap p99 {result['p50_ms']:.2f} ms (max {result['gap_ms']['max']:.2f})"
+                judged = (f"event gap p99 {result['p50_ms']:.2f} ms (max {result['gap_ms']['max']:.2f}), "
+                          f"first event p50 {result['ttfb_ms']['p50']:.2f} ms"
                           if scenario.streamed else f"p50 {result['p50_ms']:.2f} ms")  # fmt: skip
                 run.log(f"round {round_} {name}: {rps:.1f} req/s, {ms:.2f} ms CPU/req, {judged}, "
                         f"errors {result['errors']}")  # fmt: skip

@@ -120,6 +120,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         record: dict[str, Any] = {
             "path": self.path,
+            "client_port": self.client_address[1],  # which of the caller's connections it came on
             "headers": dict(self.headers.items()),
             "received_at": time.monotonic(),
         }

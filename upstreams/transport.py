@@ -170,6 +170,11 @@ class DirectBody:
         """The body has been read to its end."""
         return self._body.body.done
 
+    def release(self) -> None:
+        """Give the connection back to the pool if the body has been read to its end with nothing
+        after it (not done while reading: the pool's lock is gevent's, and the reader may not wait)."""
+        self._body.body.release()
+
     def read(self) -> bytes | None:
         """The body's bytes one read of the socket brings (b"" if it brought framing only); None when
         nothing has arrived; an UpstreamError whose outcome is unknown when the read fails."""

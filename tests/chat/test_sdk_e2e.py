@@ -628,6 +628,18 @@ def test_an_insufficient_balance_is_permission_denied_to_both_sdks(world, fake):
 # events come apart (event_delay), so the loop takes each of these streams over after its first event.
 
 
+def test_a_stream_read_to_its_end_in_the_loop_gives_its_upstream_connection_back(world, fake, oa):
+    for _ in range(2):
+        fake.script(CHAT, {"event_delay": 0.02})
+        before = loop_streams(world)
+        stream = oa.chat.completions.create(model="alpha-chat", messages=USER, stream=True)
+        assert "".join(chunk.choices[0].delta.content or "" for chunk in stream) == REPLY
+        assert loop_went(world, before, "left")
+
+    first, second = [record for record in fake.requests() if record["path"] == CHAT][-2:]
+    assert first["client_port"] == second["client_port"]  # the second call reused the connection
+
+
 def test_the_stream_loop_relays_a_response_whole_and_charges_it_once(world, fake, oa):
     # Chat completions and messages through the loop: the keep-alive test above.
     fake.script(RESPONSES, {"event_delay": 0.02})
