@@ -36,7 +36,9 @@ one greenlet or thread each, as before.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import select
 import socket
 import time
 from collections.abc import Callable, Mapping
@@ -95,6 +97,7 @@ def chunk_framed(data: bytes) -> bytes:
     return b"%X\r\n%b\r\n" % (len(data), data)
 
 
+@functools.cache  # decided once: gunicorn's gevent worker patches before it loads the application
 def _gevent_patched() -> bool:
     try:
         from gevent import monkey
@@ -206,8 +209,6 @@ class _Loop:
 
     def add(self, stream: _Stream) -> None:
         """Serve `stream` once now (what the upstream's connection already holds), then in the loop."""
-        import select
-
         import greenlet
         from gevent import spawn
 
@@ -306,8 +307,6 @@ class _Loop:
         if written == len(data):
             stream.outbox = b""
             return True
-        import select
-
         # The caller's connection is full: stop reading the upstream until it has taken the rest.
         stream.outbox = memoryview(data)[written:]
         if stream.caller_fd not in self.writers:
@@ -319,8 +318,6 @@ class _Loop:
         return False
 
     def _flush(self, stream: _Stream) -> None:
-        import select
-
         before = len(stream.outbox)
         if not self._write(stream, stream.outbox):
             if stream.outcome is None and len(stream.outbox) < before:

@@ -240,15 +240,9 @@ def text_stream_relay(
             if direct is None:
                 caller = None
                 continue
-            try:
-                outcome = stream_loop_relay(
-                    upstream_fd=direct.fd,
-                    caller=caller,
-                    step=functools.partial(step, direct),
-                    timeout=timeout,
-                )
-            finally:
-                direct.release()  # the body's end read in the loop: the connection back before the capture
+            outcome = stream_loop_relay(
+                upstream_fd=direct.fd, caller=caller, step=functools.partial(step, direct), timeout=timeout
+            )
             caller = None  # back through gunicorn: the capture, what follows the final event, the end
             if outcome == CALLER_GONE:
                 caller_gone()

@@ -77,12 +77,18 @@ if scenario == "many":
     outcomes, bodies, sent = [None] * streams, [None] * streams, [None] * streams
     pairs = [(pair(), pair()) for _ in range(streams)]
 
+    import greenlet
+
+    traced = []
+
     def produce(i, up_w):
         chunks = [b"data: %d-%d\n\n" % (i, n) for n in range(20)] + [b"END"]
         sent[i] = b"".join(chunks)
-        for chunk in chunks:
+        for n, chunk in enumerate(chunks):
             up_w.sendall(chunk)
             gevent.sleep(0.002 * (i % 5))
+            if n == 10:
+                traced.append(greenlet.gettrace() is not None)
 
     def relay(i, up_r, caller_w):
         outcomes[i] = stream_loop_relay(
@@ -98,7 +104,9 @@ if scenario == "many":
         jobs += [gevent.spawn(relay, i, up_r, caller_w), gevent.spawn(consume, i, caller_r),
                  gevent.spawn(produce, i, up_w)]
     gevent.joinall(jobs, timeout=20, raise_error=True)
-    result = {"outcomes": sorted(set(outcomes)), "whole": [b == s for b, s in zip(bodies, sent)].count(True)}
+    gevent.sleep(1.2)  # the loop's greenlet ends at the latest at its next tick (1 s), with its tracer
+    result = {"outcomes": sorted(set(outcomes)), "whole": [b == s for b, s in zip(bodies, sent)].count(True),
+              "tracing while open": all(traced), "tracing after": greenlet.gettrace() is not None}
 
 elif scenario == "full_caller":
     # The caller reads nothing for 0.5 s while 4 MB come: the loop waits for it, then writes the rest.
@@ -183,6 +191,18 @@ elif scenario == "caller_gone":
     except OSError:
         shut = True
     result = {"outcome": outcome, "shut": shut}
+
+elif scenario == "caller_never_reads":
+    # The caller's connection fills and it takes nothing for the stream's timeout: it is gone.
+    (up_w, up_r), (caller_w, caller_r) = pair(), pair(16 * 1024)
+    producer = gevent.spawn(up_w.sendall, b"x" * (512 * 1024))
+    started = time.monotonic()
+    outcome = stream_loop_relay(
+        upstream_fd=up_r.fileno(), caller=CallerSocket(fd=caller_w.fileno(), chunked=False),
+        step=reader_step(up_r.fileno()), timeout=0.3,
+    )
+    producer.kill()
+    result = {"outcome": outcome, "seconds": time.monotonic() - started}
 
 elif scenario == "silent_upstream":
     (up_w, up_r), (caller_w, caller_r) = pair(), pair()
@@ -331,7 +351,9 @@ def probe(scenario: str) -> dict:
 def test_it_relays_many_streams_at_once_each_whole_and_framed_as_gunicorn_frames_it():
     report = probe("many")
 
-    assert report == {"outcomes": ["left"], "whole": 60}
+    assert (report["outcomes"], report["whole"]) == (["left"], 60)
+    # The switch tracer serves the loop while streams are in it, and is gone once none is left.
+    assert (report["tracing while open"], report["tracing after"]) == (True, False)
 
 
 def test_events_are_relayed_between_greenlets_not_after_the_hubs_whole_pass():
@@ -368,6 +390,13 @@ def test_a_caller_who_leaves_takes_the_stream_out_of_the_loop_and_its_connection
     report = probe("caller_gone")
 
     assert report == {"outcome": "caller_gone", "shut": True}
+
+
+def test_a_caller_whose_connection_stays_full_past_the_timeout_is_gone():
+    report = probe("caller_never_reads")
+
+    assert report["outcome"] == "caller_gone"
+    assert 0.3 <= report["seconds"] < 3  # timeouts are checked once a second
 
 
 def test_an_upstream_silent_past_its_timeout_takes_the_stream_out_of_the_loop():

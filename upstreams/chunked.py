@@ -97,7 +97,9 @@ class ChunkedBody:
 
     def release(self) -> None:
         """Once the body is read to its end with nothing after it: the connection goes back to the
-        pool, as urllib3 does itself when it reads a body to its end (once; in the hub's thread)."""
+        pool, as urllib3 does itself when it reads a body to its end (once). Called by `pieces` and
+        by the reply's `close`, never by `direct`'s reads: the pool's lock is gevent's, and the
+        stream loop's reader may not wait."""
         if self.done and self.reusable and not self.released:
             self.released = True
             _release(self.raw, self.response)

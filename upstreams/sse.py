@@ -186,10 +186,6 @@ class SSEDirect:
         """The stream has been read to its end."""
         return self.body.done
 
-    def release(self) -> None:
-        """Once the stream has been read to its end: its connection goes back to the pool."""
-        self.body.release()
-
 
 def _sse_fields(
     buffer: bytearray, start: int, end: int, comments: bool

@@ -144,6 +144,8 @@ class UpstreamReply:
 
     def close(self) -> None:
         """Give a streamed reply's connection back (or drop it, if the body was not read to its end)."""
+        if self.chunked is not None:
+            self.chunked.release()  # read to its end, by `chunks` or `direct`: back to the pool
         if self.streamed is not None:
             self.streamed.close()
 
@@ -169,11 +171,6 @@ class DirectBody:
     def done(self) -> bool:
         """The body has been read to its end."""
         return self._body.body.done
-
-    def release(self) -> None:
-        """Give the connection back to the pool if the body has been read to its end with nothing
-        after it (not done while reading: the pool's lock is gevent's, and the reader may not wait)."""
-        self._body.body.release()
 
     def read(self) -> bytes | None:
         """The body's bytes one read of the socket brings (b"" if it brought framing only); None when

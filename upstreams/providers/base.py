@@ -158,6 +158,13 @@ class TextReply:
         self._on_close = on_close
         self._direct: tuple[UpstreamReply, SSEParser] | None = None
 
+    def events_read_from(self, reply: UpstreamReply) -> None:
+        """Take `events` from a streamed upstream reply's event stream, keep-alive comments included
+        (chat/streaming.py relays them), through a parser that `direct` can hand on."""
+        parser = SSEParser(comments=True, skim=self.skimmed)
+        self.events = _events_then_close(reply, parser=parser)
+        self._direct = (reply, parser)
+
     def direct(self) -> SSEDirect | None:
         """The rest of the events read without waiting (upstreams.sse.SSEDirect), or None when they
         cannot be (an adapter that makes its events, a body that is not chunked). Only between two
@@ -298,9 +305,7 @@ class Adapter:
                     )
                 streaming = True
                 text = TextReply(status=status, content_type=content_type, on_close=reply.close)
-                parser = SSEParser(comments=True, skim=text.skimmed)
-                text.events = _events_then_close(reply, parser=parser)
-                text._direct = (reply, parser)
+                text.events_read_from(reply)
                 return text
             if request.stream:
                 reply.read()
