@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
@@ -193,7 +194,9 @@ class Postgres:
 
     @property
     def url(self) -> str:
-        return f"postgres://postgres@127.0.0.1:{self.port}/{DB_NAME}"
+        """The gateway's DATABASE_URL: PostgreSQL's Unix socket (in the run's directory, `-k`), as a
+        gateway on the database's host connects (docs/deployment.md); the port names the socket."""
+        return f"postgres://postgres@{quote(str(self.data.parent), safe='')}:{self.port}/{DB_NAME}"
 
     def connect(self, dbname: str = "postgres"):
         import psycopg
