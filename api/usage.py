@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
@@ -209,7 +208,7 @@ def _metrics_record(*, scope: UsageScope, status: int, code: str) -> None:
         error_code=code,
         seconds=time.monotonic() - scope.started,
         charged=scope.charged,
-        tokens=None if tokens is None else dataclasses.asdict(tokens),
+        tokens=None if tokens is None else vars(tokens),  # the frozen dataclass's fields, read only
     )
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping
 from decimal import Decimal
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -104,6 +105,21 @@ STREAMS_OPEN = Gauge(
 )
 
 
+# The labelled children of the per-call metrics, kept once made: `labels()` checks its arguments,
+# builds the key and takes the metric's lock on every call. Keyed by metric and label values, in the
+# metric's label order; as many as the metrics themselves keep (prometheus_client never drops one).
+_children: dict[tuple[object, ...], Any] = {}
+
+
+def _child(metric: Counter | Histogram, *values: str) -> Any:
+    """`metric.labels(*values)`, made once per label values."""
+    key = (metric, *values)
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = metric.labels(*values)
+    return child
+
+
 def call_observe(
     *,
     endpoint: str,
@@ -118,14 +134,14 @@ def call_observe(
     """Record one call when its usage scope closes (api.usage). Never raises."""
     try:
         group_label = "" if group is None else str(group)
-        REQUESTS.labels(endpoint=endpoint, model=model, group=group_label, status=str(status)).inc()
-        REQUEST_SECONDS.labels(endpoint=endpoint).observe(seconds)
+        _child(REQUESTS, endpoint, model, group_label, str(status)).inc()
+        _child(REQUEST_SECONDS, endpoint).observe(seconds)
         if charged:
-            CHARGED.labels(model=model, group=group_label).inc(float(charged))
+            _child(CHARGED, model, group_label).inc(float(charged))
         for kind in TOKEN_KINDS:
             count = (tokens or {}).get(kind, 0)
             if count:
-                TOKENS.labels(model=model, group=group_label, kind=kind).inc(count)
+                _child(TOKENS, model, group_label, kind).inc(count)
         reason = REFUSAL_REASONS.get(error_code)
         if reason is not None:
             REFUSALS.labels(reason=reason).inc()
@@ -137,8 +153,8 @@ def upstream_attempt_observe(*, upstream: str, seconds: float, retry: bool, fail
     """Record one attempt at an upstream (upstreams.resilience); `failure` is its class, None on
     success. Never raises."""
     try:
-        UPSTREAM_ATTEMPTS.labels(upstream=upstream).inc()
-        UPSTREAM_SECONDS.labels(upstream=upstream).observe(seconds)
+        _child(UPSTREAM_ATTEMPTS, upstream).inc()
+        _child(UPSTREAM_SECONDS, upstream).observe(seconds)
         if retry:
             UPSTREAM_RETRIES.labels(upstream=upstream).inc()
         if failure is not None:

@@ -9,12 +9,13 @@ admin.site.site_header = admin.site.site_title = "Image Gateway admin"
 admin.site.index_title = "Operations"
 
 urlpatterns = [
+    # The billed calls first: Django tries the patterns in order, and every call resolves its path.
+    path("v1/", include("chat.urls")),
+    path("v1/", include("images.urls")),
+    path("v1/", include("api.urls")),
     path("admin/", admin.site.urls),
     # Signed links to hosted images: outside /v1, no API key (images/hosting.py).
     path("files/", include("images.urls_files")),
-    path("v1/", include("api.urls")),
-    path("v1/", include("images.urls")),
-    path("v1/", include("chat.urls")),
     path("oauth/", include("console.oauth_urls")),
     # Prometheus metrics, behind GATEWAY_METRICS_TOKEN (monitoring/views.py).
     path("", include("monitoring.urls")),
