@@ -52,6 +52,9 @@ from upstreams.transport import upstream_read_timed_out
 logger = logging.getLogger("gateway.stream")
 
 STREAM_CUT = "upstream_stream_cut"
+# After a stream's final event, how long the relay waits for the end of the upstream's body (which a
+# provider sends with that event or right after it) so that the connection goes back to the pool.
+BODY_END_WAIT_SECONDS = 0.05
 STREAM_ERROR = "upstream_stream_error"
 
 
@@ -161,6 +164,8 @@ def text_stream_relay(
         if finished:
             return
         finished = True
+        if failure is None and tracker.complete:
+            reply.end_await(BODY_END_WAIT_SECONDS)  # so that close gives the connection back
         reply.close()
         if failure is None:
             owned.close()

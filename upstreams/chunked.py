@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import http.client
 import os
+import select
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -39,6 +41,7 @@ __all__ = ["ChunkedBody", "SocketBody", "chunked_body"]
 
 _MAX_LINE = 64 * 1024  # a chunk-size or trailer line (http.client allows the same)
 _IDENTITY = ("", "identity")
+_END_READ = 4096  # what the body's end takes on the wire, with room for a trailer
 
 
 def chunked_body(raw: Any) -> ChunkedBody | None:
@@ -164,6 +167,27 @@ class ChunkedBody:
             return
         self.done = True
         self.reusable = end == len(trailer)  # nothing follows the body on the connection
+
+    def end_await(self, timeout: float) -> None:
+        """After a stream's final event, where its reader stopped: read on for at most `timeout`
+        seconds while what comes is the body's end (the last chunk and its trailer, which a provider
+        writes with its final event or just after it), so that `release` gives the connection back
+        instead of it being dropped. More data (an event after the final one), or nothing in time:
+        stop with the body unfinished, and the connection is dropped with the reply, as before. Waits
+        through `select`, which gevent makes cooperative in its workers."""
+        if self.done:
+            return
+        body = self.direct(_END_READ)
+        if body is None:
+            return
+        deadline = time.monotonic() + timeout
+        while not self.done:
+            if not body.buffered:  # wait until the socket has something, never in a read
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([body.fd], [], [], left)[0]:
+                    return
+            if body.read(_END_READ):
+                return  # more of the body than its end
 
     def direct(self, size: int) -> SocketBody | None:
         """The rest of the body read straight from the connection's socket, without waiting (the

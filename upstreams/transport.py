@@ -9,6 +9,7 @@ Only the public API of requests and urllib3 is used.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -137,6 +138,14 @@ class UpstreamReply:
             return None
         socket_body = self.chunked.direct(size)
         return None if socket_body is None else DirectBody(socket_body, size)
+
+    def end_await(self, timeout: float) -> None:
+        """After a stream's final event: its body's end, if it comes within `timeout` seconds, so that
+        `close` gives the connection back (`ChunkedBody.end_await`). A failure here only means the
+        connection is dropped on close."""
+        if self.chunked is not None:
+            with contextlib.suppress(BodyReadError):
+                self.chunked.end_await(timeout)
 
     def read(self) -> None:
         """Read a streamed reply's body to its end, into `body` (an error answer's, say)."""

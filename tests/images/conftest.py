@@ -162,8 +162,11 @@ class RawUpstream:
     holds the connection for `hold_seconds` and closes it: answers no HTTP server library sends (a
     body shorter than its Content-Length, a body that stalls, a broken chunked encoding)."""
 
-    def __init__(self, answer: bytes, *, hold_seconds: float = 0.0) -> None:
+    def __init__(
+        self, answer: bytes, *, hold_seconds: float = 0.0, rest: bytes = b"", rest_after: float = 0.0
+    ) -> None:
         self.answer = answer
+        self.rest, self.rest_after = rest, rest_after  # sent `rest_after` seconds after the answer
         self.received: list[bytes] = []  # the head of every request, in order
         self.hold = threading.Event()
         self.hold_seconds = hold_seconds
@@ -187,6 +190,9 @@ class RawUpstream:
                 while len(body) < length:
                     body += self.request.recv(65536)
                 self.request.sendall(raw.answer)
+                if raw.rest:
+                    raw.hold.wait(raw.rest_after)
+                    self.request.sendall(raw.rest)
                 raw.hold.wait(raw.hold_seconds)  # set at teardown, so no test waits for it
 
         self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)

@@ -46,12 +46,13 @@ def anthropic_upstream(db, monkeypatch):
 
 @pytest.fixture
 def raw_upstream(db, monkeypatch):
-    """`raw_upstream(answer, kind=...)` → an Upstream row served by a RawUpstream (fixed bytes)."""
+    """`raw_upstream(answer, kind=..., rest=..., rest_after=...)` → an Upstream row served by a
+    RawUpstream (fixed bytes; `rest` sent `rest_after` seconds after `answer`)."""
     monkeypatch.setenv(OPENAI_KEY_ENV, OPENAI_KEY)
     servers: list[RawUpstream] = []
 
-    def start(answer: bytes, *, kind: str = "openai") -> Any:
-        server = RawUpstream(answer)
+    def start(answer: bytes, *, kind: str = "openai", rest: bytes = b"", rest_after: float = 0.0) -> Any:
+        server = RawUpstream(answer, rest=rest, rest_after=rest_after)
         servers.append(server)
         return upstream_make(
             name=f"raw-{len(servers)}", kind=kind, base_url=server.base_url, api_key_env=OPENAI_KEY_ENV

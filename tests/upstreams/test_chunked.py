@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import http.client
+import time
 
 import pytest
 import urllib3
@@ -112,3 +113,62 @@ def test_a_connection_closed_inside_the_trailer_gives_the_body_but_is_not_reused
 
     assert b"".join(pieces) == b"".join(EVENTS)
     assert raw.connection is not None  # not given back to the pool: closed with the reply
+
+
+# After a stream's final event, its reader stops; the body's end may still be on its way
+# (UpstreamReply.end_await, called by the text relay before it closes the reply).
+BODY = chunked(EVENTS)
+BODY_END = b"0\r\n\r\n"
+BEFORE_END = BODY[: -len(BODY_END)]
+
+
+def stopped_at_the_final_event(upstream):
+    """The reply, read up to its final event, and its connection (whose `sock` is None once closed)."""
+    reply = upstream_request(upstream=upstream, method="POST", url=f"{upstream.base_url}/chat", stream=True)
+    assert next(reply.chunks(64 * 1024)) == b"".join(EVENTS)
+    return reply, reply.streamed.raw.connection
+
+
+def test_the_bodys_end_arriving_after_the_final_event_gives_the_connection_back(raw_upstream):
+    upstream = raw_upstream(answer(BEFORE_END), rest=BODY_END, rest_after=0.05)
+    reply, connection = stopped_at_the_final_event(upstream)
+
+    reply.end_await(2.0)
+    reply.close()
+
+    assert connection.sock is not None  # read to its end: back to the pool, open
+
+
+def test_without_waiting_for_the_bodys_end_the_connection_is_dropped(raw_upstream):
+    upstream = raw_upstream(answer(BEFORE_END), rest=BODY_END, rest_after=0.05)
+    reply, connection = stopped_at_the_final_event(upstream)
+
+    reply.close()
+
+    assert connection.sock is None  # what the relay did before it waited: closed, a new one next time
+
+
+def test_a_body_whose_end_does_not_come_in_time_is_dropped(raw_upstream):
+    upstream = raw_upstream(answer(BEFORE_END), rest=BODY_END, rest_after=2.0)
+    reply, connection = stopped_at_the_final_event(upstream)
+
+    started = time.monotonic()
+    reply.end_await(0.05)
+    waited = time.monotonic() - started
+    reply.close()
+
+    assert 0.04 < waited < 1.0
+    assert connection.sock is None  # not read to its end: closed with the reply, not reused
+
+
+def test_data_after_the_final_event_is_not_taken_for_the_bodys_end(raw_upstream):
+    more = chunked([b"data: more\n\n"])[: -len(BODY_END)]  # an event after the final one, the body going on
+    upstream = raw_upstream(answer(BEFORE_END), rest=more, rest_after=0.02)
+    reply, connection = stopped_at_the_final_event(upstream)
+
+    started = time.monotonic()
+    reply.end_await(2.0)
+    reply.close()
+
+    assert time.monotonic() - started < 1.0  # it stopped at the data, not at the timeout
+    assert connection.sock is None  # not read to its end: dropped

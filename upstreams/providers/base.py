@@ -175,6 +175,13 @@ class TextReply:
         body = reply.direct(SSE_READ_BYTES)
         return None if body is None else SSEDirect(body, parser)
 
+    def end_await(self, timeout: float) -> None:
+        """After the stream's final event: wait up to `timeout` seconds for the end of the upstream's
+        body, which providers send right after it, so that `close` gives the connection back to the
+        pool instead of dropping it (upstreams/chunked.py). Nothing when the adapter makes the events."""
+        if self._direct is not None:
+            self._direct[0].end_await(timeout)
+
     def skimmed(self, whole: bytes) -> bool:
         """`skim` as sse_events asks it, whether or not a reader has set it yet."""
         return self.skim is not None and self.skim(whole)
