@@ -174,17 +174,20 @@ class ChunkedBody:
         writes with its final event or just after it), so that `release` gives the connection back
         instead of it being dropped. More data (an event after the final one), or nothing in time:
         stop with the body unfinished, and the connection is dropped with the reply, as before. Waits
-        through `select`, which gevent makes cooperative in its workers."""
+        in `select.poll` (no limit on the descriptor's number, unlike `select.select`), which gevent
+        makes cooperative in its workers."""
         if self.done:
             return
         body = self.direct(_END_READ)
         if body is None:
             return
+        poller = select.poll()
+        poller.register(body.fd, select.POLLIN)
         deadline = time.monotonic() + timeout
         while not self.done:
             if not body.buffered:  # wait until the socket has something, never in a read
                 left = deadline - time.monotonic()
-                if left <= 0 or not select.select([body.fd], [], [], left)[0]:
+                if left <= 0 or not poller.poll(left * 1000):
                     return
             if body.read(_END_READ):
                 return  # more of the body than its end
