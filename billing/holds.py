@@ -130,7 +130,9 @@ def hold_capture(
     0 resolves the hold without a ledger entry. `hold.captured_amount` is set to what was charged.
 
     Exactly once: True only for the caller that moved the hold from `open` to `captured`. A hold
-    already released (failed call) or expired (release_stale_holds) is not charged: False.
+    already released (failed call) or expired (release_stale_holds) is not charged: False. Nor is a
+    hold whose id now belongs to another call's hold (another reference: a reservation lost in a
+    database crash, billing/statements.py `hold_reserve_sql`): False, and that hold is left alone.
 
     `usage_record` (unsaved, from `usage_record_build`): the call's usage record, written with the
     capture, all or nothing, its `amount` set to what this capture charged (or counted), 0 when the
@@ -176,6 +178,7 @@ def _hold_capture_statement(
 ) -> bool:
     params: dict[str, Any] = {
         "hold_id": hold.pk,
+        "reference": hold.reference,
         "capture_amount": charge,
         "open": Hold.Status.OPEN,
         "captured": Hold.Status.CAPTURED,
@@ -200,7 +203,7 @@ def _hold_capture_orm(
         # Status transition guarded by the old status: of a capture racing a release or an expiry,
         # exactly one updates the row; the loser sees 0 rows and moves no money.
         won = (
-            Hold.objects.filter(pk=hold.pk, status=Hold.Status.OPEN).update(
+            Hold.objects.filter(pk=hold.pk, reference=hold.reference, status=Hold.Status.OPEN).update(
                 status=Hold.Status.CAPTURED, resolved_at=now, captured_amount=charge
             )
             == 1
@@ -263,16 +266,23 @@ def hold_release(*, hold: Hold, now: datetime | None = None, expired: bool = Fal
 
 
 def _hold_release_statement(*, hold: Hold, now: datetime, status: str) -> bool:
-    row = statement_run(
-        hold_release_sql(), {"hold_id": hold.pk, "open": Hold.Status.OPEN, "status": status, "now": now}
-    )
+    params = {
+        "hold_id": hold.pk,
+        "reference": hold.reference,
+        "open": Hold.Status.OPEN,
+        "status": status,
+        "now": now,
+    }
+    row = statement_run(hold_release_sql(), params)
     return bool(row and row[0])
 
 
 def _hold_release_orm(*, hold: Hold, now: datetime, status: str) -> bool:
     with transaction.atomic():
         # Status transition guarded by the old status: exactly one resolution per hold.
-        won = Hold.objects.filter(pk=hold.pk, status=Hold.Status.OPEN).update(status=status, resolved_at=now)
+        won = Hold.objects.filter(pk=hold.pk, reference=hold.reference, status=Hold.Status.OPEN).update(
+            status=status, resolved_at=now
+        )
         if won != 1:
             return False
         if hold.kind == Hold.Kind.WALLET:

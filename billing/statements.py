@@ -131,6 +131,12 @@ def hold_reserve_sql(*, own_transaction: bool) -> str:
     reservation durable too; a crash can only lose a reservation nothing durable depends on yet, and
     such a call is then simply not charged. Inside a caller's transaction the setting would apply to
     that transaction's other writes: not used there.
+
+    A lost reservation may also take its id with it: the id's sequence is made durable by the same
+    WAL, so after such a crash PostgreSQL can give that id to another call's hold, while the call that
+    lost it still holds it in memory. Capture and release therefore match a hold by its id AND its
+    reference (the call's request id): the first call then finds no hold, is not charged, and leaves
+    the other call's hold alone.
     """
     w, h = sql_names(Wallet), sql_names(Hold)
     no_flush_wait = (
@@ -166,7 +172,9 @@ def hold_capture_sql(*, recorded: bool) -> str:
 
     - `captured`: the status transition guarded by the old status: of a capture racing a release or
       an expiry exactly one updates the hold; the loser gets no row and everything below moves nothing.
-      It records the charge, `%(capture_amount)s` (at most the hold's amount: billing.holds).
+      It records the charge, `%(capture_amount)s` (at most the hold's amount: billing.holds). The
+      hold is matched by its id and its reference (the call's request id), as `hold_reserve_sql`
+      says why.
     - `debited`: the wallet's held goes down by the hold's amount and its balance by the charge (only
       for a wallet hold of a non-zero amount). The UPDATE locks the wallet row and, under
       concurrency, computes from the committed row, so the balance it returns is exactly this
@@ -201,7 +209,7 @@ def hold_capture_sql(*, recorded: bool) -> str:
         WITH captured AS (
             UPDATE {h.table} SET {h.status} = %(captured)s, {h.resolved_at} = %(now)s,
                 {h.captured_amount} = %(capture_amount)s
-            WHERE {h.id} = %(hold_id)s AND {h.status} = %(open)s
+            WHERE {h.id} = %(hold_id)s AND {h.reference} = %(reference)s AND {h.status} = %(open)s
             RETURNING {h.wallet_id} AS wallet_id, {h.amount} AS held_amount,
                 {h.captured_amount} AS amount, {h.reference} AS reference
         ),
@@ -230,12 +238,12 @@ def hold_release_sql() -> str:
     """Release a wallet hold as ONE statement: the status transition guarded by the old status
     (exactly one resolution per hold; a loser gets no row and gives nothing back), then `held` goes
     down by the amount with a relative update, the wallet's row lock held only inside the statement.
-    The held >= 0 constraint is the backstop."""
+    The held >= 0 constraint is the backstop. Matched by id and reference, as the capture is."""
     h, w = sql_names(Hold), sql_names(Wallet)
     return f"""
         WITH released AS (
             UPDATE {h.table} SET {h.status} = %(status)s, {h.resolved_at} = %(now)s
-            WHERE {h.id} = %(hold_id)s AND {h.status} = %(open)s
+            WHERE {h.id} = %(hold_id)s AND {h.reference} = %(reference)s AND {h.status} = %(open)s
             RETURNING {h.wallet_id} AS wallet_id, {h.amount} AS amount
         ),
         unheld AS (

@@ -13,9 +13,10 @@ from django.utils import timezone
 
 from billing.holds import hold_capture, hold_release, hold_reserve, holds_release_stale
 from billing.ledger import InsufficientFunds, wallet_adjust, wallet_top_up
-from billing.models import Hold, LedgerEntry, Wallet
+from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
 from billing.selectors import ledger_check, wallet_ledger_sum
 from core.errors import BillingError
+from tests.billing.conftest import usage_record_draft
 
 pytestmark = pytest.mark.django_db
 
@@ -87,6 +88,29 @@ def test_it_releases_a_hold_without_charging_and_only_once(alice):
     assert not LedgerEntry.objects.filter(kind="charge").exists()
     hold.refresh_from_db()
     assert hold.status == Hold.Status.RELEASED
+
+
+def test_it_leaves_alone_a_hold_whose_id_now_belongs_to_another_call(alice):
+    # A reservation lost in a database crash can take its id with it (billing/statements.py): the
+    # next call's hold may get that id while the call that lost it still holds it in memory.
+    theirs = hold_reserve(account_id=alice.pk, amount=Decimal("0.15"), reference="req_theirs")
+    lost = Hold.objects.get(pk=theirs.pk)
+    lost.reference, lost.amount = "req_lost", Decimal("5.00")
+    record = usage_record_draft(alice, request_id="req_lost")
+
+    assert hold_capture(hold=lost, usage_record=record) is False
+    assert hold_release(hold=lost) is False
+
+    wallet = wallet_of(alice)
+    assert (wallet.balance, wallet.held) == (Decimal("10.0000"), Decimal("0.1500"))
+    assert not LedgerEntry.objects.filter(kind="charge").exists()
+    assert Hold.objects.get(pk=theirs.pk).status == Hold.Status.OPEN
+    assert UsageRecord.objects.get(request_id="req_lost").amount == Decimal("0")
+    assert hold_capture(hold=theirs) is True  # the hold's own call still charges it, once
+    wallet = wallet_of(alice)
+    assert (wallet.balance, wallet.held) == (Decimal("9.8500"), Decimal("0"))
+    assert LedgerEntry.objects.get(kind="charge").reference == "req_theirs"
+    assert ledger_check() == []
 
 
 def test_it_expires_only_holds_past_their_expiry(alice):
