@@ -1103,10 +1103,9 @@ def billing_check(
 # The report
 
 
-def machine_info() -> dict[str, Any]:
-    meminfo = Path("/proc/meminfo").read_text()
-    mem_kb = int(re.search(r"MemTotal:\s+(\d+)", meminfo).group(1))
-    cpu = re.search(r"model name\s*:\s*(.+)", Path("/proc/cpuinfo").read_text())
+def git_state() -> dict[str, Any]:
+    """The worktree's commit and whether it has uncommitted changes, read when the code under test is
+    copied (source_snapshot): what changes in the worktree during the run is not what was measured."""
     git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)  # noqa: S607
     dirty = subprocess.run(
         ["git", "status", "--porcelain", "--untracked-files=no"],  # noqa: S607
@@ -1114,6 +1113,13 @@ def machine_info() -> dict[str, Any]:
         capture_output=True,
         text=True,
     )
+    return {"git_commit": git.stdout.strip(), "git_dirty": bool(dirty.stdout.strip())}
+
+
+def machine_info(*, git: dict[str, Any]) -> dict[str, Any]:
+    meminfo = Path("/proc/meminfo").read_text()
+    mem_kb = int(re.search(r"MemTotal:\s+(\d+)", meminfo).group(1))
+    cpu = re.search(r"model name\s*:\s*(.+)", Path("/proc/cpuinfo").read_text())
     wrk_version = subprocess.run(["wrk", "-v"], capture_output=True, text=True)  # noqa: S607
     return {
         "cores": os.cpu_count(),
@@ -1121,8 +1127,7 @@ def machine_info() -> dict[str, Any]:
         "cpu": cpu.group(1).strip() if cpu else platform.processor(),
         "kernel": platform.release(),
         "python": platform.python_version(),
-        "git_commit": git.stdout.strip(),
-        "git_dirty": bool(dirty.stdout.strip()),
+        **git,
         "wrk": (wrk_version.stdout + wrk_version.stderr).split("\n")[0].strip(),
         "loadavg_at_start": Path("/proc/loadavg").read_text().split()[:3],
     }
@@ -1532,6 +1537,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"workdir {workdir}")
         pg = postgres_start(procs, workdir, max_connections=args.pg_max_connections)
         redis_url = redis_start(procs, workdir)
+        git = git_state()
         src = source_snapshot(workdir, source=args.source, overlays=args.overlay, patches=args.patch)
         ports = {
             name: fake_upstream_start(procs, workdir, src, name=name, latency=latency, image_bytes=size)
@@ -1563,7 +1569,7 @@ def main(argv: list[str] | None = None) -> int:
         report: dict[str, Any] = {
             "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "command": command,
-            "machine": machine_info(),
+            "machine": machine_info(git=git),
             "postgres": {"version": pg.version(), "max_connections": pg.max_connections},
             "peer_version": peer_version,
             "peer_workers": args.peer_workers,
