@@ -52,10 +52,10 @@ from upstreams.transport import upstream_read_timed_out
 logger = logging.getLogger("gateway.stream")
 
 STREAM_CUT = "upstream_stream_cut"
+STREAM_ERROR = "upstream_stream_error"
 # After a stream's final event, how long the relay waits for the end of the upstream's body (which a
 # provider sends with that event or right after it) so that the connection goes back to the pool.
 BODY_END_WAIT_SECONDS = 0.05
-STREAM_ERROR = "upstream_stream_error"
 
 
 @dataclass

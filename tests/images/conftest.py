@@ -160,25 +160,43 @@ def dns(monkeypatch):
 class RawUpstream:
     """A TCP server on 127.0.0.1 that answers every request with fixed bytes, headers included, then
     holds the connection for `hold_seconds` and closes it: answers no HTTP server library sends (a
-    body shorter than its Content-Length, a body that stalls, a broken chunked encoding)."""
+    body shorter than its Content-Length, a body that stalls, a broken chunked encoding). With
+    `keep_alive` it answers every request that comes on a connection until the client closes it."""
 
     def __init__(
-        self, answer: bytes, *, hold_seconds: float = 0.0, rest: bytes = b"", rest_after: float = 0.0
+        self,
+        answer: bytes,
+        *,
+        hold_seconds: float = 0.0,
+        rest: bytes = b"",
+        rest_after: float = 0.0,
+        keep_alive: bool = False,
     ) -> None:
         self.answer = answer
         self.rest, self.rest_after = rest, rest_after  # sent `rest_after` seconds after the answer
+        self.keep_alive = keep_alive
         self.received: list[bytes] = []  # the head of every request, in order
+        self.connections = 0  # accepted
         self.hold = threading.Event()
         self.hold_seconds = hold_seconds
         raw = self
 
         class Handler(socketserver.BaseRequestHandler):
             def handle(self) -> None:
+                raw.connections += 1
+                if not self.answer_one():
+                    return
+                while raw.keep_alive and self.answer_one():
+                    pass
+                raw.hold.wait(raw.hold_seconds)  # set at teardown, so no test waits for it
+
+            def answer_one(self) -> bool:
+                """Read one request and answer it; False when the client closed the connection first."""
                 received = b""
                 while b"\r\n\r\n" not in received:
                     piece = self.request.recv(65536)
                     if not piece:
-                        return
+                        return False
                     received += piece
                 head, _, body = received.partition(b"\r\n\r\n")
                 raw.received.append(head)
@@ -193,7 +211,7 @@ class RawUpstream:
                 if raw.rest:
                     raw.hold.wait(raw.rest_after)
                     self.request.sendall(raw.rest)
-                raw.hold.wait(raw.hold_seconds)  # set at teardown, so no test waits for it
+                return True
 
         self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True

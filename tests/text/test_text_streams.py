@@ -4,13 +4,16 @@ when the final event arrives; a cut stream costs nothing and ends with the famil
 from __future__ import annotations
 
 import json
+import time
 from decimal import Decimal
 
 import pytest
 
 from billing.models import Hold, UsageRecord, Wallet
 from billing.selectors import ledger_check
-from tests.text.conftest import ANTHROPIC_BASE, OPENAI_BASE, sent_json, sse_body
+from tests.factories import text_model_make, upstream_make
+from tests.images.conftest import RawUpstream
+from tests.text.conftest import ANTHROPIC_BASE, KEY_ENV, OPENAI_BASE, PROVIDER_KEY, sent_json, sse_body
 from tests.upstreams.conftest import event_by_event
 
 pytestmark = pytest.mark.django_db
@@ -408,3 +411,66 @@ def test_a_responses_stream_cut_ends_with_an_error_event_numbered_after_the_last
     assert (name, error["type"], error["sequence_number"]) == ("error", "error", 2)
     assert error["error"]["code"] == "upstream_stream_cut"
     assert balance(tara) == Decimal("1.00")
+
+
+# A provider may write the end of a streamed body (its last chunk) just after the final event, not with
+# it. The relay waits briefly for it (chat/streaming.py BODY_END_WAIT_SECONDS), so that the upstream's
+# connection goes back to the pool and the next call does not connect anew.
+BODY_END = b"0\r\n\r\n"
+
+
+@pytest.fixture
+def raw_chat(chat_group, monkeypatch):
+    """`raw_chat(rest_after)` → a RawUpstream keeping its connections, whose answer is a chat stream
+    whose body ends `rest_after` seconds after its final event, behind the model "raw-chat"."""
+    monkeypatch.setenv(KEY_ENV, PROVIDER_KEY)
+    servers: list[RawUpstream] = []
+
+    def start(rest_after: float) -> RawUpstream:
+        events = chat_stream_body().encode()
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        server = RawUpstream(
+            head + b"%x\r\n%b\r\n" % (len(events), events),
+            rest=BODY_END,
+            rest_after=rest_after,
+            keep_alive=True,
+        )
+        servers.append(server)
+        upstream = upstream_make(
+            name="raw-text", base_url=server.base_url, api_key_env=KEY_ENV, kind="openai"
+        )
+        text_model_make(model_id="raw-chat", group=chat_group, upstreams=[upstream])
+        return server
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def two_streams(client, key) -> None:
+    for _ in range(2):
+        response = stream(client, "/v1/chat/completions", {"model": "raw-chat", "messages": []}, key)
+        assert [data for _, data in events_of(response)][-1] == "[DONE]"
+
+
+def test_a_stream_whose_body_ends_just_after_its_final_event_gives_its_connection_back(
+    client, raw_chat, tara, tara_key
+):
+    server = raw_chat(rest_after=0.01)
+
+    two_streams(client, tara_key)
+
+    assert (len(server.received), server.connections) == (2, 1)  # the second call reused the first's
+    assert balance(tara) == Decimal("1.00") - 2 * CHAT_COST
+    assert ledger_check() == []
+
+
+def test_a_stream_whose_body_end_comes_late_is_not_waited_for(client, raw_chat, tara, tara_key):
+    server = raw_chat(rest_after=1.0)  # well past the relay's wait
+
+    started = time.monotonic()
+    two_streams(client, tara_key)
+
+    assert time.monotonic() - started < 1.0  # neither call waited for the body's end
+    assert (len(server.received), server.connections) == (2, 2)  # the first connection was dropped
+    assert balance(tara) == Decimal("1.00") - 2 * CHAT_COST
