@@ -3,11 +3,15 @@ when the final event arrives; a cut stream costs nothing and ends with the famil
 
 from __future__ import annotations
 
+import gc
 import json
 import time
+from collections import Counter
 from decimal import Decimal
 
 import pytest
+from django.core.wsgi import get_wsgi_application
+from django.test import RequestFactory
 
 from billing.models import Hold, UsageRecord, Wallet
 from billing.selectors import ledger_check
@@ -474,3 +478,64 @@ def test_a_stream_whose_body_end_comes_late_is_not_waited_for(client, raw_chat, 
     assert time.monotonic() - started < 1.0  # neither call waited for the body's end
     assert (len(server.received), server.connections) == (2, 2)  # the first connection was dropped
     assert balance(tara) == Decimal("1.00") - 2 * CHAT_COST
+
+
+# What a finished call made is freed by reference counting, not left in reference cycles for the
+# garbage collector: a stream's objects live for seconds, so they reach the collector's oldest
+# generation, and what is left there in cycles waits for a full pass, which stops every call and
+# stream of the worker while it walks them (docs/benchmarks.md, "Serving settings").
+
+
+def wsgi_call(
+    application, key: str, *, method: str = "GET", path: str = "/v1/models", body: bytes = b""
+) -> bytes:
+    """One call through the WSGI application as a server makes it (the test client keeps references
+    of its own), its answer read to its end and closed; returns the body."""
+    headers = {"Authorization": f"Bearer {key}"}
+    request = RequestFactory().generic(
+        method, path, data=body, content_type="application/json", headers=headers
+    )
+    environ = request.environ
+    statuses: list[str] = []
+    answer = application(environ, lambda status, headers, exc_info=None: statuses.append(status))
+    try:
+        received = b"".join(answer)
+    finally:
+        answer.close()
+    assert statuses == ["200 OK"], received
+    return received
+
+
+def cyclic_garbage_of(call) -> Counter[str]:
+    """The types of the objects `call` left unreachable in reference cycles, counted."""
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds goes to gc.garbage, not freed
+    try:
+        call()
+        gc.collect()
+        return Counter(type(found).__qualname__ for found in gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+
+
+@pytest.mark.django_db(transaction=True)  # closing the answer ends the request, and its connection
+def test_a_finished_stream_leaves_nothing_for_the_cycle_collector(raw_chat, tara, tara_key):
+    raw_chat(rest_after=0)
+    application = get_wsgi_application()
+    body = json.dumps({"model": "raw-chat", "messages": [], "stream": True}).encode()
+
+    def streamed() -> None:
+        received = wsgi_call(application, tara_key, method="POST", path="/v1/chat/completions", body=body)
+        assert received.rstrip().endswith(b"data: [DONE]")
+
+    streamed()  # the first call fills the caches and opens the upstream's connection
+    # Without the configuration cache (no Redis) every call loads its credential, whose account and
+    # user Django links both ways: that much an authenticated call leaves whatever it does.
+    authenticated_only = cyclic_garbage_of(lambda: wsgi_call(application, tara_key))
+
+    assert cyclic_garbage_of(streamed) - authenticated_only == Counter()
+    assert balance(tara) == Decimal("1.00") - 2 * CHAT_COST
+    assert UsageRecord.objects.filter(amount=CHAT_COST).count() == 2

@@ -154,14 +154,28 @@ class TextReply:
         self.content_type = content_type
         self.body = body
         self.events = events
-        self.skim: Callable[[bytes], bool] | None = None
+        self._skim: Callable[[bytes], bool] | None = None
         self._on_close = on_close
         self._direct: tuple[UpstreamReply, SSEParser] | None = None
+
+    @property
+    def skim(self) -> Callable[[bytes], bool] | None:
+        return self._skim
+
+    @skim.setter
+    def skim(self, skim: Callable[[bytes], bool] | None) -> None:
+        # Handed to the parser itself, not asked through a method of this reply: the parser would
+        # then refer back to the reply, and a finished stream's reply, its parser, its events and
+        # its connection objects would wait for the cyclic garbage collector's next full pass
+        # instead of being freed as soon as the stream lets go of them.
+        self._skim = skim
+        if self._direct is not None:
+            self._direct[1].skim = skim
 
     def events_read_from(self, reply: UpstreamReply) -> None:
         """Take `events` from a streamed upstream reply's event stream, keep-alive comments included
         (chat/streaming.py relays them), through a parser that `direct` can hand on."""
-        parser = SSEParser(comments=True, skim=self.skimmed)
+        parser = SSEParser(comments=True, skim=self._skim)
         self.events = _events_then_close(reply, parser=parser)
         self._direct = (reply, parser)
 
@@ -181,10 +195,6 @@ class TextReply:
         pool instead of dropping it (upstreams/chunked.py). Nothing when the adapter makes the events."""
         if self._direct is not None:
             self._direct[0].end_await(timeout)
-
-    def skimmed(self, whole: bytes) -> bool:
-        """`skim` as sse_events asks it, whether or not a reader has set it yet."""
-        return self.skim is not None and self.skim(whole)
 
     def close(self) -> None:
         events, on_close, self._on_close = self.events, self._on_close, None
