@@ -29,7 +29,7 @@ from chat.access import ResolvedTextModel, text_model_resolve
 from chat.answers import refusal_passthrough, tokens_charge
 from chat.families import CHAT, Family
 from chat.pricing import text_call_ceiling
-from chat.streaming import StreamedTextCall, stream_open, text_stream_relay
+from chat.streaming import StreamBody, StreamedTextCall, stream_open, text_stream_relay
 from chat.validation import TextBody, input_ceiling_tokens, output_limit_validate, text_body_parse
 from core.errors import UpstreamFailed
 from core.metrics import stream_counted
@@ -117,20 +117,20 @@ def text_call_run(
             stack.callback(meter.close)
             opened = stream_open(usage=usage, resolved=resolved, request=text_request, family=family)
             owned = stack.pop_all()  # from here the stream owns the usage scope and the hold
+            after = ExitStack()  # what waits until the caller has the end of the answer
+            relay = text_stream_relay(
+                owned=owned,
+                usage=usage,
+                meter=meter,
+                family=family,
+                resolved=resolved,
+                opened=opened,
+                usage_asked=_usage_asked(parsed.body),
+                after=after,
+                caller=caller,
+            )
             return StreamedTextCall(
-                events=stream_counted(
-                    text_stream_relay(
-                        owned=owned,
-                        usage=usage,
-                        meter=meter,
-                        family=family,
-                        resolved=resolved,
-                        opened=opened,
-                        usage_asked=_usage_asked(parsed.body),
-                        caller=caller,
-                    ),
-                    endpoint=usage.endpoint,
-                )
+                events=StreamBody(stream_counted(relay, endpoint=usage.endpoint), after=after)
             )
         return idempotent_execute(
             account=credential.account,

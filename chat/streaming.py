@@ -14,7 +14,9 @@
   so that until then a failing upstream can still fail over and a refusal keep its status.
 - When the family's final event arrives, it is passed on and the exact cost of the reported usage
   captured before the answer's body ends, so whoever reads the account after the stream (the SDKs
-  read a stream to its end) sees the final state, and the last event waits for no database.
+  read a stream to its end) sees the final state, and the last event waits for no database. Nothing
+  after the final event is read; the end of the upstream's body is awaited (to keep its connection)
+  only once the server has closed the caller's answer (`StreamBody`).
 - A stream the upstream cuts (or ends, or breaks with an error event) before its final event costs
   nothing: the hold is released and the caller gets an error event in the family's shape, which the
   SDKs raise. The usage record says why (`upstream_stream_cut`, `upstream_stream_error`).
@@ -53,16 +55,51 @@ logger = logging.getLogger("gateway.stream")
 
 STREAM_CUT = "upstream_stream_cut"
 STREAM_ERROR = "upstream_stream_error"
-# After a stream's final event, how long the relay waits for the end of the upstream's body (which a
-# provider sends with that event or right after it) so that the connection goes back to the pool.
+# Once the caller has the end of a complete stream's answer, how long the relay waits for the end of
+# the upstream's body (which a provider sends with the final event or right after it) so that the
+# connection goes back to the pool.
 BODY_END_WAIT_SECONDS = 0.05
 
 
 @dataclass
 class StreamedTextCall:
-    """A call whose answer is an event stream; `events` yields the encoded SSE bytes."""
+    """A call whose answer is an event stream; `events` yields the encoded SSE bytes (a StreamBody:
+    the server's close of the answer also ends the upstream's side)."""
 
     events: Iterator[bytes]
+
+
+class StreamBody:
+    """A streamed answer's body: iterates `events`. `close`, which the WSGI server calls through
+    Django's response once it has sent the end of the answer, closes `events`, then runs what was
+    left for after the caller's answer (`after`): the caller does not wait for it."""
+
+    __slots__ = ("_after", "_events")
+
+    def __init__(self, events: Iterator[bytes], *, after: ExitStack) -> None:
+        self._events = events
+        self._after = after
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self._events
+
+    def close(self) -> None:
+        try:
+            close = getattr(self._events, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self._after.close()
+
+
+def _reply_end(reply: TextReply) -> None:
+    """After the caller's answer has ended: wait briefly for the end of the upstream's body (a
+    provider sends it with the final event or right after it), so that `close` gives the connection
+    back to the pool instead of dropping it."""
+    try:
+        reply.end_await(BODY_END_WAIT_SECONDS)
+    finally:
+        reply.close()
 
 
 @dataclass
@@ -146,12 +183,14 @@ def text_stream_relay(
     resolved: ResolvedTextModel,
     opened: OpenedStream,
     usage_asked: bool,
+    after: ExitStack,
     caller: CallerSocket | None = None,
 ) -> Iterator[bytes]:
     """The response body of a streamed text call. `owned` holds the usage scope and the hold and is
-    closed when the stream ends, however it ends. With `caller` (gunicorn's gevent worker), the events
-    after the first read go through the worker's stream loop (api/stream_loop.py), straight to the
-    caller's connection, until the final event."""
+    closed when the stream ends, however it ends. A complete stream leaves its upstream reply to
+    `after`, which the answer's StreamBody closes once the caller has the end of the answer. With
+    `caller` (gunicorn's gevent worker), the events after the first read go through the worker's
+    stream loop (api/stream_loop.py), straight to the caller's connection, until the final event."""
     assert family.tracker is not None
     tracker = family.tracker(usage_asked=usage_asked)
     reply = opened.reply
@@ -165,8 +204,9 @@ def text_stream_relay(
             return
         finished = True
         if failure is None and tracker.complete:
-            reply.end_await(BODY_END_WAIT_SECONDS)  # so that close gives the connection back
-        reply.close()
+            after.callback(_reply_end, reply)  # once the caller has the end of the answer
+        else:
+            reply.close()
         if failure is None:
             owned.close()
         else:
@@ -237,10 +277,13 @@ def text_stream_relay(
                     batch = []
                 if final:
                     settle()  # the final event is on its way; the answer ends once the charge is made
-                elif caller is not None and not event.more:
+                    break
+                if caller is not None and not event.more:
                     break  # between two reads: the stream loop may take over
             else:
                 break  # the upstream's body has ended
+            if meter.resolved:
+                break  # charged at the final event: what may follow it is not read (`finish`)
             direct = reply.direct()
             if direct is None:
                 caller = None
@@ -258,7 +301,8 @@ def text_stream_relay(
                 raise _stream_error(tracker.error, upstream=opened.upstream)
             if tracker.complete and not meter.resolved:
                 settle()
-            events = itertools.chain(carried, events)
+            # What came after the final event in its read goes on; nothing more is read after it.
+            events = iter(carried) if tracker.complete else itertools.chain(carried, events)
         if batch:
             yield b"".join(batch)
             batch = []

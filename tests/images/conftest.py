@@ -8,6 +8,7 @@ import ipaddress
 import socket
 import socketserver
 import threading
+import time
 from decimal import Decimal
 from typing import Any
 
@@ -176,6 +177,7 @@ class RawUpstream:
         self.rest, self.rest_after = rest, rest_after  # sent `rest_after` seconds after the answer
         self.keep_alive = keep_alive
         self.received: list[bytes] = []  # the head of every request, in order
+        self.rest_sent: list[float] = []  # when each `rest` began to be sent (time.monotonic())
         self.connections = 0  # accepted
         self.hold = threading.Event()
         self.hold_seconds = hold_seconds
@@ -210,6 +212,7 @@ class RawUpstream:
                 self.request.sendall(raw.answer)
                 if raw.rest:
                     raw.hold.wait(raw.rest_after)
+                    raw.rest_sent.append(time.monotonic())
                     self.request.sendall(raw.rest)
                 return True
 

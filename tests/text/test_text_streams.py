@@ -486,18 +486,22 @@ def test_a_stream_whose_body_end_comes_late_is_not_waited_for(client, raw_chat, 
 # stream of the worker while it walks them (docs/benchmarks.md, "Serving settings").
 
 
-def wsgi_call(
-    application, key: str, *, method: str = "GET", path: str = "/v1/models", body: bytes = b""
-) -> bytes:
-    """One call through the WSGI application as a server makes it (the test client keeps references
-    of its own), its answer read to its end and closed; returns the body."""
+def wsgi_answer(application, key: str, *, method: str = "GET", path: str = "/v1/models", body: bytes = b""):
+    """Start one call through the WSGI application as a server does (the test client keeps
+    references of its own and closes the answer before its last piece is read): the statuses given
+    and the answer, which the caller reads, then closes."""
     headers = {"Authorization": f"Bearer {key}"}
     request = RequestFactory().generic(
         method, path, data=body, content_type="application/json", headers=headers
     )
-    environ = request.environ
     statuses: list[str] = []
-    answer = application(environ, lambda status, headers, exc_info=None: statuses.append(status))
+    answer = application(request.environ, lambda status, headers, exc_info=None: statuses.append(status))
+    return statuses, answer
+
+
+def wsgi_call(application, key: str, **call) -> bytes:
+    """One call through the WSGI application, its answer read to its end and closed: the body."""
+    statuses, answer = wsgi_answer(application, key, **call)
     try:
         received = b"".join(answer)
     finally:
@@ -539,3 +543,26 @@ def test_a_finished_stream_leaves_nothing_for_the_cycle_collector(raw_chat, tara
     assert cyclic_garbage_of(streamed) - authenticated_only == Counter()
     assert balance(tara) == Decimal("1.00") - 2 * CHAT_COST
     assert UsageRecord.objects.filter(amount=CHAT_COST).count() == 2
+
+
+@pytest.mark.django_db(transaction=True)  # closing the answer ends the request, and its connection
+def test_the_caller_has_the_end_of_a_stream_before_the_upstream_ends_its_body(raw_chat, tara, tara_key):
+    server = raw_chat(rest_after=0.04)  # the body's last chunk 40 ms after the final event
+    application = get_wsgi_application()
+    body = json.dumps({"model": "raw-chat", "messages": [], "stream": True}).encode()
+
+    for call in range(2):
+        statuses, answer = wsgi_answer(
+            application, tara_key, method="POST", path="/v1/chat/completions", body=body
+        )
+        received = b"".join(answer)  # what the server sends, to the end of the answer
+        answered_at = time.monotonic()
+        answer.close()  # the server's close, once the answer has been sent
+
+        assert statuses == ["200 OK"] and received.rstrip().endswith(b"data: [DONE]")
+        assert answered_at < server.rest_sent[call]  # the end of the answer did not wait for the body's
+    # The relay waited for the body's end after the answer instead: the second call reused the
+    # first one's connection.
+    assert (len(server.received), server.connections) == (2, 1)
+    assert balance(tara) == Decimal("1.00") - 2 * CHAT_COST
+    assert ledger_check() == []
