@@ -69,11 +69,12 @@ def test_each_reader_names_the_variable_when_the_value_is_bad(monkeypatch, reade
         reader()
 
 
-def _check(env: dict) -> subprocess.CompletedProcess:
+def _check(env: dict, *command: str) -> subprocess.CompletedProcess:
+    """`manage.py COMMAND` (`check` by default) with `env` and without the secrets or DEBUG."""
     clean = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "GATEWAY_KEY_PEPPER", "DEBUG")}
     clean.update({"GATEWAY_ENV_FILE": "", **env}, DJANGO_SETTINGS_MODULE="gateway_project.settings")
     return subprocess.run(
-        [sys.executable, "manage.py", "check"],
+        [sys.executable, "manage.py", *(command or ("check",))],
         cwd=ROOT,
         env=clean,
         capture_output=True,
@@ -93,6 +94,21 @@ def test_production_refuses_to_start_without_a_key_pepper():
     result = _check({"DEBUG": "0", "SECRET_KEY": "s"})
     assert result.returncode == 2
     assert "GATEWAY_KEY_PEPPER is not set" in result.stderr
+
+
+def test_every_model_change_has_its_migration_and_the_check_needs_no_secrets(tmp_path):
+    # A bare checkout (no .env, no secrets, DEBUG off) can check for missing migrations; every other
+    # command still refuses to start without the secrets (the two tests above).
+    database = {"DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}"}  # its history is read
+    result = _check({"DEBUG": "0", **database}, "makemigrations", "--check", "--dry-run")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "No changes detected" in result.stdout
+
+
+def test_migrate_still_refuses_to_start_without_the_secrets():
+    result = _check({"DEBUG": "0"}, "migrate", "--plan")
+    assert result.returncode == 2
+    assert "SECRET_KEY is not set" in result.stderr
 
 
 def test_a_bad_value_fails_at_start_with_a_clear_message():
