@@ -33,7 +33,7 @@ RUN --mount=type=secret,id=pip_ca \
 COPY . .
 RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-build-isolation . \
     && rm -rf build ./*.egg-info \
-    && DEBUG=1 python manage.py collectstatic --noinput -v0 \
+    && python manage.py collectstatic --noinput -v0 \
     && mkdir -p media && chown -R gateway staticfiles media
 
 USER gateway

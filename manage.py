@@ -5,10 +5,11 @@ import os
 import secrets
 import sys
 
-# Commands that read only the models and the migration files: they sign nothing and hash no key, so
-# they run on a bare checkout (a CI job checking for missing migrations) without the secrets that
-# serving and every other command require (gateway_project/settings.py).
-_SECRET_FREE_COMMANDS = frozenset({"makemigrations", "showmigrations", "sqlmigrate"})
+# Commands that read only the models and the migration files, or copy the static files: they sign
+# nothing and hash no key, so they run on a bare checkout (a CI job checking for missing migrations,
+# an image build collecting static files) without the secrets that serving and every other command
+# require (gateway_project/settings.py).
+_SECRET_FREE_COMMANDS = frozenset({"makemigrations", "showmigrations", "sqlmigrate", "collectstatic"})
 
 
 def main() -> None:

@@ -105,6 +105,15 @@ def test_every_model_change_has_its_migration_and_the_check_needs_no_secrets(tmp
     assert "No changes detected" in result.stdout
 
 
+def test_static_files_are_collected_with_production_settings_and_no_secrets(tmp_path):
+    # The image build (Dockerfile) collects them this way: DEBUG off, no secrets at build time.
+    target = tmp_path / "static"
+    result = _check({"DEBUG": "0", "STATIC_ROOT": str(target)}, "collectstatic", "--noinput", "-v0")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (target / "admin" / "css" / "base.css").is_file()
+    assert any(target.glob("drf_spectacular_sidecar/**/*.js"))
+
+
 def test_migrate_still_refuses_to_start_without_the_secrets():
     result = _check({"DEBUG": "0"}, "migrate", "--plan")
     assert result.returncode == 2
