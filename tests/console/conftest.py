@@ -45,26 +45,42 @@ def bob_key(bob, alpha_group):
 
 
 @pytest.fixture
-def browser_context(monkeypatch):
-    """A fresh chromium context per test. Playwright's sync API runs an event loop in this thread,
-    and Django refuses ORM calls from a thread with a running loop unless told it is safe: the test's
-    own database reads happen between browser steps, never concurrently with them."""
+def browser_contexts(monkeypatch):
+    """Fresh chromium contexts for a test: `browser_contexts(**options)` opens one (Playwright's
+    `new_context` options; 1280 x 900 with scripts on unless told otherwise). Playwright's sync API
+    runs an event loop in this thread, and Django refuses ORM calls from a thread with a running loop
+    unless told it is safe: the test's own database reads happen between browser steps, never
+    concurrently with them."""
     from playwright.sync_api import sync_playwright
 
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        context.set_default_timeout(30_000)
+        opened = []
+
+        def open_context(**options):
+            context = browser.new_context(**{"viewport": {"width": 1280, "height": 900}, **options})
+            context.set_default_timeout(30_000)
+            opened.append(context)
+            return context
+
         try:
-            yield context
+            yield open_context
         finally:
-            context.close()
+            for context in opened:
+                context.close()
             browser.close()
             # The test's own queries ran while Playwright's loop was running, on a connection of
-            # their own context: close it here, or it outlives the test and blocks dropping the DB.
+            # their own context: close it here, or it outlives the test and blocks dropping the
+            # test database at the end of the run.
             connections.close_all()
+
+
+@pytest.fixture
+def browser_context(browser_contexts):
+    """A fresh chromium context at desktop width, scripts on."""
+    return browser_contexts()
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 from billing.models import LedgerEntry, UsageRecord
-from tests.console.browser import CHROMIUM, CHROMIUM_ARGS, browser_test, screenshot, sign_in
+from tests.console.browser import browser_test, screenshot, sign_in
 from tests.factories import text_model_make
 
 pytestmark = [browser_test, pytest.mark.django_db(transaction=True)]
@@ -50,28 +50,19 @@ def test_the_chat_answer_streams_then_shows_tokens_and_cost(page, live_server, a
 
 @pytest.mark.parametrize("width", WIDTHS.values(), ids=WIDTHS.keys())
 def test_without_script_the_chat_answer_has_a_page_reloaded_free(
-    live_server, alice, demo_chat, width, monkeypatch
+    live_server, alice, demo_chat, width, browser_contexts
 ):
-    from playwright.sync_api import sync_playwright
+    context = browser_contexts(viewport={"width": width, "height": 900}, java_script_enabled=False)
+    page = context.new_page()
+    sign_in(page, live_server.url, username="alice", password="alice-password-1")
+    page.goto(f"{live_server.url}/console/playground/chat/")
+    page.get_by_label("Prompt").fill("Hello there")
+    page.get_by_role("button", name="Send").click()
 
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": width, "height": 900}, java_script_enabled=False)
-        try:
-            page = context.new_page()
-            sign_in(page, live_server.url, username="alice", password="alice-password-1")
-            page.goto(f"{live_server.url}/console/playground/chat/")
-            page.get_by_label("Prompt").fill("Hello there")
-            page.get_by_role("button", name="Send").click()
-
-            expect(page).to_have_url(re.compile(r"/console/playground/chat/result/[^/]+/$"))
-            expect(page.locator("#chat-answer")).not_to_be_empty()
-            expect(page.locator("#chat-charge")).to_contain_text("charged ¥")
-            screenshot(page, f"chat-playground-nojs-{width}")
-            page.reload()
-            expect(page.locator("#chat-answer")).not_to_be_empty()
-            assert _charges(alice) == 1
-        finally:
-            context.close()
-            browser.close()
+    expect(page).to_have_url(re.compile(r"/console/playground/chat/result/[^/]+/$"))
+    expect(page.locator("#chat-answer")).not_to_be_empty()
+    expect(page.locator("#chat-charge")).to_contain_text("charged ¥")
+    screenshot(page, f"chat-playground-nojs-{width}")
+    page.reload()
+    expect(page.locator("#chat-answer")).not_to_be_empty()
+    assert _charges(alice) == 1

@@ -7,7 +7,7 @@ import pytest
 from playwright.sync_api import expect
 
 from billing.models import UsageRecord
-from tests.console.browser import CHROMIUM, CHROMIUM_ARGS, browser_test, screenshot, sign_in
+from tests.console.browser import browser_test, screenshot, sign_in
 from tests.factories import image_model_make
 
 pytestmark = [browser_test, pytest.mark.django_db(transaction=True)]
@@ -62,29 +62,20 @@ def test_the_choices_follow_the_selected_model(page, live_server, alice, alpha_m
 
 @pytest.mark.parametrize("width", WIDTHS.values(), ids=WIDTHS.keys())
 def test_without_script_choose_model_shows_its_choices(
-    live_server, alice, alpha_model, square_model, width, monkeypatch
+    live_server, alice, alpha_model, square_model, width, browser_contexts
 ):
-    from playwright.sync_api import sync_playwright
+    context = browser_contexts(viewport={"width": width, "height": 900}, java_script_enabled=False)
+    page = context.new_page()
+    sign_in(page, live_server.url, username="alice", password="alice-password-1")
+    page.goto(f"{live_server.url}/console/playground/")
+    page.get_by_label("Model").select_option(label="square-image — Alpha-Image, ¥0.02 per call")
+    page.get_by_label("Prompt").fill("kept across the choice")
+    assert _values(page, "size") != ["", "512x512"]  # no script: nothing adapts yet
 
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": width, "height": 900}, java_script_enabled=False)
-        try:
-            page = context.new_page()
-            sign_in(page, live_server.url, username="alice", password="alice-password-1")
-            page.goto(f"{live_server.url}/console/playground/")
-            page.get_by_label("Model").select_option(label="square-image — Alpha-Image, ¥0.02 per call")
-            page.get_by_label("Prompt").fill("kept across the choice")
-            assert _values(page, "size") != ["", "512x512"]  # no script: nothing adapts yet
+    page.get_by_role("button", name="Choose model").click()
 
-            page.get_by_role("button", name="Choose model").click()
-
-            assert _values(page, "size") == ["", "512x512"]
-            expect(page.locator("#id_quality")).to_be_hidden()
-            expect(page.get_by_label("Prompt")).to_have_value("kept across the choice")
-            screenshot(page, f"playground-choose-model-nojs-{width}")
-            assert not UsageRecord.objects.filter(account=alice).exists()
-        finally:
-            context.close()
-            browser.close()
+    assert _values(page, "size") == ["", "512x512"]
+    expect(page.locator("#id_quality")).to_be_hidden()
+    expect(page.get_by_label("Prompt")).to_have_value("kept across the choice")
+    screenshot(page, f"playground-choose-model-nojs-{width}")
+    assert not UsageRecord.objects.filter(account=alice).exists()
