@@ -322,10 +322,11 @@ class GenerationWatch:
     - the connection is proven to have delivered what Redis sent up to `trust_seconds` ago: the value
       was read within `trust_seconds`, or a PING sent within `trust_seconds` has been answered (Redis
       answers on the connection in order, so its PONG follows every message of a change made before
-      it). `_poll` sends a PING, without waiting for it, when the last proof is `trust_seconds / 2`
-      old, so a process with calls at least that often never reads the counter again while nothing
-      changes. A PING unanswered for `trust_seconds` (a connection dead without a reset) closes the
-      connection; the next read makes a new one.
+      it). A PING goes out, without waiting for it, when the last proof is `trust_seconds / 2` old:
+      from `_poll` outside a request, and once a request has answered (`after_request`, on Django's
+      `request_finished`), so a process with calls at least that often never reads the counter
+      again while nothing changes. A PING unanswered for `trust_seconds` (a connection dead without
+      a reset) closes the connection; the next read makes a new one.
 
     Otherwise the counter is read from Redis (`read`). Anything unusual (an end of file, an error, a
     reply it does not know) closes the connection: the callbacks hear None ("anything may have
@@ -420,13 +421,21 @@ class GenerationWatch:
             time.monotonic() - max(read_at, self._proven_at) < self.trust_seconds
         )
 
-    def _poll(self) -> None:
+    def after_request(self) -> None:
+        """A request has answered: hand on what Redis pushed, and send the PING that is due."""
+        self._poll(ping=True)
+
+    def _poll(self, *, ping: bool | None = None) -> None:
         """Hand on what Redis pushed; send a PING when the last proof is half `trust_seconds` old.
 
+        Inside a request the PING waits for `after_request` (`ping` None: outside a request only): it
+        would wake Redis, and the answer's first byte would wait meanwhile on a machine with few cores.
         Only ever under the lock: a redis-py connection is not safe to read from two threads (or
         greenlets) at once, and one caller may be inside `read_response` while another asks."""
         if self._connection is None:
             return
+        if ping is None:
+            ping = not getattr(_local, "in_request", False)
         with self._lock:
             self._drain()
             connection = self._connection
@@ -434,6 +443,8 @@ class GenerationWatch:
                 return
             now = time.monotonic()
             if self._ping_sent is None:
+                if not ping:
+                    return
                 if now - self._proven_at >= self.trust_seconds / 2:
                     try:
                         connection.send_command("PING")
@@ -570,6 +581,8 @@ def _request_started(**_: Any) -> None:
 def _request_finished(**_: Any) -> None:
     _local.in_request = False
     _local.__dict__.pop("generation", None)
+    if config_cache_enabled():
+        _watch.after_request()  # the PING a request's polls leave for after its answer
 
 
 request_started.connect(_request_started, dispatch_uid="config_generation_request_started")
