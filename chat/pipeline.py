@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import socket
 from contextlib import ExitStack
 from decimal import Decimal
 from typing import Any
@@ -58,10 +57,9 @@ def text_call_handle(*, request: Request, family: Family) -> HttpResponse | Stre
         request_id=request.request_id,
         idempotency_key=meta.get("HTTP_IDEMPOTENCY_KEY"),
         caller=caller_socket(meta),
-        answer_socket=meta.get("gunicorn.socket"),
     )
     if isinstance(answer, StreamedTextCall):
-        return event_stream_response(answer.events)
+        return event_stream_response(answer.events, meta=meta)
     return stored_response(answer)
 
 
@@ -74,15 +72,12 @@ def text_call_run(
     request_id: str,
     idempotency_key: str | None = None,
     caller: CallerSocket | None = None,
-    answer_socket: socket.socket | None = None,
 ) -> StoredResponse | StreamedTextCall:
     """One text call for a verified credential; raises ApiError on any refusal or failure.
 
     Streamed, the answer is a StreamedTextCall that owns the usage scope and the hold until the
     stream ends; the upstream has already sent its first event by then (failover happens before).
-    `caller` is the caller's connection for the stream loop (api/stream_loop.py), when it runs;
-    `answer_socket` the server's socket of that connection (gunicorn's), corked for a stream's head
-    and first event (core/corking.py)."""
+    `caller` is the caller's connection for the stream loop (api/stream_loop.py), when it runs."""
     with ExitStack() as stack:
         usage = stack.enter_context(
             usage_scope(request_id=request_id, endpoint=family.endpoint, credential=credential)
@@ -133,7 +128,6 @@ def text_call_run(
                 usage_asked=_usage_asked(parsed.body),
                 after=after,
                 caller=caller,
-                answer_socket=answer_socket,
             )
             return StreamedTextCall(
                 events=StreamBody(stream_counted(relay, endpoint=usage.endpoint), after=after)

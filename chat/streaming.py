@@ -30,7 +30,6 @@ import functools
 import itertools
 import json
 import logging
-import socket
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -43,7 +42,6 @@ from api.usage import UsageScope
 from chat.access import ResolvedTextModel
 from chat.answers import refusal_passthrough, tokens_charge
 from chat.families import RESPONSES_FAMILY, Family, StreamTracker
-from core.corking import socket_cork, socket_uncork
 from core.errors import ApiError, InternalError, UpstreamFailed, compatible_body, native_body
 from upstreams.errors import UpstreamError, upstream_error_to_api_error
 from upstreams.providers import adapter_for
@@ -187,15 +185,12 @@ def text_stream_relay(
     usage_asked: bool,
     after: ExitStack,
     caller: CallerSocket | None = None,
-    answer_socket: socket.socket | None = None,
 ) -> Iterator[bytes]:
     """The response body of a streamed text call. `owned` holds the usage scope and the hold and is
     closed when the stream ends, however it ends. A complete stream leaves its upstream reply to
     `after`, which the answer's StreamBody closes once the caller has the end of the answer. With
     `caller` (gunicorn's gevent worker), the events after the first read go through the worker's
-    stream loop (api/stream_loop.py), straight to the caller's connection, until the final event.
-    With `answer_socket` (the server's socket of the caller's connection), the answer's head and first
-    write leave in one segment (core/corking.py)."""
+    stream loop (api/stream_loop.py), straight to the caller's connection, until the final event."""
     assert family.tracker is not None
     tracker = family.tracker(usage_asked=usage_asked)
     reply = opened.reply
@@ -271,8 +266,6 @@ def text_stream_relay(
     # itertools.chain, not a generator: leaving the loop below (the caller went away, or the stream
     # loop takes over) must not close the upstream's events, which are read on afterwards.
     events: Iterator[SSEEvent] = itertools.chain((opened.first,), reply.events or ())
-    # The answer's head waits for the first event, and leaves with it in one segment (core/corking.py).
-    corked = socket_cork(answer_socket)
     try:
         while True:
             for event in events:
@@ -282,9 +275,6 @@ def text_stream_relay(
                 if batch and (final or not event.more):
                     yield batch[0] if len(batch) == 1 else b"".join(batch)
                     batch = []
-                    if corked:  # gunicorn has written the head and the first event: send them
-                        corked = False
-                        socket_uncork(answer_socket)
                 if final:
                     settle()  # the final event is on its way; the answer ends once the charge is made
                     break
@@ -350,8 +340,6 @@ def text_stream_relay(
             sequence_number=tracker.next_sequence,
         )
     finally:
-        if corked:
-            socket_uncork(answer_socket)
         finish(None)  # no-op unless a path above did not settle
 
 

@@ -422,39 +422,47 @@ class GenerationWatch:
         )
 
     def after_request(self) -> None:
-        """A request has answered: hand on what Redis pushed, and send the PING that is due."""
-        self._poll(ping=True)
-
-    def _poll(self, *, ping: bool | None = None) -> None:
-        """Hand on what Redis pushed; send a PING when the last proof is half `trust_seconds` old.
-
-        Inside a request the PING waits for `after_request` (`ping` None: outside a request only): it
-        would wake Redis, and the answer's first byte would wait meanwhile on a machine with few cores.
-        Only ever under the lock: a redis-py connection is not safe to read from two threads (or
-        greenlets) at once, and one caller may be inside `read_response` while another asks."""
+        """A request has answered: send the PING its polls left (see `_poll`), if one is due."""
         if self._connection is None:
             return
-        if ping is None:
-            ping = not getattr(_local, "in_request", False)
+        with self._lock:
+            self._ping_if_due()
+
+    def _poll(self) -> None:
+        """Hand on what Redis pushed; outside a request, send a PING when one is due.
+
+        Inside a request the PING waits for `after_request`: it would wake Redis, and on a machine with
+        few cores the answer's first byte would wait meanwhile. Only ever under the lock: a redis-py
+        connection is not safe to read from two threads (or greenlets) at once, and one caller may be
+        inside `read_response` while another asks."""
+        if self._connection is None:
+            return
         with self._lock:
             self._drain()
-            connection = self._connection
-            if connection is None:
+            if self._connection is None:
                 return
-            now = time.monotonic()
             if self._ping_sent is None:
-                if not ping:
-                    return
-                if now - self._proven_at >= self.trust_seconds / 2:
-                    try:
-                        connection.send_command("PING")
-                    except Exception:
-                        self._close()
-                        return
-                    self._ping_sent = now
-            elif now - self._ping_sent >= self.trust_seconds:
+                if not getattr(_local, "in_request", False):
+                    self._ping_if_due()
+            elif time.monotonic() - self._ping_sent >= self.trust_seconds:
                 logger.warning("Redis did not answer the configuration watch's PING; connecting again")
                 self._close()
+
+    def _ping_if_due(self) -> None:
+        """Send a PING, not waited for, when the last proof is half `trust_seconds` old and none is
+        unanswered (the lock held)."""
+        connection = self._connection
+        if connection is None or self._ping_sent is not None:
+            return
+        now = time.monotonic()
+        if now - self._proven_at < self.trust_seconds / 2:
+            return
+        try:
+            connection.send_command("PING")
+        except Exception:
+            self._close()
+            return
+        self._ping_sent = now
 
     def _drain(self) -> None:
         """Read and hand on what Redis published (the lock held); close on end of file or an error."""

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from typing import Any
 
 _CORK = getattr(socket, "TCP_CORK", None)
 
 
-def socket_cork(sock: Any) -> bool:
+def socket_cork(sock: socket.socket | None) -> bool:
     """Hold what is written to `sock` until `socket_uncork`; False when it cannot be (nothing held)."""
     if _CORK is None or sock is None:
         return False
@@ -29,7 +28,7 @@ def socket_cork(sock: Any) -> bool:
     return True
 
 
-def socket_uncork(sock: Any) -> None:
+def socket_uncork(sock: socket.socket) -> None:
     """Send what `socket_cork` held, now."""
     with contextlib.suppress(OSError):  # closed meanwhile: nothing left to send
         sock.setsockopt(socket.IPPROTO_TCP, _CORK, 0)

@@ -1,5 +1,7 @@
 """core/corking.py over real loopback TCP connections: what is written corked reaches a waiting reader
-in one read once uncorked, and what cannot be corked is written as usual."""
+in one read once uncorked, and what cannot be corked is written as usual; and the streamed answer's
+body that corks its first write (api/answers.py `FirstWriteCorked`). Through gunicorn:
+tests/chat/test_sdk_e2e.py, `test_a_streams_head_and_first_event_reach_a_waiting_caller_in_one_read`."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from api.answers import FirstWriteCorked
 from core.corking import socket_cork, socket_uncork
 
 pytestmark = pytest.mark.skipif(not hasattr(socket, "TCP_CORK"), reason="TCP_CORK is Linux's")
@@ -91,3 +94,52 @@ def test_a_closed_socket_is_neither_corked_nor_an_error_to_uncork(tcp_pair):
     writer.close()
     assert socket_cork(writer) is False
     socket_uncork(writer)  # no error
+
+
+def corked(sock: socket.socket) -> bool:
+    return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CORK) == 1
+
+
+class Events:
+    """A streamed body as the relays make it: pieces, and a `close` the server calls at the end."""
+
+    def __init__(self, *pieces: bytes) -> None:
+        self.pieces = iter(pieces)
+        self.closed = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self.pieces
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_streamed_body_corks_from_its_first_piece_until_the_server_asks_for_the_next(tcp_pair):
+    writer, reader = tcp_pair
+    events = Events(EVENT, b"data: second\n\n")
+    body = FirstWriteCorked(events, sock=writer)
+    assert not corked(writer)  # nothing made yet: the head is not written before the first piece
+
+    read = first_read(reader)
+    first = next(body)
+    assert corked(writer)
+    writer.sendall(HEAD)  # as gunicorn writes them: the head, then the first piece
+    writer.sendall(first)
+    assert next(body) == b"data: second\n\n"
+    assert not corked(writer)
+    assert read() == HEAD + EVENT
+
+    with pytest.raises(StopIteration):
+        next(body)
+    body.close()
+    assert events.closed
+
+
+def test_a_streamed_body_closed_after_its_first_piece_uncorks_and_closes_its_events(tcp_pair):
+    writer, _ = tcp_pair
+    events = Events(EVENT, b"never read")
+    body = FirstWriteCorked(events, sock=writer)
+    next(body)
+    body.close()  # the server's, when the caller went away after the first write
+    assert not corked(writer)
+    assert events.closed
