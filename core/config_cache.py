@@ -44,6 +44,7 @@ from redis.retry import Retry
 from redis.utils import str_if_bytes
 
 from core.redis_health import RedisUnavailable, redis_available, redis_guarded, redis_guarded_now
+from core.request_scope import in_request
 
 logger = logging.getLogger("gateway.cache")
 
@@ -98,15 +99,15 @@ def config_generation() -> int | None:
     shared cache cannot be read: then nothing may be served from a cache."""
     if not config_cache_enabled():
         return None
-    in_request = getattr(_local, "in_request", False)
-    if in_request and hasattr(_local, "generation"):
+    serving = in_request()
+    if serving and hasattr(_local, "generation"):
         return _local.generation
     generation = _watch.generation()
     if generation is None and not redis_available():
         return None  # Redis failed a moment ago: not tried again before GATEWAY_REDIS_RETRY_SECONDS
     if generation is None:
         generation = _watch.read(_generation_get)
-    if in_request:
+    if serving:
         _local.generation = generation
     return generation
 
@@ -442,7 +443,7 @@ class GenerationWatch:
             if self._connection is None:
                 return
             if self._ping_sent is None:
-                if not getattr(_local, "in_request", False):
+                if not in_request():
                     self._ping_if_due()
             elif time.monotonic() - self._ping_sent >= self.trust_seconds:
                 logger.warning("Redis did not answer the configuration watch's PING; connecting again")
@@ -582,12 +583,10 @@ setting_changed.connect(_setting_changed, dispatch_uid="config_generation_settin
 
 
 def _request_started(**_: Any) -> None:
-    _local.in_request = True
     _local.__dict__.pop("generation", None)
 
 
 def _request_finished(**_: Any) -> None:
-    _local.in_request = False
     _local.__dict__.pop("generation", None)
     if config_cache_enabled():
         _watch.after_request()  # the PING a request's polls leave for after its answer

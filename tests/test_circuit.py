@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from django.conf import settings
 from django.core.cache import cache
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
 
 from core import config_cache
 from core.config_cache import config_generation, config_generation_bump
 from keys.services import api_key_create
 from tests.redis_commands import redis_commands
+from upstreams import circuit
 from upstreams.circuit import (
     CLEAN_VIEW_SECONDS,
     circuit_admit,
@@ -164,6 +169,47 @@ def test_call_counts_reach_the_shared_counters_when_flushed(demo_upstream):
     circuit_stats_flush()
 
     assert counted(demo_upstream.pk, minutes) == (4, 1)
+
+
+def test_inside_a_request_due_counts_are_written_once_it_has_answered_not_on_the_calls_way(
+    demo_upstream, monkeypatch
+):
+    # Writing them is two Redis round trips a counter: before the answer, or a stream's first event.
+    monkeypatch.setattr(circuit, "STATS_FLUSH_SECONDS", 0.0)  # every count finds a write due
+    first_minute = int(time.time() // 60)
+    with serving_a_request():
+        circuit_record_success(
+            upstream_id=demo_upstream.pk, admission=circuit_admit(upstream_id=demo_upstream.pk)
+        )
+        circuit_record_failure(upstream_id=demo_upstream.pk, threshold=5, cooldown=30)
+        minutes = range(first_minute, int(time.time() // 60) + 1)
+        assert counted(demo_upstream.pk, minutes) == (0, 0)
+
+    assert counted(demo_upstream.pk, minutes) == (2, 1)
+
+
+def test_outside_a_request_the_count_that_finds_them_due_writes_them(demo_upstream, monkeypatch):
+    monkeypatch.setattr(circuit, "STATS_FLUSH_SECONDS", 0.0)
+    first_minute = int(time.time() // 60)
+
+    circuit_record_failure(upstream_id=demo_upstream.pk, threshold=5, cooldown=30)
+
+    assert counted(demo_upstream.pk, range(first_minute, int(time.time() // 60) + 1)) == (1, 1)
+
+
+@contextmanager
+def serving_a_request() -> Iterator[None]:
+    """The block runs as a request's code: Django's request signals around it (without closing the
+    test's database connection, as Django's test client)."""
+    request_started.disconnect(close_old_connections)
+    request_started.send(sender=None)
+    request_started.connect(close_old_connections)
+    try:
+        yield
+    finally:
+        request_finished.disconnect(close_old_connections)
+        request_finished.send(sender=None)
+        request_finished.connect(close_old_connections)
 
 
 def counted(upstream_id: int, minutes: range) -> tuple[int, int]:

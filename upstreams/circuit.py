@@ -24,10 +24,13 @@ DELETE. A success thus resets what its admission saw: a failure counted by anoth
 one was in flight is reset by the next success admitted after it.
 
 The per-minute call and error counts behind the admin's "recent error rate" are counted per process
-and added to the shared counters at most every STATS_FLUSH_SECONDS, by the first call after that
-(and at once before this process shows them, `circuit_state`). The admin's figure therefore leaves
-out up to the last STATS_FLUSH_SECONDS of each other process's calls, and the last calls of a process
-that has received none since.
+and added to the shared counters at most every STATS_FLUSH_SECONDS (and at once before this process
+shows them, `circuit_state`). A call counted inside a request never writes them on its way: the
+write (two Redis round trips a counter) would come before its answer, before a stream's first event.
+The first request to finish once they are due writes them, after its answer (core.request_scope);
+outside a request the count that finds them due writes them. The admin's figure therefore leaves
+out up to the last STATS_FLUSH_SECONDS of each other process's calls (longer while every request of
+a process is a stream still open), and the last calls of a process that has received none since.
 
 When every upstream of a model is open, a call would be refused without any attempt until a cooldown
 ends; one bad prompt (or a provider's short hiccup) would then shut out everyone. So each process may
@@ -54,9 +57,11 @@ from typing import TypeVar
 from django.core.cache import cache
 from django.core.cache.backends.base import BaseCache
 from django.core.cache.backends.locmem import LocMemCache
+from django.core.signals import request_finished
 
 from core.config_cache import key_changes_receive, key_changes_reported
 from core.redis_health import RedisUnavailable, redis_guarded
+from core.request_scope import in_request
 
 logger = logging.getLogger("gateway.upstream")
 
@@ -325,12 +330,19 @@ class _StatsBuffer:
         self._flushed_at = time.monotonic()
 
     def count(self, upstream_id: int, *, error: bool) -> None:
+        """Count a call; outside a request, write the counts if due."""
         minute = int(time.time() // 60)
         with self._lock:
             self._pending[(upstream_id, "calls", minute)] += 1
             if error:
                 self._pending[(upstream_id, "errors", minute)] += 1
-            if time.monotonic() - self._flushed_at < STATS_FLUSH_SECONDS:
+        if not in_request():
+            self.flush_if_due()
+
+    def flush_if_due(self) -> None:
+        """Write the counts when the last write is STATS_FLUSH_SECONDS old."""
+        with self._lock:
+            if not self._pending or time.monotonic() - self._flushed_at < STATS_FLUSH_SECONDS:
                 return
             taken = self._take()
         _stats_write(taken)
@@ -369,3 +381,10 @@ def _stats_write(counts: Counter[tuple[int, str, int]]) -> None:
 
 _stats = _StatsBuffer()
 atexit.register(circuit_stats_flush)
+
+
+def _request_finished(**_: object) -> None:
+    _stats.flush_if_due()  # what the request's calls left for after its answer
+
+
+request_finished.connect(_request_finished, dispatch_uid="circuit_stats_request_finished")

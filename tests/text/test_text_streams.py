@@ -10,6 +10,7 @@ from collections import Counter
 from decimal import Decimal
 
 import pytest
+from django.core.cache import cache
 from django.core.wsgi import get_wsgi_application
 from django.test import RequestFactory
 
@@ -17,8 +18,10 @@ from billing.models import Hold, UsageRecord, Wallet
 from billing.selectors import ledger_check
 from tests.factories import text_model_make, upstream_make
 from tests.images.conftest import RawUpstream
+from tests.test_circuit import counted
 from tests.text.conftest import ANTHROPIC_BASE, KEY_ENV, OPENAI_BASE, PROVIDER_KEY, sent_json, sse_body
 from tests.upstreams.conftest import event_by_event
+from upstreams import circuit
 
 pytestmark = pytest.mark.django_db
 
@@ -103,6 +106,26 @@ def test_a_chat_stream_asks_for_usage_and_hides_the_usage_chunk_from_a_caller_wh
         20,
     )
     assert ledger_check() == []
+
+
+def test_a_streams_due_call_counts_are_written_after_its_end_not_before_its_first_event(
+    client, upstream, chat_model, openai_upstream, tara, tara_key, monkeypatch
+):
+    circuit.circuit_stats_flush()  # earlier tests' counts out of the way
+    cache.clear()
+    monkeypatch.setattr(circuit, "STATS_FLUSH_SECONDS", 0.0)  # the stream's count finds a write due
+    first_minute = int(time.time() // 60)
+    upstream.post(CHAT_URL, body=chat_stream_body(), content_type="text/event-stream")
+
+    response = stream(client, "/v1/chat/completions", {"model": "alpha-chat", "messages": []}, tara_key)
+    first = next(iter(response.streaming_content))
+    minutes = range(first_minute, int(time.time() // 60) + 1)
+    assert counted(openai_upstream.pk, minutes) == (0, 0)  # the upstream answered; nothing written yet
+    b"".join(response.streaming_content)  # the stream's end: the request finishes
+
+    assert first.startswith(b"data: ")
+    assert counted(openai_upstream.pk, minutes) == (1, 0)
+    assert balance(tara) == Decimal("1.00") - CHAT_COST
 
 
 def test_a_chat_stream_keeps_the_usage_chunk_for_a_caller_who_asked(
