@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 from django.conf import settings
 from django.core.cache import cache
-from django.core.signals import request_finished, request_started
-from django.db import close_old_connections
 
 from core import config_cache
 from core.config_cache import config_generation, config_generation_bump
 from keys.services import api_key_create
+from tests.circuit_counts import counted
 from tests.redis_commands import redis_commands
+from tests.request_signals import serving_a_request
 from upstreams import circuit
 from upstreams.circuit import (
     CLEAN_VIEW_SECONDS,
@@ -195,29 +193,6 @@ def test_outside_a_request_the_count_that_finds_them_due_writes_them(demo_upstre
     circuit_record_failure(upstream_id=demo_upstream.pk, threshold=5, cooldown=30)
 
     assert counted(demo_upstream.pk, range(first_minute, int(time.time() // 60) + 1)) == (1, 1)
-
-
-@contextmanager
-def serving_a_request() -> Iterator[None]:
-    """The block runs as a request's code: Django's request signals around it (without closing the
-    test's database connection, as Django's test client)."""
-    request_started.disconnect(close_old_connections)
-    request_started.send(sender=None)
-    request_started.connect(close_old_connections)
-    try:
-        yield
-    finally:
-        request_finished.disconnect(close_old_connections)
-        request_finished.send(sender=None)
-        request_finished.connect(close_old_connections)
-
-
-def counted(upstream_id: int, minutes: range) -> tuple[int, int]:
-    """(calls, errors) in the shared per-minute counters."""
-    return (
-        sum(cache.get(f"circuit:{upstream_id}:calls:{minute}") or 0 for minute in minutes),
-        sum(cache.get(f"circuit:{upstream_id}:errors:{minute}") or 0 for minute in minutes),
-    )
 
 
 @needs_redis

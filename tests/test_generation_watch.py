@@ -19,7 +19,6 @@ import pytest
 import redis
 from django.conf import settings
 from django.core.cache import cache
-from django.core.signals import request_finished, request_started
 
 from core import config_cache
 from core.config_cache import (
@@ -31,6 +30,7 @@ from core.config_cache import (
 )
 from keys.services import api_key_create
 from tests.redis_commands import redis_commands
+from tests.request_signals import serving_a_request
 
 pytestmark = pytest.mark.skipif(not settings.REDIS_URL, reason="needs Redis: set REDIS_URL")
 
@@ -201,26 +201,24 @@ def test_an_unanswered_ping_ends_the_trust_and_the_connection(server, caplog):
         watch.close()
 
 
-@pytest.mark.django_db  # Django's request signals also close stale database connections
 def test_in_a_request_the_due_ping_goes_out_once_the_request_has_answered(server):
     # A PING wakes Redis: on a machine with few cores the answer's first byte would wait for it.
     watch = GenerationWatch(trust_seconds=0.2)
     server.set(full_key(), 7)
-    request_started.send(sender=None)  # what follows runs as a request's code does
     try:
-        assert watch.read(read_from(server)) == 7
-        time.sleep(0.12)  # the read's proof is past half trust_seconds: a PING is due
-        assert watch.generation() == 7  # but none goes out on the request's way
-        time.sleep(0.12)
-        assert watch.generation() is None  # so nothing proves the connection past trust_seconds
+        with serving_a_request():
+            assert watch.read(read_from(server)) == 7
+            time.sleep(0.12)  # the read's proof is past half trust_seconds: a PING is due
+            assert watch.generation() == 7  # but none goes out on the request's way
+            time.sleep(0.12)
+            assert watch.generation() is None  # so nothing proves the connection past trust_seconds
 
-        assert watch.read(read_from(server)) == 7
-        time.sleep(0.12)
-        watch.after_request()  # the request has answered: the due PING goes out
-        time.sleep(0.12)
-        assert watch.generation() == 7  # its PONG proves the connection past the read's trust
+            assert watch.read(read_from(server)) == 7
+            time.sleep(0.12)
+            watch.after_request()  # the request has answered: the due PING goes out
+            time.sleep(0.12)
+            assert watch.generation() == 7  # its PONG proves the connection past the read's trust
     finally:
-        request_finished.send(sender=None)
         watch.close()
 
 

@@ -15,14 +15,13 @@ from urllib.parse import urlsplit
 import pytest
 from django.core.cache import cache
 from django.core.handlers.wsgi import WSGIHandler
-from django.core.signals import request_finished, request_started
-from django.db import close_old_connections
 
 from billing.models import LedgerEntry, UsageRecord, Wallet
 from keys.services import api_key_create
 from tests.factories import image_model_make
 from tests.fake_upstream import _png
 from tests.images.conftest import OPENAI_BASE
+from tests.request_signals import database_connection_kept
 
 pytestmark = pytest.mark.django_db
 
@@ -135,18 +134,12 @@ def _wsgi_call(key: str) -> int:
         "HTTP_AUTHORIZATION": f"Bearer {key}",
     }
     statuses = []
-    # As Django's test client does: the test's transaction must survive the request's start and end.
-    request_started.disconnect(close_old_connections)
-    request_finished.disconnect(close_old_connections)
-    try:
+    with database_connection_kept():  # as Django's test client: the test's transaction survives
         answer = WSGIHandler()(environ, lambda status, headers: statuses.append(status))
         try:
             sent = sum(len(chunk) for chunk in answer)
         finally:
             answer.close()
-    finally:
-        request_started.connect(close_old_connections)
-        request_finished.connect(close_old_connections)
     assert statuses == ["200 OK"] and sent > len(LARGE_B64)
     return sent
 

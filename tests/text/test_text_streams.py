@@ -16,9 +16,9 @@ from django.test import RequestFactory
 
 from billing.models import Hold, UsageRecord, Wallet
 from billing.selectors import ledger_check
+from tests.circuit_counts import counted
 from tests.factories import text_model_make, upstream_make
 from tests.images.conftest import RawUpstream
-from tests.test_circuit import counted
 from tests.text.conftest import ANTHROPIC_BASE, KEY_ENV, OPENAI_BASE, PROVIDER_KEY, sent_json, sse_body
 from tests.upstreams.conftest import event_by_event
 from upstreams import circuit
