@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.tls import self_signed_certificate
+
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "deploy" / "nginx.conf"
 NGINX = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.access(p, os.X_OK)), None)
@@ -76,20 +78,6 @@ class Nginx:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
-def _self_signed(prefix: Path) -> tuple[Path, Path]:
-    cert, key = prefix / "cert.pem", prefix / "key.pem"
-    subprocess.run(
-        [
-            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
-            *("-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"),
-            *("-keyout", str(key), "-out", str(cert)),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
-
-
 @contextmanager
 def nginx_serving(nodes: list[str], *, access_log: bool = False) -> Iterator[Nginx]:
     """Run nginx with deploy/nginx.conf in front of `nodes` until the block ends."""
@@ -99,7 +87,7 @@ def nginx_serving(nodes: list[str], *, access_log: bool = False) -> Iterator[Ngi
     try:
         prefix.chmod(0o755)
         (prefix / "temp").mkdir()
-        cert, key = _self_signed(prefix)
+        cert, key = self_signed_certificate(prefix)
         port, tls_port = free_port(), free_port()
         (prefix / "gateway.conf").write_text(
             nginx_conf_render(nodes=nodes, port=port, tls_port=tls_port, cert=cert, key=key)
