@@ -1,15 +1,28 @@
-"""The database pool's connection class.
+"""The database pool's connection class, and the connection a process's statements share first.
 
 psycopg needs nothing from the project for gevent: from 3.2 on, once gevent has patched `select`,
 psycopg waits for its socket through the patched `select` instead of in C, so a query in one greenlet
 lets the others run (tests/test_db_wait.py).
+
+psycopg_pool lends its idle connections first in, first out: once a burst has grown a worker's pool
+to 16 connections, each statement of a quiet period runs on the one idle the longest, whose
+PostgreSQL backend has slept for seconds and wakes cold. The billing statements borrow through
+`pooled_connection_borrow` / `pooled_connection_give_back` instead: the connection the process's last
+statement gave back is kept (one per pool, out of the pool) and lent first, so a call's reserve runs
+on the backend that ran the previous call's capture a moment before, and the pool's other connections
+are lent only when that one is busy (docs/benchmarks.md, "What changed"). The backend subclass in
+`core/postgresql/` closes it with the pool.
 """
 
 from __future__ import annotations
 
+import time
+import weakref
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
+from psycopg_pool import ConnectionPool
 
 
 class StatementConnection(psycopg.Connection):
@@ -35,5 +48,52 @@ def database_reconnect() -> bool:
     connection.close()
     pool = getattr(connection, "pool", None) if connection.vendor == "postgresql" else None
     if pool is not None:
+        pooled_connection_release_kept(pool=pool)  # broken by the same restart, most likely
         pool.check()
     return True
+
+
+# Per pool: the connection kept for the next statement (at most one), and when each kept connection
+# was first kept, so that it still goes back to the pool once its pool's max_lifetime has passed.
+_kept: weakref.WeakKeyDictionary[ConnectionPool, list[psycopg.Connection]] = weakref.WeakKeyDictionary()
+_kept_since: weakref.WeakKeyDictionary[psycopg.Connection, float] = weakref.WeakKeyDictionary()
+
+
+def pooled_connection_borrow(*, pool: ConnectionPool) -> psycopg.Connection:
+    """A connection for one statement: the one kept from the last statement when there is one (it is
+    this borrower's alone until given back), else one of the pool's."""
+    kept = _kept.get(pool)
+    while kept:
+        try:
+            conn = kept.pop()  # atomic: two threads never take the same one
+        except IndexError:
+            break
+        if not conn.closed:
+            return conn
+        pool.putconn(conn)  # the pool discards a closed connection
+    return pool.getconn()
+
+
+def pooled_connection_give_back(*, pool: ConnectionPool, conn: psycopg.Connection, reusable: bool) -> None:
+    """After the statement: keep `conn` for the process's next statement when it is `reusable` (the
+    statement succeeded), idle, its pool open, no other connection kept, and it was first kept less
+    than the pool's max_lifetime ago; otherwise give it back to the pool, which checks its state and
+    discards a broken one."""
+    if reusable and not pool.closed and conn.info.transaction_status == TransactionStatus.IDLE:
+        since = _kept_since.setdefault(conn, time.monotonic())
+        kept = _kept.setdefault(pool, [])
+        if not kept and time.monotonic() - since < pool.max_lifetime:
+            kept.append(conn)
+            return
+    _kept_since.pop(conn, None)
+    pool.putconn(conn)
+
+
+def pooled_connection_release_kept(*, pool: ConnectionPool) -> None:
+    """Give the kept connection back to the pool: before the pool closes (which closes the
+    connections it holds), or when PostgreSQL may have broken it (`database_reconnect`)."""
+    kept = _kept.pop(pool, [])
+    while kept:
+        conn = kept.pop()
+        _kept_since.pop(conn, None)
+        pool.putconn(conn)

@@ -25,6 +25,15 @@ pytestmark = [
 ]
 
 
+def _generate(client, *, key: str, model: str):
+    return client.post(
+        "/v1/images/generations",
+        data=json.dumps({"model": model, "prompt": "a fox", "response_format": "b64_json"}),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {key}"},
+    )
+
+
 def test_an_api_call_holds_no_database_connection_during_its_upstream_call(
     client, alice, alpha_group, openai_upstream, mocked
 ):
@@ -44,12 +53,7 @@ def test_an_api_call_holds_no_database_connection_during_its_upstream_call(
     )
     balance = Wallet.objects.get(account=alice).balance
 
-    response = client.post(
-        "/v1/images/generations",
-        data=json.dumps({"model": "alpha-pooled", "prompt": "a fox", "response_format": "b64_json"}),
-        content_type="application/json",
-        headers={"Authorization": f"Bearer {key}"},
-    )
+    response = _generate(client, key=key, model="alpha-pooled")
 
     assert response.status_code == 200, response.content
     assert held_during_call == [False]
@@ -137,3 +141,46 @@ def test_a_kept_cursor_runs_its_statement_again_after_the_statement_failed():
     cursor = raw.statement_cursors["SELECT 1 / %(divisor)s"]
     assert statement_run("SELECT 1 / %(divisor)s", {"divisor": 1}) == (1,)
     assert raw.statement_cursors["SELECT 1 / %(divisor)s"] is cursor
+
+
+def test_consecutive_calls_run_their_reserves_and_captures_on_one_warm_backend(
+    client, alice, alpha_group, openai_upstream, mocked
+):
+    """A quiet period's calls do not wake a pool's worth of cold backends in turn: each call's reserve
+    and capture run on the connection the statement before gave back (core/db.py), though the pool
+    holds others."""
+    cache.clear()
+    image_model_make(model_id="alpha-warm", group=alpha_group, upstreams=[openai_upstream], price="0.15")
+    key = api_key_create(account=alice, group=alpha_group)[1]
+    image = base64.b64encode(image_bytes()).decode()
+    mocked.add(
+        "POST", f"{OPENAI_BASE}/images/generations", json={"created": 1, "data": [{"b64_json": image}]}
+    )
+
+    def call() -> None:
+        response = _generate(client, key=key, model="alpha-warm")
+        assert response.status_code == 200, response.content
+
+    call()  # loads the configuration snapshots, on Django's own connection
+    pool = connection.pool
+    grown = [pool.getconn() for _ in range(3)]  # as after a burst of concurrent calls
+    for raw in grown:
+        pool.putconn(raw)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        (started,) = cursor.fetchone()
+    connection.close()
+
+    for _ in range(3):
+        call()
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND query_start >= %s AND query LIKE %s",
+            [started, "%billing_hold%"],
+        )
+        (backends,) = cursor.fetchone()
+    assert backends == 1
+    assert LedgerEntry.objects.filter(kind="charge").count() == 4
+    assert Hold.objects.filter(status=Hold.Status.CAPTURED).count() == 4
