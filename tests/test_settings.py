@@ -277,8 +277,10 @@ class _Worker:
 def _post_worker_init():
     """The hook, as gunicorn runs it in a new worker; what it froze is given back to the collector
     afterwards, since here the worker is the test process."""
+    thresholds = gc.get_threshold()
     yield runpy.run_path(str(ROOT / "gunicorn.conf.py"))["post_worker_init"]
     gc.unfreeze()
+    gc.set_threshold(*thresholds)
 
 
 @pytest.mark.django_db(transaction=True)  # outside a transaction, as a worker starts
@@ -355,3 +357,23 @@ def test_gunicorns_request_head_limits_are_above_the_gateways_own():
     assert settings.GATEWAY_MAX_REQUEST_LINE_BYTES + len("GET  HTTP/1.1") < line
     assert field > settings.GATEWAY_MAX_HEADER_FIELD_BYTES
     assert fields * field > settings.GATEWAY_MAX_HEADER_BYTES
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("setting", "young"),
+    [(None, 20_000), ("5000", 5_000), ("0", "python's")],
+)
+def test_a_new_worker_collects_its_young_objects_every_gc_gen0_threshold_allocations(
+    _post_worker_init, monkeypatch, setting, young
+):
+    python_default = gc.get_threshold()
+    if setting is None:
+        monkeypatch.delenv("GUNICORN_GC_GEN0_THRESHOLD", raising=False)
+    else:
+        monkeypatch.setenv("GUNICORN_GC_GEN0_THRESHOLD", setting)
+
+    _post_worker_init(_Worker())
+
+    expected = python_default if young == "python's" else (young, *python_default[1:])
+    assert gc.get_threshold() == expected
