@@ -21,6 +21,8 @@ behind each choice are in docs/benchmarks.md, "Serving settings".
 - glibc malloc arenas: 2 (GUNICORN_MALLOC_ARENAS). By default glibc gives threads up to 8 x cores
   arenas, each keeping the peak of the image bodies it once held; with the GIL, more arenas buy no
   speed, and the peak memory per worker drops.
+- the garbage collector's young generation: collected every 20,000 allocations
+  (GUNICORN_GC_GEN0_THRESHOLD), after the worker has frozen what it loaded (`post_worker_init`).
 - keepalive 5 s: clients that reuse connections (the SDKs, wrk) skip the TCP handshake; an idle
   kept-alive connection waits in the poller (gthread) or in a parked greenlet (gevent).
 - connection and request-head limits: each set below with why. gunicorn faces clients directly
