@@ -28,11 +28,13 @@ from psycopg_pool import ConnectionPool
 class StatementConnection(psycopg.Connection):
     """The connection pool's connections (settings: OPTIONS["pool"]["connection_class"], psycopg_pool's
     public option). Each keeps the cursors of the billing statements it has run
-    (`billing.statements.statement_run`), so the next run of a statement on it reuses its cursor."""
+    (`billing.statements.statement_run`), so the next run of a statement on it reuses its cursor, and
+    when it was opened, so that it is kept out of the pool no longer than the pool would keep it."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.statement_cursors: dict[str, psycopg.Cursor] = {}
+        self.opened_at = time.monotonic()
 
 
 def database_reconnect() -> bool:
@@ -53,47 +55,42 @@ def database_reconnect() -> bool:
     return True
 
 
-# Per pool: the connection kept for the next statement (at most one), and when each kept connection
-# was first kept, so that it still goes back to the pool once its pool's max_lifetime has passed.
-_kept: weakref.WeakKeyDictionary[ConnectionPool, list[psycopg.Connection]] = weakref.WeakKeyDictionary()
-_kept_since: weakref.WeakKeyDictionary[psycopg.Connection, float] = weakref.WeakKeyDictionary()
+# Per pool, the connection kept for its next statement. A WeakKeyDictionary's `pop` and `setdefault`
+# are single operations on its dict, so two threads never take the same connection nor keep two.
+_kept: weakref.WeakKeyDictionary[ConnectionPool, psycopg.Connection] = weakref.WeakKeyDictionary()
 
 
 def pooled_connection_borrow(*, pool: ConnectionPool) -> psycopg.Connection:
     """A connection for one statement: the one kept from the last statement when there is one (it is
     this borrower's alone until given back), else one of the pool's."""
-    kept = _kept.get(pool)
-    while kept:
-        try:
-            conn = kept.pop()  # atomic: two threads never take the same one
-        except IndexError:
-            break
-        if not conn.closed:
-            return conn
+    conn = _kept.pop(pool, None)
+    if conn is None:
+        return pool.getconn()
+    if conn.closed:
         pool.putconn(conn)  # the pool discards a closed connection
-    return pool.getconn()
+        return pool.getconn()
+    return conn
 
 
 def pooled_connection_give_back(*, pool: ConnectionPool, conn: psycopg.Connection, reusable: bool) -> None:
     """After the statement: keep `conn` for the process's next statement when it is `reusable` (the
-    statement succeeded), idle, its pool open, no other connection kept, and it was first kept less
-    than the pool's max_lifetime ago; otherwise give it back to the pool, which checks its state and
-    discards a broken one."""
-    if reusable and not pool.closed and conn.info.transaction_status == TransactionStatus.IDLE:
-        since = _kept_since.setdefault(conn, time.monotonic())
-        kept = _kept.setdefault(pool, [])
-        if not kept and time.monotonic() - since < pool.max_lifetime:
-            kept.append(conn)
-            return
-    _kept_since.pop(conn, None)
+    statement succeeded), idle, its pool open, younger than the pool's max_lifetime (past it the pool
+    replaces it) and no other connection is kept; otherwise give it back to the pool, which checks
+    its state and discards a broken one."""
+    if (
+        reusable
+        and not pool.closed
+        and conn.info.transaction_status == TransactionStatus.IDLE
+        and time.monotonic() - conn.opened_at < pool.max_lifetime
+        and _kept.setdefault(pool, conn) is conn
+    ):
+        return
     pool.putconn(conn)
 
 
 def pooled_connection_release_kept(*, pool: ConnectionPool) -> None:
     """Give the kept connection back to the pool: before the pool closes (which closes the
     connections it holds), or when PostgreSQL may have broken it (`database_reconnect`)."""
-    kept = _kept.pop(pool, [])
-    while kept:
-        conn = kept.pop()
-        _kept_since.pop(conn, None)
+    conn = _kept.pop(pool, None)
+    if conn is not None:
         pool.putconn(conn)

@@ -32,8 +32,9 @@ def _no_kept_database_connection():
 
 
 def _kept_connection_release() -> None:
-    if connection.vendor == "postgresql" and connection.settings_dict.get("OPTIONS", {}).get("pool"):
-        pooled_connection_release_kept(pool=connection.pool)
+    pool = getattr(connection, "pool", None)  # PostgreSQL's backend only; None without the pool
+    if pool is not None:
+        pooled_connection_release_kept(pool=pool)
 
 
 @pytest.fixture(autouse=True)

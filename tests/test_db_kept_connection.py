@@ -7,15 +7,13 @@ PostgreSQL with the connection pool only.
 
 from __future__ import annotations
 
-import time
-
-import psycopg
 import pytest
 from django.db import DataError, OperationalError, connection
 
 from billing.statements import statement_run
 from core.db import database_reconnect, pooled_connection_borrow, pooled_connection_give_back
 from tests.markers import POOLED_POSTGRES
+from tests.postgres_backends import backends_gone_await, backends_terminate
 
 pytestmark = [
     *POOLED_POSTGRES,
@@ -40,26 +38,6 @@ def _pool_grown(size: int):
         pool.putconn(raw)
     connection.close()
     return pool
-
-
-def _backends_alive(pids: set[int]) -> set[int]:
-    db = connection.settings_dict
-    with psycopg.connect(
-        host=db["HOST"], port=db["PORT"] or None, user=db["USER"], password=db["PASSWORD"], dbname=db["NAME"]
-    ) as conn:
-        rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE pid = ANY(%s)", [list(pids)]).fetchall()
-    return {row[0] for row in rows}
-
-
-def _terminate(pid: int) -> None:
-    db = connection.settings_dict
-    with psycopg.connect(
-        host=db["HOST"], port=db["PORT"] or None, user=db["USER"], password=db["PASSWORD"], dbname=db["NAME"]
-    ) as conn:
-        conn.execute("SELECT pg_terminate_backend(%s)", [pid])
-    deadline = time.monotonic() + 5
-    while _backends_alive({pid}) and time.monotonic() < deadline:
-        time.sleep(0.02)
 
 
 def test_consecutive_statements_run_on_the_backend_the_last_one_used_though_the_pool_has_others():
@@ -119,17 +97,27 @@ def test_closing_the_pool_closes_the_kept_connection():
 
     connection.close_pool()  # as Django does before it drops or clones the test database
 
-    deadline = time.monotonic() + 5
-    while _backends_alive({kept_backend}) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert _backends_alive({kept_backend}) == set()
+    assert backends_gone_await({kept_backend}) == set()
     assert isinstance(_backend(), int)  # a new pool, lending again
+
+
+def test_a_statement_that_ends_after_its_pool_closed_closes_its_connection_instead_of_keeping_it():
+    pool = _pool_grown(2)
+    raw = pooled_connection_borrow(pool=pool)  # a statement running while the pool closes
+    backend = raw.info.backend_pid
+
+    connection.close_pool()
+    pooled_connection_give_back(pool=pool, conn=raw, reusable=True)
+
+    assert raw.closed
+    assert backends_gone_await({backend}) == set()
 
 
 def test_a_kept_connection_broken_meanwhile_fails_one_statement_and_the_next_gets_a_working_one():
     _pool_grown(2)
     kept_backend = _backend()
-    _terminate(kept_backend)  # PostgreSQL restarted, or an administrator ended the backend
+    backends_terminate(pid=kept_backend)  # PostgreSQL restarted, or an administrator ended the backend
+    backends_gone_await({kept_backend})
 
     with pytest.raises(OperationalError):
         _backend()
@@ -140,7 +128,8 @@ def test_a_kept_connection_broken_meanwhile_fails_one_statement_and_the_next_get
 def test_reconnecting_after_a_restart_gives_the_kept_connection_back_to_the_pools_check():
     pool = _pool_grown(2)
     kept_backend = _backend()
-    _terminate(kept_backend)
+    backends_terminate(pid=kept_backend)
+    backends_gone_await({kept_backend})
 
     assert database_reconnect() is True
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
-import psycopg
 import pytest
 import redis
 from django.conf import settings
@@ -20,6 +19,7 @@ from billing.selectors import ledger_check
 from core import redis_health
 from keys.services import api_key_create
 from tests.factories import alpha_group_make, image_model_make
+from tests.postgres_backends import backends_terminate
 from tests.redis_process import redis_process
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -68,23 +68,12 @@ def test_it_leases_a_concurrency_slot_for_far_less_than_a_hold(client, key, fake
     assert settings.GATEWAY_CONCURRENCY_SLOT_TTL_SECONDS < settings.GATEWAY_HOLD_TTL_SECONDS
 
 
-def _terminate_other_backends() -> None:
-    db = connection.settings_dict
-    with psycopg.connect(
-        host=db["HOST"], port=db["PORT"] or None, user=db["USER"], password=db["PASSWORD"], dbname=db["NAME"]
-    ) as conn:
-        conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )
-
-
 @pytest.mark.postgres
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="terminates PostgreSQL backends")
 def test_it_records_a_call_whose_database_connections_were_cut_during_it(client, key, alice, fake_upstream):
     refused = {"status": 500, "delay": 0.6, "json": {"error": {"message": "boom", "type": "server_error"}}}
     fake_upstream.script(GEN, refused, refused, refused, refused, refused, refused)
-    cutter = threading.Timer(0.3, _terminate_other_backends)
+    cutter = threading.Timer(0.3, backends_terminate)
     cutter.start()
     with override_settings(GATEWAY_RETRY={**settings.GATEWAY_RETRY, "max_retries": 0}):
         answer = generate(client, key)

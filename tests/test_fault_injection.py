@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-import psycopg
 import pytest
 import redis
 import requests
@@ -41,6 +40,7 @@ from core.db import database_reconnect
 from keys.services import api_key_create
 from tests.factories import alpha_group_make, image_model_make
 from tests.gunicorn_server import gunicorn_serving
+from tests.postgres_backends import backends_terminate
 from tests.redis_process import redis_process
 
 ON_POSTGRES = connection.vendor == "postgresql"
@@ -222,19 +222,8 @@ def test_it_keeps_money_exact_when_redis_stops_mid_load_and_comes_back(gateway):
     assert "gateway recovered" in gateway.log.read_text()
 
 
-def _terminate_backends() -> None:
-    db = connection.settings_dict
-    with psycopg.connect(
-        host=db["HOST"], port=db["PORT"] or None, user=db["USER"], password=db["PASSWORD"], dbname=db["NAME"]
-    ) as conn:
-        conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )
-
-
 def test_it_keeps_money_exact_when_every_database_backend_is_terminated_mid_load(gateway):
-    answers = load(gateway, "postgres", _terminate_backends)
+    answers = load(gateway, "postgres", backends_terminate)
     database_reconnect()  # this process's own connections were terminated too
 
     assert Counter(a.status for a in answers)[200] > CALLS // 3
