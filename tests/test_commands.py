@@ -51,7 +51,7 @@ def test_createapikey_refuses_unknown_user_and_group(alice):
 
 def test_topup_writes_a_ledger_entry_and_the_balance_equals_the_ledger_sum(alice):
     out, _ = run("topup", "alice", "2.35", "--note", "invoice 42")
-    assert "balance 12.3500" in out
+    assert out.strip() == "Topped up alice by ¥2.35; balance ¥12.35"
     wallet = Wallet.objects.get(account=alice)
     entry = LedgerEntry.objects.filter(wallet=wallet).latest("id")
     assert entry.kind == "top_up"
@@ -59,6 +59,13 @@ def test_topup_writes_a_ledger_entry_and_the_balance_equals_the_ledger_sum(alice
     assert entry.balance_after == Decimal("12.35")
     assert entry.note == "invoice 42"
     assert wallet.balance == wallet_ledger_sum(wallet=wallet) == Decimal("12.35")
+
+
+def test_topup_prints_amounts_as_the_console_shows_them(alice):
+    # Not money_str's fixed places (0.00002400), and a per-token sum is never rounded away.
+    out, _ = run("topup", "alice", "0.000024")
+    assert out.strip() == "Topped up alice by ¥0.000024; balance ¥10.000024"
+    assert Wallet.objects.get(account=alice).balance == Decimal("10.000024")
 
 
 @pytest.mark.parametrize("amount", ["-1", "0", "1.000000001", "ten"])
