@@ -29,7 +29,7 @@ from api.admin_schema import (
 )
 from api.answers import stored_response
 from api.base import GatewayAPIView
-from api.views import _usage_totals
+from api.bodies import usage_totals_body
 from billing.idempotency import (
     StoredResponse,
     idempotency_charge_note,
@@ -362,7 +362,7 @@ class AdminUsageView(AdminAPIView):
                 "account_id": account.pk,
                 "from": start.isoformat(),
                 "to": end.isoformat(),
-                "totals": _usage_totals(totals),
+                "totals": usage_totals_body(totals),
                 "data": [_record_body(record) for record in records],
                 "has_more": has_more,
                 "next_before_id": records[-1].pk if has_more else None,
