@@ -18,7 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounts.models import Account, User
-from accounts.services import AccountExists, account_create_with_groups
+from accounts.services import AccountExists, AccountGroupInactive, account_create_with_groups
 from api.admin_schema import (
     account_create_schema,
     key_create_schema,
@@ -252,6 +252,13 @@ class AdminAccountCreateView(AdminAPIView):
         except AccountExists:
             raise Conflict(
                 f"The username {body['username']!r} is taken.", param="username", code="username_taken"
+            ) from None
+        except AccountGroupInactive as refused:
+            raise InvalidRequest(
+                f"The group {refused.group.name!r} is {refused.group.get_status_display().lower()}: "
+                "accounts are opened in active groups only.",
+                param="groups",
+                code="group_inactive",
             ) from None
         return Response(_account_body(account), status=201)
 

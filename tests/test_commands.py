@@ -5,7 +5,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from accounts.models import Account
+from accounts.models import Account, User
 from billing.models import LedgerEntry, Wallet
 from billing.selectors import wallet_ledger_sum
 from keys.models import ApiKey
@@ -168,4 +168,19 @@ def test_createaccount_refuses_unknown_groups_a_foreign_current_and_a_taken_name
         run("createaccount", "dora", "--groups", "Alpha-Image", "--current", "Beta-API")
     with pytest.raises(CommandError, match="already exists"):
         run("createaccount", "alice", "--groups", "Alpha-Image")
+
+
+@pytest.mark.parametrize("status", ["disabled", "unavailable", "deleted"])
+def test_createaccount_refuses_a_group_that_is_not_active(alpha_group, beta_group, status):
+    beta_group.status = status
+    beta_group.save(update_fields=["status"])
+
+    with pytest.raises(
+        CommandError,
+        match=f"the group 'Beta-API' is {status}: accounts are opened in active",
+    ):
+        run("createaccount", "dora", "--groups", "Alpha-Image", "Beta-API")
+
+    assert not Account.objects.filter(user__username="dora").exists()
+    assert not User.objects.filter(username="dora").exists()
     assert not Account.objects.filter(user__username="dora").exists()
