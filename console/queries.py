@@ -503,7 +503,8 @@ def usage_filter_choices_for_account(*, account: Account) -> dict[str, list[tupl
     """What the usage filters offer: the account's keys (and any other credential that made calls),
     the models and the status codes its calls have."""
     names = _credential_names(account=account)
-    records = UsageRecord.objects.filter(account=account)
+    # order_by(): the model's default ordering (by time) would make DISTINCT keep one row per call.
+    records = UsageRecord.objects.filter(account=account).order_by()
     used = set(records.values_list("credential", flat=True).distinct())
     credentials = {**{key: name for key, name in names.items()}, **{c: _via(names, c) for c in used}}
     models = sorted(m for m in records.values_list("model_id", flat=True).distinct() if m)

@@ -68,6 +68,28 @@ def test_it_lists_the_accounts_calls_with_tokens_and_amounts(alice_client, alice
     assert f"{alice_key[0].prefix}… alice laptop" in page
 
 
+def test_each_filter_offers_each_model_key_and_status_once(alice_client, alice, alice_key):
+    key = f"api_key:{alice_key[0].pk}"
+    for minutes in range(12):  # many calls of few models, at different times
+        model = ("alpha-image-2", "chat-small", "other-model")[minutes % 3]
+        when = timezone.now() - timedelta(minutes=minutes)
+        record(alice, credential=key, model_id=model, created_at=when)
+    record(alice, credential=key, status=404, error_code="model_not_found", model_id="other-model")
+
+    form = alice_client.get(URL).context["form"]
+
+    assert form.fields["model"].choices == [
+        ("", "All models"),
+        ("alpha-image-2", "alpha-image-2"),
+        ("chat-small", "chat-small"),
+        ("other-model", "other-model"),
+    ]
+    assert [value for value, _ in form.fields["key"].choices].count(key) == 1
+    assert [value for value, _ in form.status_choices if value.isdigit()] == ["200", "404"]
+    page = alice_client.get(URL).content.decode()
+    assert page.count('<option value="chat-small"') == 1
+
+
 def test_it_filters_by_key_model_status_and_days(alice_client, alice, alice_key):
     key = f"api_key:{alice_key[0].pk}"
     zone = ZoneInfo(settings.GATEWAY_TIMEZONE)
