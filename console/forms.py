@@ -12,6 +12,7 @@ from django import forms
 from django.conf import settings
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
+from django.core.validators import RegexValidator
 from django.utils import timezone
 
 from billing.money import money_display
@@ -75,6 +76,7 @@ class FormTokenMixin:
             widget=forms.HiddenInput,
             max_length=FORM_TOKEN_LENGTH,
             initial=form_token_new(),
+            validators=[RegexValidator(r"^[A-Za-z0-9_-]*$", "This form's token is not one the page made.")],
             # A form posted without one (not the page's own) is simply not recognised when resent.
             required=False,
         )

@@ -33,7 +33,7 @@ from django.views.decorators.cache import never_cache
 from accounts.models import Account
 from accounts.snapshots import AccountSnapshot
 from api.answers import event_stream_response
-from billing.idempotency import REPLAY_HEADER, StoredResponse
+from billing.idempotency import REPLAY_HEADER, StoredResponse, idempotent_execute
 from billing.money import money_display, money_str
 from chat.families import CHAT
 from chat.pipeline import text_call_run
@@ -173,24 +173,41 @@ class ApiKeysView(ConsoleView):
         form = self._form(data=request.POST)
         if not form.is_valid():
             return self._page(form=form, status=400)
-        token = form.cleaned_data["form_token"]
-        if token and key_form_token_used(request=request, token=token):
-            # The same form sent again (double click, back and send): its key exists already.
-            return redirect("console:keys")
-        try:
+        created: dict[str, Any] = {}
+
+        def produce() -> StoredResponse:
             api_key, secret = api_key_create(
                 account=self.account,
                 group=form.cleaned_data["group"],
                 label=form.cleaned_data["label"],
                 expires_at=form.expires_at(),
             )
+            created.update(api_key=api_key, secret=secret)
+            # What the token's record keeps: the key's id, never its secret.
+            body = json.dumps({"api_key": api_key.pk}).encode()
+            return StoredResponse(status=201, body=body, content_type="application/json")
+
+        token = form.cleaned_data["form_token"]
+        try:
+            # The form's token is single-use: of several POSTs of one form (a double click, back and
+            # send, two at once), the one that inserts the token's row creates the key.
+            idempotent_execute(
+                account=self.account,
+                key=f"{KEY_FORM_KEY_PREFIX}{token}" if token else None,
+                fingerprint=KEY_FORM_FINGERPRINT,
+                produce=produce,
+            )
         except ApiKeyGroupNotAllowed:
             # The form offers allowed groups only; an operator took this one away since.
             form.add_error("group", "Your account may no longer use this group.")
             return self._page(form=form, status=400)
-        if token:
-            key_form_token_note(request=request, token=token)
-        new_key_keep(request=request, api_key_id=api_key.pk, secret=secret)
+        except Conflict as conflict:
+            if conflict.code != "idempotency_key_in_use":
+                raise
+        if not created:
+            # The same form sent again: its key exists (or is being made); the list shows it.
+            return redirect("console:keys")
+        new_key_keep(request=request, api_key_id=created["api_key"].pk, secret=created["secret"])
         # POST-redirect-GET: a reload of the page shows the list, it does not create another key.
         return redirect("console:keys")
 
@@ -203,8 +220,10 @@ class ApiKeysView(ConsoleView):
 
 
 NEW_KEY_SESSION = "console.new_key"
-KEY_FORM_TOKENS_SESSION = "console.key_form_tokens"
-KEY_FORM_TOKENS_KEPT = 20
+# The key form's token as an idempotency key of the account, apart from any key an API client chooses;
+# one fingerprint for every POST of a form, so a token creates one key whatever the values sent.
+KEY_FORM_KEY_PREFIX = "console-key-form:"
+KEY_FORM_FINGERPRINT = "console-key-form"
 # The secret waits in the (server-side) session for the redirected GET only; one left behind (the
 # redirect never followed) is not shown after this long.
 NEW_KEY_SHOWN_FOR_SECONDS = 300
@@ -224,15 +243,6 @@ def new_key_take(*, request: HttpRequest, account: Account) -> dict[str, Any]:
     if api_key is None:
         return {}
     return {"new_key": api_key, "secret": kept["secret"]}
-
-
-def key_form_token_used(*, request: HttpRequest, token: str) -> bool:
-    return token in request.session.get(KEY_FORM_TOKENS_SESSION, [])
-
-
-def key_form_token_note(*, request: HttpRequest, token: str) -> None:
-    tokens = request.session.get(KEY_FORM_TOKENS_SESSION, [])
-    request.session[KEY_FORM_TOKENS_SESSION] = [*tokens, token][-KEY_FORM_TOKENS_KEPT:]
 
 
 class ApiKeyRevokeView(ConsoleView):
