@@ -11,10 +11,12 @@ from __future__ import annotations
 import base64
 import binascii
 import csv
+import functools
 import json
 import time
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -22,13 +24,15 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.mixins import LoginRequiredMixin
+from django.contrib.staticfiles import finders
+from django.core.exceptions import ImproperlyConfigured
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse_lazy
 from django.utils.decorators import method_decorator
 from django.views import View
-from django.views.decorators.cache import never_cache
+from django.views.decorators.cache import cache_control, never_cache
 
 from accounts.models import Account
 from accounts.snapshots import AccountSnapshot
@@ -59,6 +63,23 @@ from keys.services import (
 )
 
 SMTP_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+FAVICON = "console/favicon.ico"
+FAVICON_MAX_AGE = 7 * 24 * 3600
+
+
+@functools.cache
+def _favicon_bytes() -> bytes:
+    path = finders.find(FAVICON)
+    if path is None:
+        raise ImproperlyConfigured(f"the static file {FAVICON} is missing")
+    return Path(path).read_bytes()
+
+
+@cache_control(public=True, max_age=FAVICON_MAX_AGE)
+def favicon(request: HttpRequest) -> HttpResponse:
+    """`/favicon.ico`, which browsers ask for on every site whatever the page says: served from the
+    console's static files by the gateway itself, as the static files are not served in production."""
+    return HttpResponse(_favicon_bytes(), content_type="image/x-icon")
 
 
 def password_reset_enabled() -> bool:
@@ -461,7 +482,7 @@ class ChatPlaygroundView(ConsoleView):
     the console's credential, billed like an API call. The page's script streams the answer through
     ChatPlaygroundStreamView; without it the form posts here and the answer has a page of its own."""
 
-    section = "playground"
+    section = "chat"
 
     def get(self, request: HttpRequest) -> HttpResponse:
         return self._page(form=self._form())
