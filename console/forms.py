@@ -198,7 +198,9 @@ class PlaygroundForm(FormTokenMixin, forms.Form):
             "model": data["model"].model_id,
             "prompt": data["prompt"],
             "n": data["n"],
-            "response_format": "b64_json",
+            # Links, not the images: the session keeps references to them (hosted images, for an
+            # upstream answering base64), never megabytes of base64.
+            "response_format": "url",
         }
         for field in CHOICE_LABELS:
             if data.get(field):

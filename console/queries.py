@@ -7,6 +7,7 @@ the owning app's services (keys.services), never through this module.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
@@ -33,7 +34,7 @@ from billing.money import money_display
 from billing.windows import TOTAL_WINDOW_START, window_end, window_starts_at
 from chat.selectors import group_text_models_enabled
 from groups.models import Group
-from images.models import ImageModel
+from images.models import HostedImage, ImageModel
 from keys.models import ApiKey
 
 SPEND_DAYS = 30
@@ -339,6 +340,14 @@ def playground_models_for_account(*, account: Account) -> list[ImageModel]:
         .select_related("group")
         .order_by("group_id", "model_id")
     )
+
+
+def hosted_images_stored(*, public_ids: list[str]) -> set[str]:
+    """Which of these hosted images (public ids, hex) the gateway still stores."""
+    if not public_ids:
+        return set()
+    found = HostedImage.objects.filter(public_id__in=[uuid.UUID(hex=value) for value in public_ids])
+    return {public_id.hex for public_id in found.values_list("public_id", flat=True)}
 
 
 # --- Authorized applications -------------------------------------------------------------------------

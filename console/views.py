@@ -8,12 +8,11 @@ account's id is a 404, never a 403 that would confirm it exists.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import csv
 import functools
 import json
 import time
+import uuid
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -53,6 +52,7 @@ from console.forms import (
 )
 from core.errors import ApiError, Conflict
 from groups.snapshots import GroupSnapshot
+from images.hosting import hosted_image_path, hosted_image_public_id
 from images.pipeline import image_call_run
 from keys.credentials import Credential
 from keys.services import (
@@ -354,7 +354,7 @@ class PlaygroundView(ConsoleView):
                 "quality": form.cleaned_data.get("quality") or "",
                 "output_format": form.cleaned_data.get("output_format") or "",
                 "n": form.cleaned_data["n"],
-                "images": [[image.src, image.revised_prompt] for image in playground_images(stored.body)],
+                "images": playground_image_refs(stored.body),
             },
         )
         # POST-redirect-GET: reloading the result shows it again; it does not run (or charge) again.
@@ -387,7 +387,7 @@ class PlaygroundResultView(PlaygroundView):
         )
         return self._page(
             form=form,
-            images=[PlaygroundImage(src=src, revised_prompt=revised) for src, revised in result["images"]],
+            images=playground_images_shown(result["images"]),
             result_model_id=result["model_id"],
             result_prompt=result["prompt"],
             usage=usage,
@@ -446,7 +446,8 @@ def playground_call_run(
 
 
 def playground_result_keep(*, request: HttpRequest, result: dict) -> None:
-    """Keep the session's last playground result (one only: a new one replaces it)."""
+    """Keep the session's last playground result (one only: a new one replaces it): what was asked and
+    references to its images (playground_image_refs), a few hundred bytes whatever the images' size."""
     request.session[PLAYGROUND_RESULT_SESSION] = result
 
 
@@ -644,37 +645,37 @@ def _plain_error(error: ApiError, *, provider: str = "image provider") -> PlainE
     return PlainError(headline=headline, detail=error.message)
 
 
-_IMAGE_SIGNATURES = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"))
+HOSTED, LINKED = "hosted", "url"
 
 
-def _image_mime(data: bytes) -> str:
-    for signature, mime in _IMAGE_SIGNATURES:
-        if data.startswith(signature):
-            return mime
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    return "application/octet-stream"
-
-
-def playground_images(body: bytes) -> list[PlaygroundImage]:
-    """The images of an OpenAI-shaped image result, as data: URLs the page can show."""
-    images = []
+def playground_image_refs(body: bytes) -> list[list[str]]:
+    """References to the images of an image result asked for as links: [HOSTED, public id hex,
+    revised prompt] for an image the gateway hosts, [LINKED, url, revised prompt] for an upstream's
+    own link. What the session keeps, instead of the images."""
+    refs = []
     for item in json.loads(body).get("data", []):
-        encoded = item.get("b64_json")
-        if not encoded:
-            continue
-        try:
-            head = base64.b64decode(encoded[:24], validate=True)
-        except (binascii.Error, ValueError):
-            continue
-        mime = _image_mime(head)
-        if mime == "application/octet-stream":
-            continue  # never hand the browser something that is not an image we know
-        images.append(
-            PlaygroundImage(
-                src=f"data:{mime};base64,{encoded}", revised_prompt=item.get("revised_prompt") or ""
-            )
-        )
+        url = item.get("url") or ""
+        if not url.startswith(("https://", "http://")):
+            continue  # never hand the browser a data: or javascript: URL
+        revised = item.get("revised_prompt") or ""
+        public_id = hosted_image_public_id(url=url)
+        refs.append([HOSTED, public_id.hex, revised] if public_id is not None else [LINKED, url, revised])
+    return refs
+
+
+def playground_images_shown(refs: list[list[str]]) -> list[PlaygroundImage]:
+    """The images of a kept result, each hosted one by a fresh link (a reload after the first link
+    expired still shows it) while the gateway keeps it; one purged since is left out."""
+    hosted = queries.hosted_images_stored(public_ids=[value for kind, value, _ in refs if kind == HOSTED])
+    images = []
+    for kind, value, revised in refs:
+        if kind == HOSTED:
+            if value not in hosted:
+                continue
+            src = hosted_image_path(public_id=uuid.UUID(hex=value))
+        else:
+            src = value
+        images.append(PlaygroundImage(src=src, revised_prompt=revised))
     return images
 
 
