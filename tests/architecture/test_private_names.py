@@ -36,4 +36,3 @@ def test_a_private_import_from_a_project_module_is_found():
     source = "from api.views import _usage_totals\nfrom api.bodies import usage_totals_body\nimport os\n"
     assert private_imports(source) == ["api.views._usage_totals"]
     assert private_imports("from os.path import _get_sep\n") == []  # another package's business
-
