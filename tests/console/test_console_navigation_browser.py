@@ -29,6 +29,7 @@ def test_both_playgrounds_are_in_the_navigation(page, live_server, alice, width)
     screenshot(page, f"nav-chat-playground-{width}")
     nav(page, "Image playground")
     expect(page).to_have_url(f"{live_server.url}/console/playground/")
+    expect(page.locator("h1")).to_have_text("Image playground")  # named as in the menu
     expect(menu.get_by_role("link", name="Image playground", exact=True)).to_have_attribute(
         "aria-current", "page"
     )
