@@ -86,6 +86,10 @@ def test_the_real_provider_section_works_as_written(client, monkeypatch):
     assert list(commands) == ["loadconfig", "check", "createaccount", "topup", "createapikey"]
     assert "W001" not in "".join(commands["check"])  # the key variable is set: check passes clean
     assert "no issues" in commands["check"][0]
+    check_line = next(line for line, _, _ in outputs if " check " in f"{line} ")
+    monkeypatch.delenv("OPENAI_API_KEY")
+    assert "openai: (upstreams.W001)" in "".join(manage(check_line.removeprefix(MANAGE)))  # as it says
+    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_PROVIDER_KEY)
     secret = commands["createapikey"][0].strip().splitlines()[-1]  # "on its last line"
     alice = Account.objects.get(user__username="alice")
     assert Wallet.objects.get(account=alice).balance == Decimal("10.00")
