@@ -117,7 +117,10 @@ def test_check_warns_of_each_enabled_upstream_whose_key_variable_is_missing(monk
 
 def _command_output(*args: str) -> str:
     out, err = io.StringIO(), io.StringIO()
-    call_command(*args, stdout=out, stderr=err)
+    # As from the command line: call_command skips a command's system checks unless told not to
+    # (`check` itself has no such option).
+    options = {} if args[0] == "check" else {"skip_checks": False}
+    call_command(*args, stdout=out, stderr=err, **options)
     return out.getvalue() + err.getvalue()
 
 
@@ -136,3 +139,23 @@ def test_the_key_warning_prints_once_for_check_and_not_with_every_other_command(
     assert "OPENAI_API_KEY is unset or empty" in report
     # Plain `check` runs no database check, as Django's own database checks (docs/providers.md).
     assert "W001" not in _command_output("check")
+
+
+def test_make_runs_steps_print_each_key_warning_once(monkeypatch, tmp_path):
+    """`make run` runs migrate, loadconfig and demo_keys: with the examples loaded and no key set,
+    each warning comes once (from migrate), not once per step."""
+    for variable in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"):
+        monkeypatch.delenv(variable, raising=False)
+    for path in sorted(EXAMPLES.glob("*.toml")):
+        _command_output("loadconfig", str(path))
+
+    printed = "".join(
+        (
+            _command_output("migrate", "--noinput", "-v", "0"),
+            _command_output("loadconfig", str(EXAMPLES.parent / "demo.toml")),
+            _command_output("demo_keys", str(tmp_path / ".demo-keys")),
+        )
+    )
+
+    lines = [line for line in printed.splitlines() if "upstreams.W001" in line]
+    assert sorted(line.split(":")[0] for line in lines) == ["anthropic", "gemini", "openai"]
