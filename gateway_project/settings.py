@@ -399,7 +399,13 @@ GATEWAY_METRICS_PUBLIC = env_bool("GATEWAY_METRICS_PUBLIC", False)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    # One line per record: control characters in a message are escaped (core/log_lines.py).
+    "formatters": {
+        "plain": {
+            "class": "core.log_lines.LineFormatter",
+            "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
+        }
+    },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO") or "INFO"},
     # Django logs every 4xx as a warning; the gateway's own answers are expected, not noise.
