@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import requests
@@ -20,7 +21,7 @@ from django.db import connection
 
 from accounts.services import account_create, account_set_groups
 from billing.ledger import wallet_top_up
-from billing.models import UsageRecord
+from billing.models import Hold, UsageRecord, Wallet
 from billing.selectors import ledger_check
 from billing.usage import usage_record_build, usage_record_lost_line
 from keys.services import api_key_create
@@ -42,6 +43,7 @@ GEN = "/v1/images/generations"
 class Gateway:
     base_url: str
     log: Path
+    upstream: object
     alice_key: str
     bob_key: str
     bob_id: int
@@ -66,7 +68,14 @@ def gateway(alice, alpha_group, fake_upstream_make, fake_upstream, tmp_path):
     log = tmp_path / "gunicorn.log"
     env = {"GUNICORN_WORKER_CLASS": "", "LOG_FORMAT": "text", "LOG_LEVEL": "INFO"}
     with gunicorn_serving(log_path=log, env=env) as base_url:
-        yield Gateway(base_url=base_url, log=log, alice_key=alice_key, bob_key=bob_key, bob_id=bob.pk)
+        yield Gateway(
+            base_url=base_url,
+            log=log,
+            upstream=fake_upstream,
+            alice_key=alice_key,
+            bob_key=bob_key,
+            bob_id=bob.pk,
+        )
 
 
 def _lost_json(**fields: object) -> str:
@@ -145,3 +154,27 @@ def test_a_record_with_bytes_postgresql_cannot_store_is_written_with_replacement
     expected = "alpha" + "".join("\ufffd" if ch in "\x00\ud800\udfff" else ch for ch in odd) + "fake"
     assert (record.model_id, record.status, record.amount) == (expected, 404, Decimal("0"))
     assert "usage_record_lost" not in gateway.log.read_text()
+
+
+@pytest.mark.parametrize(
+    "location",
+    ["http://[::1]:9404/x.png", "http://[::1/x.png", "http://::1]:9404/x.png", "http://[::ffff:127.0.0.1]/x"],
+    ids=["ipv6-literal", "unclosed-bracket", "unopened-bracket", "mapped-ipv4"],
+)
+def test_an_image_redirect_to_an_ipv6_literal_is_the_502_of_any_refused_url(gateway, alice, location):
+    redirect = f"http://127.0.0.1:{gateway.upstream.port}/redirect?to={quote(location, safe='')}"
+    gateway.upstream.script(GEN, {"status": 200, "json": {"created": 1, "data": [{"url": redirect}]}})
+    balance = Wallet.objects.get(account=alice).balance
+
+    answer = gateway.generate(gateway.alice_key, "alpha-fake", "hostile-v6-1")
+
+    assert answer.status_code == 502, answer.text
+    assert answer.json()["error"]["type"] == "upstream_error"
+    assert Wallet.objects.get(account=alice).balance == balance
+    assert not Hold.objects.filter(status="open").exists()
+    assert UsageRecord.objects.get(request_id="hostile-v6-1").status == 502
+    assert (
+        "redirected to" in gateway.log.read_text()
+        or "not on the upstream's own host" in gateway.log.read_text()
+    )
+    assert ledger_check() == []
