@@ -33,7 +33,9 @@ behind each choice are in docs/benchmarks.md, "Serving settings".
 
 import ctypes
 import ctypes.util
+import hashlib
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -57,6 +59,27 @@ from gateway_project.env import (  # noqa: E402
 env_file_load(ROOT)  # DATABASE_URL may come from .env, as Django's settings read it
 
 bind = os.environ.get("GATEWAY_BIND", "127.0.0.1:8000")
+
+
+def control_socket_path(*, bind: str) -> str:
+    """gunicorn's control socket (`gunicornc -s PATH`), one per instance: GUNICORN_CONTROL_SOCKET, else
+    named after the address the instance binds, in a directory of this user's own (under
+    XDG_RUNTIME_DIR, else the temporary directory). gunicorn's default is one path per user
+    ($HOME/.gunicorn/gunicorn.ctl), which a second gateway on the host would take from the first."""
+    configured = os.environ.get("GUNICORN_CONTROL_SOCKET")
+    if configured:
+        return configured
+    directory = Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()) / f"gateway-{os.getuid()}"
+    directory.mkdir(mode=0o700, exist_ok=True)
+    if directory.stat().st_uid != os.getuid():
+        raise RuntimeError(f"{directory} belongs to another user: set GUNICORN_CONTROL_SOCKET")
+    name = re.sub(r"[^A-Za-z0-9.]+", "-", bind).strip("-")
+    if len(name) > 48:  # a socket's path is at most 107 bytes
+        name = hashlib.sha256(bind.encode()).hexdigest()[:16]
+    return str(directory / f"gunicorn-{name}.ctl")
+
+
+control_socket = control_socket_path(bind=bind)
 workers = env_int("WEB_CONCURRENCY", 2, minimum=1)
 _database = database_from_url("DATABASE_URL", database_url(), base_dir=ROOT)
 _on_postgres = _database["ENGINE"] == POSTGRESQL_ENGINE

@@ -109,7 +109,14 @@ MIDDLEWARE = [
     "api.middleware.BrowserAuthenticationMiddleware",
     "api.middleware.BrowserMessageMiddleware",
     "api.middleware.BrowserXFrameOptionsMiddleware",
+    "console.middleware.ConsoleContentSecurityPolicyMiddleware",
 ]
+# The console pages' Content-Security-Policy (console/middleware.py): their own script, styles and
+# fetches, data: images, forms posted to themselves, never framed.
+GATEWAY_CONSOLE_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
 
 # JSON under /v1 and /files, Django's page for the console and the admin.
 CSRF_FAILURE_VIEW = "api.csrf.csrf_failure"
