@@ -157,10 +157,11 @@ def hold_reserve_sql(*, own_transaction: bool) -> str:
             RETURNING {w.id} AS wallet_id
         )
         INSERT INTO {h.table} (
-            {h.kind}, {h.wallet_id}, {h.amount}, {h.status}, {h.reference}, {h.created_at}, {h.expires_at}
+            {h.kind}, {h.wallet_id}, {h.amount}, {h.status}, {h.reference}, {h.owner}, {h.created_at},
+            {h.expires_at}
         )
-        SELECT %(kind)s, reserved.wallet_id, %(amount)s, %(status)s, %(reference)s, %(created_at)s,
-            %(expires_at)s
+        SELECT %(kind)s, reserved.wallet_id, %(amount)s, %(status)s, %(reference)s, %(owner)s,
+            %(created_at)s, %(expires_at)s
         FROM reserved{" CROSS JOIN no_flush_wait" if own_transaction else ""}
         RETURNING {h.id}, {h.wallet_id}
     """  # noqa: S608 - identifiers from the models' _meta, values bound as parameters
@@ -305,11 +306,11 @@ def subscription_hold_reserve_sql(*, capped: frozenset[str]) -> str:
         WITH {",".join(counters)},
         held AS (
             INSERT INTO {h.table} (
-                {h.kind}, {h.subscription_id}, {h.amount}, {h.status}, {h.reference}, {h.day_start},
-                {h.week_start}, {h.month_start}, {h.created_at}, {h.expires_at}
+                {h.kind}, {h.subscription_id}, {h.amount}, {h.status}, {h.reference}, {h.owner},
+                {h.day_start}, {h.week_start}, {h.month_start}, {h.created_at}, {h.expires_at}
             )
-            SELECT %(kind)s, %(subscription_id)s, %(amount)s, %(status)s, %(reference)s, %(day_start)s,
-                %(week_start)s, %(month_start)s, %(created_at)s, %(expires_at)s
+            SELECT %(kind)s, %(subscription_id)s, %(amount)s, %(status)s, %(reference)s, %(owner)s,
+                %(day_start)s, %(week_start)s, %(month_start)s, %(created_at)s, %(expires_at)s
             WHERE EXISTS (SELECT FROM {previous})
             RETURNING {h.id}
         )
