@@ -15,7 +15,7 @@ from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.utils import timezone
 
 from billing.money import money_display
-from console.signin import signin_attempt_give_back, signin_attempt_take
+from console.signin import signin_attempt_give_back, signin_attempt_take, signin_turn
 from groups.models import Group
 from images.models import ImageModel
 
@@ -40,7 +40,11 @@ class ConsoleAuthenticationForm(AuthenticationForm):
             )
         failed = False
         try:
-            return super().clean()
+            with signin_turn() as turn:
+                if not turn:
+                    self.retry_after = 1
+                    raise ValidationError("Too many sign-ins at once. Try again in a moment.", code=THROTTLED)
+                return super().clean()
         except ValidationError as error:
             failed = error.code == "invalid_login"
             raise

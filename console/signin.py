@@ -17,11 +17,16 @@ the given-back counter read before the attempt is taken so that it only holds at
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from django.conf import settings
 from django.http import HttpRequest
 from django_ratelimit.core import get_usage
+
+from core.db import pooled_connection_release_idle
 
 ADDRESS_GROUP = "igw.signin.failures.address"
 ACCOUNT_GROUP = "igw.signin.failures.account"
@@ -108,3 +113,28 @@ def signin_unlock(*, username: str = "", address: str = "") -> int:
             _usage(counter, group=counter.group + GIVEN_BACK, increment=True)
             freed += 1
     return freed
+
+
+_in_flight: threading.BoundedSemaphore | None = None
+_in_flight_lock = threading.Lock()
+
+
+@contextmanager
+def signin_turn() -> Iterator[bool]:
+    """Wait for one of the process's GATEWAY_SIGNIN_CONCURRENCY sign-in turns (at most
+    GATEWAY_SIGNIN_WAIT_SECONDS); yields whether it got one. A burst of sign-ins then hashes a few
+    passwords at a time and holds no database connection while it waits (the request's own is given
+    back first), so the process's billed calls keep their CPU and connections. Under gevent the
+    threading module is gevent's: a waiting sign-in parks only its greenlet."""
+    global _in_flight
+    with _in_flight_lock:
+        if _in_flight is None:
+            _in_flight = threading.BoundedSemaphore(settings.GATEWAY_SIGNIN_CONCURRENCY)
+        turns = _in_flight
+    pooled_connection_release_idle()
+    acquired = turns.acquire(timeout=settings.GATEWAY_SIGNIN_WAIT_SECONDS)
+    try:
+        yield acquired
+    finally:
+        if acquired:
+            turns.release()

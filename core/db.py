@@ -55,6 +55,20 @@ def database_reconnect() -> bool:
     return True
 
 
+def pooled_connection_release_idle() -> None:
+    """Give this thread's (greenlet's) pooled Django connection back to the pool now, before work that
+    needs no database for a while (a password hash): the pool is bounded, and the process's billed
+    calls need its connections meanwhile. The next query takes one again. Nothing without a pool, or
+    inside an atomic block (the transaction needs its connection)."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql" or getattr(connection, "pool", None) is None:
+        return
+    if connection.in_atomic_block:
+        return
+    connection.close()
+
+
 # Per pool, the connection kept for its next statement. A WeakKeyDictionary's `pop` and `setdefault`
 # are single operations on its dict, so two threads never take the same connection nor keep two.
 _kept: weakref.WeakKeyDictionary[ConnectionPool, psycopg.Connection] = weakref.WeakKeyDictionary()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import uuid
+from contextlib import ExitStack
 
 import pytest
 from django.conf import settings
@@ -12,7 +13,7 @@ from django.core.management import call_command
 from django.urls import reverse
 
 from accounts.hashers import OffloadedPBKDF2PasswordHasher
-from console.signin import ACCOUNT_GROUP, ADDRESS_GROUP
+from console.signin import ACCOUNT_GROUP, ADDRESS_GROUP, signin_turn
 from tests.gevent_probe import gevent_probe_run
 from tests.rate_windows import window_key_fresh
 
@@ -156,3 +157,16 @@ def test_staff_unlock_a_throttled_username_with_signin_unlock(client, limits, al
 
     assert f"Gave back {LIMIT} failed sign-in(s)" in out.getvalue()
     assert _sign_in(client, username, "alice-password-1", _address()).status_code == 302
+
+
+def test_a_sign_in_that_gets_no_turn_in_time_is_429_without_its_password_checked(client, settings, alice):
+    settings.GATEWAY_SIGNIN_WAIT_SECONDS = 0
+    with ExitStack() as turns:
+        while turns.enter_context(signin_turn()):  # take every turn of this process
+            pass
+        busy = _sign_in(client, "alice", "alice-password-1", _address())
+
+    assert busy.status_code == 429
+    assert "Too many sign-ins at once" in busy.content.decode()
+    assert "_auth_user_id" not in client.session
+    assert _sign_in(client, "alice", "alice-password-1", _address()).status_code == 302
