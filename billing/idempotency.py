@@ -10,6 +10,7 @@ key free for the retry, unless it was charged before it failed: then the key is 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -20,11 +21,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
 from accounts.models import Account
 from billing.models import Hold, IdempotencyRecord
+from core.db import database_reconnect, session_ended_before_statement
 from core.errors import ApiError, Conflict, InvalidRequest, compatible_body
 from core.modelutils import queryset_delete_in_batches
 
@@ -97,9 +99,21 @@ def idempotent_execute(
     if key is None:
         return produce()
     idempotency_key_validate(key=key)
-    record = _claim(
-        account=account, key=key, fingerprint=fingerprint, reference=reference, now=now or timezone.now()
+    claim = functools.partial(
+        _claim,
+        account=account,
+        key=key,
+        fingerprint=fingerprint,
+        reference=reference,
+        now=now or timezone.now(),
     )
+    try:
+        record = claim()
+    except (OperationalError, InterfaceError) as exc:
+        # A connection PostgreSQL had ended (a restart): the claim did not run; once more, fresh.
+        if not session_ended_before_statement(exc) or not database_reconnect():
+            raise
+        record = claim()
     if isinstance(record, StoredResponse):
         return record
     if in_transaction:

@@ -13,18 +13,26 @@ allows it; Django's own queries keep its client-side-binding cursor and are neve
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import psycopg
-from django.db import DEFAULT_DB_ALIAS, connection, connections, models
+from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connection, connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from billing.models import Hold, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
 from billing.windows import WINDOW_ORDER
-from core.db import pooled_connection_borrow, pooled_connection_give_back
+from core.db import (
+    database_reconnect,
+    pooled_connection_borrow,
+    pooled_connection_give_back,
+    session_ended_before_statement,
+)
+
+logger = logging.getLogger("gateway.billing")
 
 M = TypeVar("M", bound=models.Model)
 
@@ -53,6 +61,23 @@ def statement_instance(model: type[M], values: dict[str, Any]) -> M:
 
 def statement_run(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
     """Run one billing statement and return its first row.
+
+    A statement that meets a session PostgreSQL had ended (a restart: the pool's idle connections and
+    the kept one all died with it) did not run: it runs once more on a fresh connection, after the
+    pool's idle connections are checked (`core.db.database_reconnect`). Not inside a transaction,
+    whose work the new connection cannot continue.
+    """
+    try:
+        return _statement_run(sql, params)
+    except (OperationalError, InterfaceError) as exc:
+        if not session_ended_before_statement(exc) or not database_reconnect():
+            raise
+        logger.warning("a billing statement met a connection PostgreSQL had ended; running it again")
+        return _statement_run(sql, params)
+
+
+def _statement_run(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+    """One run of a billing statement.
 
     Through Django's cursor wrapping (query logging, execute_wrappers, database error translation), on
     a server-side-binding cursor (`psycopg.Cursor`): psycopg prepares it per the connection's
