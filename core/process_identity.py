@@ -14,7 +14,19 @@ import socket
 INSTANCE_ENV = "GATEWAY_INSTANCE_ID"
 
 
+_this: tuple[int, str] | None = None  # (pid, its owner): computed once per process, after a fork too
+
+
 def process_owner(*, pid: int | None = None) -> str:
     """`<instance>:<pid>` of this process (or of `pid`, another process of this instance)."""
-    instance = os.environ.get(INSTANCE_ENV) or socket.gethostname()
-    return f"{instance}:{pid if pid is not None else os.getpid()}"
+    global _this
+    if pid is None:
+        current = os.getpid()
+        if _this is None or _this[0] != current:
+            _this = (current, _owner(current))
+        return _this[1]
+    return _owner(pid)
+
+
+def _owner(pid: int) -> str:
+    return f"{os.environ.get(INSTANCE_ENV) or socket.gethostname()}:{pid}"
