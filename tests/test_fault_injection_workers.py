@@ -93,13 +93,13 @@ def test_a_killed_workers_slots_and_holds_are_given_back_at_once(
             killed_at = time.monotonic()
             for caller in callers:
                 caller.join(timeout=60)
-            _until(lambda: not Hold.objects.filter(status="open").exists(), seconds=15)
+            _until(lambda: not Hold.objects.filter(status="open").exists(), seconds=60)
             released_after = time.monotonic() - killed_at
 
             after = Counter(_generate(base_url, key, f"kw-after-{i}") for i in range(2 * CONCURRENCY))
 
     assert cut == [None] * CONCURRENCY
-    assert released_after < 15
+    assert released_after < SLOT_TTL / 2  # well before the slots' lease (and the holds' TTL) ends
     # The new worker serves the credential's full concurrency at once (before: 429 for SLOT_TTL).
     assert after == {200: 2 * CONCURRENCY}, (after, log.read_text()[-3000:])
     assert "gave back 4 concurrency slot(s) of process" in log.read_text()
