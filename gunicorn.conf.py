@@ -182,8 +182,11 @@ def child_exit(server: object, worker: object) -> None:
     if os.environ.get(_EXITS_DIR) and mark.exists():
         mark.unlink(missing_ok=True)
         return
+    instance = os.environ.get(INSTANCE_ENV)
+    if not instance:  # on_starting never ran: no worker of this master owned a hold or a slot
+        return
     subprocess.Popen(  # noqa: S603 - this interpreter, this project, a pid; reaped by the master
-        [sys.executable, str(ROOT / "manage.py"), "worker_gone", f"{os.environ[INSTANCE_ENV]}:{pid}"],
+        [sys.executable, str(ROOT / "manage.py"), "worker_gone", f"{instance}:{pid}"],
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
     )
