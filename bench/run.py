@@ -431,6 +431,7 @@ def gateway_env(
         MEDIA_ROOT=str(workdir / "media"),
         BENCH_UPSTREAM_KEY=UPSTREAM_KEY,
         LOG_LEVEL="WARNING",
+        MALLOC_ARENA_MAX="2",  # as the Dockerfile and deploy/compose.yaml set it
     )
     env.update(overrides)
     return env
