@@ -308,7 +308,7 @@ SNAPSHOT_IGNORE = shutil.ignore_patterns(
 
 def source_snapshot(workdir: Path, *, source: str, overlays: list[str], patches: list[str]) -> Path:
     dest = _source_copy(workdir, source=source, overlays=overlays)
-    for patch in patches:  # e.g. bench/patches/*.patch: a change measured before it is made
+    for patch in patches:  # a change measured before it is made
         subprocess.run(["patch", "-s", "-p1", "-d", str(dest), "-i", str(Path(patch).resolve())], check=True)  # noqa: S603,S607
     return dest
 
