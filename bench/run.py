@@ -708,6 +708,14 @@ def load_wait(process: subprocess.Popen, argv: list[str], *, timeout: float) -> 
     raise RuntimeError(f"{argv[0]} printed no result:\n{stdout}\n{stderr}")
 
 
+def overrun_errors_count(result: dict[str, Any], *, calls: int) -> None:
+    """The streams a target did not finish in time (begun or not) are its failures: errors of kind
+    `overran`, so that the calls asked for are all answered or errors."""
+    unfinished = max(0, calls - result["requests"] - result["errors"])
+    result["errors"] += unfinished
+    result["errors_by_kind"]["overran"] = result["errors_by_kind"].get("overran", 0) + unfinished
+
+
 def overrun_result(*, calls: int, streamed: bool) -> dict[str, Any]:
     """The result of a load process that overran and printed nothing: every call an error."""
     nothing = dict.fromkeys(("p50", "p90", "p99"))
@@ -802,10 +810,7 @@ def streams_run(
     if result is None:
         result = overrun_result(calls=requests, streamed=True)
     elif result["overran"]:
-        # The streams the target did not finish in time (begun or not) are its failures.
-        unfinished = max(0, requests - result["requests"] - result["errors"])
-        result["errors"] += unfinished
-        result["errors_by_kind"]["overran"] = result["errors_by_kind"].get("overran", 0) + unfinished
+        overrun_errors_count(result, calls=requests)
     # The table's columns: time to the first event is the latency of a streamed call.
     result.update(
         p50_ms=result["ttfb_ms"]["p50"], p90_ms=result["ttfb_ms"]["p90"], p99_ms=result["ttfb_ms"]["p99"]
