@@ -3,17 +3,24 @@
 Reserve, capture (with the call's usage record) and a wallet hold's release are each ONE statement
 with data-modifying CTEs in autocommit: one round trip each, and no row lock is ever held across a
 client round trip. SQLite has no DML inside WITH; there the services in billing/holds.py and
-billing/subscriptions.py run the ORM form of each operation, with the same results. They run through
-Django's `connection.cursor()`, as any raw SQL does.
+billing/subscriptions.py run the ORM form of each operation, with the same results.
+
+Statements run on a server-side-binding cursor, so psycopg prepares them once per connection when
+the connection's `prepare_threshold` (DATABASES OPTIONS, settings.DATABASE_PREPARED_STATEMENTS)
+allows it; Django's own queries keep its client-side-binding cursor and are never prepared.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any, TypeVar
 
-from django.db import connection, models
+import psycopg
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from billing.models import Hold, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
 from billing.windows import WINDOW_ORDER
@@ -44,12 +51,67 @@ def statement_instance(model: type[M], values: dict[str, Any]) -> M:
 
 
 def statement_run(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
-    """Run one billing statement on this thread's Django connection and return its first row: inside
-    a transaction it joins it, and query logging, execute_wrappers and the translation of database
-    errors see it like any query."""
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchone()
+    """Run one billing statement and return its first row.
+
+    Through Django's cursor wrapping (query logging, execute_wrappers, database error translation), on
+    a server-side-binding cursor (`psycopg.Cursor`): psycopg prepares it per the connection's
+    `prepare_threshold` (settings.DATABASE_PREPARED_STATEMENTS). The pool's connections
+    (`core.db.StatementConnection`) keep that cursor for the next run of the same statement: a cursor
+    run again keeps the dumpers it chose for the parameters' types. A connection is lent to one caller
+    at a time, and its cursors with it."""
+    # The connection of this thread (or greenlet), looked up once: every attribute read through the
+    # `connection` proxy looks it up again.
+    conn = connections[DEFAULT_DB_ALIAS]
+    conn.validate_thread_sharing()
+    logged = conn.queries_logged  # DEBUG, or a CaptureQueriesContext
+    with _statement_connection(conn) as raw:
+        # Django's query log shows a statement as its client-side-binding cursor sent it (values in
+        # the text); psycopg keeps no such text for a prepared one. A logged statement therefore runs
+        # on the connection's own (Django's) cursor, unprepared: same result.
+        kept = None if logged else getattr(raw, "statement_cursors", None)
+        raw_cursor = kept.get(sql) if kept is not None else None
+        if raw_cursor is None or raw_cursor.closed:
+            with conn.wrap_database_errors:
+                raw_cursor = raw.cursor() if logged else psycopg.Cursor(raw)
+            if kept is not None:
+                kept[sql] = raw_cursor
+        cursor = conn.make_debug_cursor(raw_cursor) if logged else conn.make_cursor(raw_cursor)
+        try:
+            cursor.execute(sql, params)
+            return cursor.fetchone()
+        finally:
+            if kept is None:
+                cursor.close()
+
+
+@contextmanager
+def _statement_connection(conn: BaseDatabaseWrapper) -> Iterator[psycopg.Connection]:
+    """The psycopg connection a statement runs on.
+
+    With the connection pool, a call between statements holds no connection (api.metering gives it
+    back): the statement then borrows one from Django's pool just for itself, without making it this
+    thread's Django connection (Django's connect and close copy settings, check autocommit and the time
+    zone and send a signal on every loan). Inside a transaction, or when the thread
+    already holds a connection, it runs on that one, so that it sees and joins what the thread did.
+    """
+    if conn.connection is not None or conn.in_atomic_block or not conn.settings_dict["OPTIONS"].get("pool"):
+        conn.close_if_health_check_failed()
+        conn.ensure_connection()
+        yield conn.connection
+        return
+    pool = conn.pool
+    with conn.wrap_database_errors:
+        if pool.closed:
+            pool.open()  # as Django's connect does: nothing has used the pool yet
+        raw = pool.getconn()
+    try:
+        if not raw.autocommit:  # a connection Django has not used yet
+            with conn.wrap_database_errors:
+                raw.autocommit = True
+        yield raw
+    finally:
+        # After a failure (a broken connection, an interrupted statement), the pool checks it.
+        pool.putconn(raw)
 
 
 @functools.cache

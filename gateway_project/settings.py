@@ -11,6 +11,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
+from core.db import StatementConnection
 from gateway_project.env import (
     POSTGRESQL_ENGINE,
     database_from_url,
@@ -161,7 +162,20 @@ if DATABASE_POOL_MAX_SIZE and DATABASES["default"]["ENGINE"] == POSTGRESQL_ENGIN
         "min_size": min(2, DATABASE_POOL_MAX_SIZE),
         "max_size": DATABASE_POOL_MAX_SIZE,
         "timeout": env_int("DATABASE_POOL_TIMEOUT", 10, minimum=1),  # seconds to wait for a free one
+        # Each connection keeps the cursors of the billing statements (billing/statements.py).
+        "connection_class": StatementConnection,
     }
+# PostgreSQL: the billing statements of every call (reserve, capture) are prepared the first time
+# they run on a connection, then each call sends only their parameters (billing/statements.py runs
+# them on psycopg's server-side-binding cursor; Django's own queries use client-side binding and are
+# never prepared). psycopg's `prepare_threshold`, which Django passes on to psycopg's connect: 0
+# prepares at the first run, None never. Turn off behind a pooler that cannot keep prepared
+# statements (PgBouncer in transaction mode before 1.21, or without max_prepared_statements).
+DATABASE_PREPARED_STATEMENTS = env_bool("DATABASE_PREPARED_STATEMENTS", True)
+if DATABASES["default"]["ENGINE"] == POSTGRESQL_ENGINE:
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = (
+        0 if DATABASE_PREPARED_STATEMENTS else None
+    )
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Several gunicorn threads write to one file: wait for the lock instead of failing at once.
     DATABASES["default"]["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}

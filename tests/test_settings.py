@@ -224,11 +224,20 @@ def _database_options(env: dict[str, str]) -> str:
         read=(
             "DATABASE_URL",
             "DATABASE_POOL_MAX_SIZE",
+            "DATABASE_PREPARED_STATEMENTS",
             "DEBUG",
             "SECRET_KEY",
             "GATEWAY_KEY_PEPPER",
         ),
     )
+
+
+def test_prepared_statements_are_a_postgresql_connection_option_that_can_be_turned_off():
+    postgres = "postgres://u:p@db.internal/gateway"
+    assert "('prepare_threshold', 0)" in _database_options({"DATABASE_URL": postgres})
+    off = {"DATABASE_URL": postgres, "DATABASE_PREPARED_STATEMENTS": "0"}
+    assert "('prepare_threshold', None)" in _database_options(off)
+    assert "prepare_threshold" not in _database_options({"DATABASE_URL": "sqlite:///db.sqlite3"})
 
 
 def test_the_access_log_goes_to_stdout_to_a_file_or_nowhere(tmp_path):

@@ -3,7 +3,7 @@ gunicorn.conf.py sharing only PostgreSQL and Redis, behind deploy/nginx.conf, or
 where the test must choose the node. What one node does, the other sees at once: a revoked key, the
 limits (counted for both together), an idempotency key, an opened circuit; and when both race on
 one balance, no money is spent twice. The money race and a billed call per node also run through
-PgBouncer in transaction mode.
+PgBouncer in transaction mode (DATABASE_PREPARED_STATEMENTS=0).
 
 Real processes on loopback; PostgreSQL and Redis, skipped otherwise (nginx and PgBouncer where used).
 """
@@ -62,7 +62,9 @@ class Cluster:
 
 
 @contextmanager
-def cluster_serving(tmp_path: Path, key: str, *, database_url: str, proxy: bool) -> Iterator[Cluster]:
+def cluster_serving(
+    tmp_path: Path, key: str, *, database_url: str, proxy: bool, prepared_statements: bool = True
+) -> Iterator[Cluster]:
     """Nodes A and B (each one gevent worker, its access log in tmp_path/node-X.access.log), and nginx in
     front of both when `proxy`."""
     env = {
@@ -73,6 +75,8 @@ def cluster_serving(tmp_path: Path, key: str, *, database_url: str, proxy: bool)
         "GATEWAY_CIRCUIT_THRESHOLD": str(CIRCUIT_THRESHOLD),
         "GATEWAY_TRUSTED_PROXIES": "127.0.0.1",
     }
+    if not prepared_statements:
+        env["DATABASE_PREPARED_STATEMENTS"] = "0"
     with ExitStack() as stack:
         nodes = [
             stack.enter_context(
@@ -271,7 +275,9 @@ def test_both_nodes_bill_through_pgbouncer_in_transaction_mode(key, bob, fake_up
     fake_upstream.script(GEN, *[{"delay": 0.2}] * 24)
     with (
         pgbouncer_serving() as through_pgbouncer,
-        cluster_serving(tmp_path, key, database_url=through_pgbouncer, proxy=False) as serving,
+        cluster_serving(
+            tmp_path, key, database_url=through_pgbouncer, proxy=False, prepared_statements=False
+        ) as serving,
     ):
         # One billed call per node (alice's key), then the race (bob's), alternating over the nodes.
         for index, node in enumerate(serving.nodes):

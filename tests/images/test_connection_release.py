@@ -13,7 +13,7 @@ from django.db import DataError, connection
 
 from billing.holds import hold_capture, hold_reserve
 from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
-from billing.statements import statement_run
+from billing.statements import hold_reserve_sql, statement_run
 from keys.services import api_key_create
 from tests.factories import image_model_make
 from tests.images.conftest import OPENAI_BASE, image_bytes
@@ -63,9 +63,10 @@ def test_an_api_call_holds_no_database_connection_during_its_upstream_call(
     assert UsageRecord.objects.get().amount == Decimal("0.15")
 
 
-def test_the_billing_statements_commit_on_a_pooled_connection_opened_outside_autocommit(alice):
-    """Outside a transaction, reserve and capture each commit their one statement, also on a pooled
-    connection psycopg opened outside autocommit."""
+def test_the_billing_statements_borrow_a_pooled_connection_and_commit_on_it(alice):
+    """Outside a transaction, reserve and capture each borrow a connection from the pool for their one
+    statement; the thread's Django connection stays closed, and what they wrote is committed even on a
+    pooled connection Django itself never used (psycopg opens those outside autocommit)."""
     pool = connection.pool
     pool.open()
     borrowed = [pool.getconn() for _ in range(pool.get_stats()["pool_available"])]
@@ -76,8 +77,9 @@ def test_the_billing_statements_commit_on_a_pooled_connection_opened_outside_aut
     connection.close()
 
     hold = hold_reserve(account_id=alice.pk, amount=Decimal("0.25"), reference="req_pooled")
+    assert connection.connection is None
     assert hold_capture(hold=hold) is True
-    connection.close()  # as the call gives its connection back
+    assert connection.connection is None
 
     # Read back on other connections: both statements committed.
     assert Hold.objects.get(pk=hold.pk).status == Hold.Status.CAPTURED
@@ -85,14 +87,18 @@ def test_the_billing_statements_commit_on_a_pooled_connection_opened_outside_aut
     assert LedgerEntry.objects.get(kind="charge").amount == Decimal("-0.25")
 
 
-def test_a_failing_billing_statement_raises_djangos_error_and_the_next_one_runs():
+def test_a_failing_billing_statement_raises_djangos_error_and_returns_its_connection():
+    connection.close()
+    available = connection.pool.get_stats().get("pool_available")
+
     with pytest.raises(DataError):
         statement_run("SELECT 1 / %(zero)s", {"zero": 0})
 
-    assert statement_run("SELECT 1 / %(divisor)s", {"divisor": 1}) == (1,)
+    assert connection.connection is None
+    assert connection.pool.get_stats().get("pool_available") == available
 
 
-def test_a_billing_statement_is_wrapped_and_logged_like_any_query(alice):
+def test_a_statement_on_a_borrowed_connection_is_wrapped_and_logged_like_any_query(alice):
     connection.close()
     wrapped = []
 
@@ -107,7 +113,31 @@ def test_a_billing_statement_is_wrapped_and_logged_like_any_query(alice):
             hold_reserve(account_id=alice.pk, amount=Decimal("0.25"), reference="req_logged")
     finally:
         connection.force_debug_cursor = False
+    assert connection.connection is None  # it ran on a connection borrowed for it alone
     assert len(wrapped) == 1 and "billing_hold" in wrapped[0]
-    (logged,) = connection.queries_log
+    (logged,) = connection.queries_log  # as sent: with PostgreSQL's $n placeholders
     assert "billing_hold" in logged["sql"]
-    assert Hold.objects.filter(reference="req_logged").count() == 1
+
+
+def test_a_pooled_connection_keeps_a_statements_cursor_for_its_next_run(alice):
+    connection.ensure_connection()  # the statements run on the thread's own (pooled) connection
+    raw = connection.connection
+    hold_reserve(account_id=alice.pk, amount=Decimal("0.25"), reference="req_kept_1")
+    sql = hold_reserve_sql(own_transaction=True)  # outside a transaction, the reserve's own
+    cursor = raw.statement_cursors[sql]
+
+    hold_reserve(account_id=alice.pk, amount=Decimal("0.25"), reference="req_kept_2")
+
+    assert raw.statement_cursors[sql] is cursor and not cursor.closed
+    assert Hold.objects.filter(reference__in=["req_kept_1", "req_kept_2"]).count() == 2
+    assert Wallet.objects.get(account=alice).held == Decimal("0.50")
+
+
+def test_a_kept_cursor_runs_its_statement_again_after_the_statement_failed():
+    connection.ensure_connection()
+    raw = connection.connection
+    with pytest.raises(DataError):
+        statement_run("SELECT 1 / %(divisor)s", {"divisor": 0})
+    cursor = raw.statement_cursors["SELECT 1 / %(divisor)s"]
+    assert statement_run("SELECT 1 / %(divisor)s", {"divisor": 1}) == (1,)
+    assert raw.statement_cursors["SELECT 1 / %(divisor)s"] is cursor
