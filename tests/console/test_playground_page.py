@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from billing.models import LedgerEntry, UsageRecord, Wallet
 from billing.subscriptions import subscription_upsert
-from console.views import HOSTED, PLAYGROUND_RESULT_SESSION
+from console.views.playground_images import HOSTED, PLAYGROUND_RESULT_SESSION
 from images.models import HostedImage
 
 # The result shows hosted images by their signed links on this site; the session keeps references only.
