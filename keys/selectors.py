@@ -4,8 +4,9 @@ Authentication reads a credential through `api_key_snapshot_get` / `oauth_access
 what it needs of a key or token, as immutable snapshots (the account's and group's included), kept per
 process in a `GenerationCache` keyed by that digest (the HMAC of an API key, the SHA-256 checksum of an
 OAuth token) while the shared configuration generation is unchanged (core/config_cache.py; the writes
-that bump it are registered in keys/apps.py and accounts/apps.py), so a revoked key, a deactivated user or a changed group is seen by
-every process at its next request. Without Redis the cache is off and every request queries.
+that bump it are registered in keys/apps.py and accounts/apps.py), so a revoked key, a deactivated
+user or a changed group is seen by every process at its next request. Without Redis the cache is off
+and every request queries.
 
 - Only credentials that exist are cached: an unknown secret costs its query every time, so random
   keys cannot fill the memory (and a key created later is found at once).

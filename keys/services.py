@@ -47,7 +47,7 @@ def api_key_create(
     """Create a key and return it with its secret. The secret exists only in this return value.
 
     The group must be one of the account's allowed groups (ApiKeyGroupNotAllowed otherwise): a key
-    serves only while it is (groups.access), so a key for any other group could never be used."""
+    serves only while it is (keys.group_access), so a key for any other group could never be used."""
     if not account.allowed_groups.filter(pk=group.pk).exists():
         raise ApiKeyGroupNotAllowed(
             f"the group {group.name!r} is not among the groups {account.user.get_username()} may use"
