@@ -326,23 +326,6 @@ def _watch_connection() -> tuple[redis.Connection, str]:
     return pool.make_connection(), cache.make_and_validate_key(GENERATION_KEY)
 
 
-INVALIDATION_CHANNEL = "__redis__:invalidate"
-WATCH_CLIENT_NAME = "igw-config-watch"  # as CLIENT LIST shows each process's watch connection
-
-
-def _watch_connection() -> tuple[redis.Connection, str]:
-    """A new RESP2 connection to REDIS_URL's server and database (credentials and TLS included), and
-    the counter's full key as the Django cache writes it. No retries: an error closes the watch."""
-    pool = redis.ConnectionPool.from_url(
-        settings.REDIS_URL,
-        protocol=2,
-        client_name=WATCH_CLIENT_NAME,
-        retry=Retry(NoBackoff(), 0),
-        socket_connect_timeout=settings.CACHES["default"].get("OPTIONS", {}).get("socket_connect_timeout"),
-    )
-    return pool.make_connection(), cache.make_and_validate_key(GENERATION_KEY)
-
-
 _watch = GenerationWatch()
 
 
