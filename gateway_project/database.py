@@ -3,7 +3,6 @@ public option): project wiring the settings name, so they import no app."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import psycopg
@@ -11,11 +10,8 @@ import psycopg
 
 class StatementConnection(psycopg.Connection):
     """The connection pool's connections. Each keeps the cursors of the billing statements it has run
-    (`billing.statements.statement_run`), so the next run of a statement on it reuses its cursor, and
-    when it was opened, so that it is kept out of the pool no longer than the pool would keep it
-    (core/db.py)."""
+    (`billing.statements.statement_run`), so the next run of a statement on it reuses its cursor."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.statement_cursors: dict[str, psycopg.Cursor] = {}
-        self.opened_at = time.monotonic()
