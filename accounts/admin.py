@@ -4,7 +4,6 @@ from django.contrib.auth.models import Group as DjangoGroup
 
 from accounts.models import Account, User
 from accounts.services import account_create_for_user
-from billing.money import money_display
 
 # Django's permission groups are not used here (staff get permissions one by one, and the gateway's
 # own groups are groups.Group): their admin page would only be confused with the gateway's groups.
@@ -33,7 +32,7 @@ class AccountAdmin(admin.ModelAdmin):
     @admin.display(description="Balance")
     def balance(self, obj: Account):
         wallet = getattr(obj, "wallet", None)
-        return money_display(wallet.balance) if wallet is not None else "—"
+        return wallet.balance_display if wallet is not None else "—"
 
     def get_readonly_fields(self, request, obj=None):
         return ("user",) if obj is not None else ()

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from django.db import IntegrityError, transaction
 
 from accounts.models import Account, User
-from billing.ledger import wallet_create
+from accounts.signals import account_provisioned
 from groups.models import Group
 
 audit_logger = logging.getLogger("gateway.audit")
@@ -30,7 +30,7 @@ def account_create_for_user(*, user: User) -> Account:
     """Give an existing user (e.g. one made with createsuperuser) its account and wallet."""
     with transaction.atomic():
         account, _ = Account.objects.get_or_create(user=user)
-        wallet_create(account=account)
+        account_provisioned.send(sender=Account, account=account)
         return account
 
 
@@ -39,7 +39,7 @@ def account_set_groups(
 ) -> bool:
     """Set the allowed groups and the current group (which must be one of them). True if anything changed.
 
-    Cached credentials hold the account (accounts/signals.py): each change invalidates them on every
+    Cached credentials hold the account (accounts/apps.py registers it): each change invalidates them on every
     process once this commits."""
     allowed = {group.pk: group for group in allowed_groups}
     if current_group is not None and current_group.pk not in allowed:

@@ -2,7 +2,7 @@
 (`model_source_register`, from its AppConfig.ready), so this app lists them without importing any.
 
 Which groups are listed, and under which id, is the groups app's decision
-(`groups.access.groups_listed_for_credential`); this module only puts the families' models under it.
+(`keys.group_access.groups_listed_for_credential`); this module only puts the families' models under it.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from groups.access import groups_listed_for_credential
 from groups.snapshots import GroupSnapshot
 from keys.credentials import SCOPE_MODELS_INVOKE, Credential
+from keys.group_access import groups_listed_for_credential
 
 
 @dataclass(frozen=True)

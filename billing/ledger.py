@@ -22,6 +22,11 @@ def wallet_create(*, account: Account) -> Wallet:
     return wallet
 
 
+def wallet_create_on_provision(*, account: Account, **_: object) -> None:
+    """Receiver of accounts' `account_provisioned`: an account made by the services gets its wallet."""
+    wallet_create(account=account)
+
+
 def ledger_write(
     *,
     account_id: int,

@@ -31,6 +31,11 @@ class Wallet(models.Model):
     def available(self):
         return self.balance - self.held
 
+    @property
+    def balance_display(self) -> str:
+        """The balance for people (`money_display`), for pages of apps that do not import billing."""
+        return money_display(self.balance)
+
 
 class AppendOnlyError(Exception):
     pass

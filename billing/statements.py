@@ -77,9 +77,9 @@ def _statement_run(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
     Through Django's cursor wrapping (query logging, execute_wrappers, database error translation), on
     a server-side-binding cursor (`psycopg.Cursor`): psycopg prepares it per the connection's
     `prepare_threshold` (settings.DATABASE_PREPARED_STATEMENTS). The pool's connections
-    (`core.db.StatementConnection`) keep that cursor for the next run of the same statement: a cursor
-    run again keeps the dumpers it chose for the parameters' types. A connection is lent to one caller
-    at a time, and its cursors with it."""
+    (`gateway_project.database.StatementConnection`) keep that cursor for the next run of the same
+    statement: a cursor run again keeps the dumpers it chose for the parameters' types. A connection is
+    lent to one caller at a time, and its cursors with it."""
     # The connection of this thread (or greenlet), looked up once: every attribute read through the
     # `connection` proxy looks it up again.
     conn = connections[DEFAULT_DB_ALIAS]

@@ -1,7 +1,7 @@
 """Which text model serves a request, and whether its upstreams serve the endpoint asked.
 
-After `groups.access.models_invoke_check` (OAuth tokens need `models:invoke`), on the group
-`groups.access` resolves for the credential (states, `<group_id>:<model>`):
+After `keys.group_access.models_invoke_check` (OAuth tokens need `models:invoke`), on the group
+`keys.group_access` resolves for the credential (states, `<group_id>:<model>`):
 - the model must be an enabled text model of that group: unknown everywhere 404 `model_not_found`,
   known in another group 403 `model_not_allowed`;
 - its upstreams' kind must serve the endpoint (an `openai` upstream serves chat completions and
@@ -17,9 +17,9 @@ from chat.families import FAMILIES, Family
 from chat.selectors import group_text_models_enabled, text_model_ids_enabled
 from chat.snapshots import TextModelSnapshot
 from core.errors import MODEL_NOT_ALLOWED, MODEL_NOT_FOUND, InvalidRequest, NotFound, PermissionDenied
-from groups.access import group_resolve_for_credential, models_invoke_check
 from groups.snapshots import GroupSnapshot
 from keys.credentials import Credential
+from keys.group_access import group_resolve_for_credential, models_invoke_check
 from upstreams.providers import adapter_serves
 from upstreams.routing import upstreams_for_model
 from upstreams.snapshots import UpstreamSnapshot

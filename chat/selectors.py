@@ -1,6 +1,6 @@
 """Reads of the text models groups offer, served from per-process caches of snapshots (as
 images/selectors.py does for image models): every write to a text model or its upstream list bumps
-the shared configuration generation (core.config_cache.invalidating_models)."""
+the shared configuration generation (registered in chat/apps.py)."""
 
 from __future__ import annotations
 

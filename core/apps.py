@@ -6,8 +6,6 @@ class CoreConfig(AppConfig):
     verbose_name = "Gateway core"
 
     def ready(self) -> None:
-        # Every write that changes a cached answer invalidates the configuration caches (the one list
-        # is in core/config_cache.py); importing it also connects the per-request generation memo.
-        from core.config_cache import invalidation_receivers_connect
-
-        invalidation_receivers_connect()
+        # Importing the configuration cache connects its per-request generation memo and the push
+        # watch's signals; the apps register their invalidating models (core/config_registry.py).
+        import core.config_cache  # noqa: F401

@@ -1,4 +1,4 @@
-"""The database pool's connection class, and what a failed statement does to the pool.
+"""What a failed statement does to the pool.
 
 psycopg needs nothing from the project for gevent: from 3.2 on, once gevent has patched `select`,
 psycopg waits for its socket through the patched `select` instead of in C, so a query in one greenlet
@@ -7,20 +7,7 @@ lets the others run (tests/test_db_wait.py).
 
 from __future__ import annotations
 
-from typing import Any
-
 import psycopg
-
-
-class StatementConnection(psycopg.Connection):
-    """The connection pool's connections (settings: OPTIONS["pool"]["connection_class"], psycopg_pool's
-    public option). Each keeps the cursors of the billing statements it has run
-    (`billing.statements.statement_run`), so the next run of a statement on it reuses its cursor."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.statement_cursors: dict[str, psycopg.Cursor] = {}
-
 
 # What PostgreSQL answers, instead of running it, to the next statement on a session it has ended
 # (admin_shutdown: a fast or smart shutdown, a restart, pg_terminate_backend; crash_shutdown;

@@ -1,16 +1,21 @@
 """Configuration from the environment, read through django-environ, strictly.
 
-django-environ reads the .env file and parses the database URL; the readers here add what it leaves
-out: every one fails loudly with the variable's name and what was wrong, so a bad value stops the
-process at start instead of surfacing later as odd behaviour.
+django-environ reads the .env file, casts every value (`Env.parse_value`) and parses the database URL;
+the readers here add what it leaves out: a blank value is the default, bool and float casts that refuse
+what they do not know, bounds, and the checks of time zones, URLs, networks and origins. Every one fails
+loudly with the variable's name and what was wrong, so a bad value stops the process at start instead
+of surfacing later as odd behaviour.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -21,7 +26,6 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 # The lines django-environ's reader understands; it skips any other line with a log warning only.
 _DOTENV_LINE = re.compile(r"(?:export )?[A-Za-z_0-9]+=.*")
-ENV = environ.Env()
 
 
 def _fail(name: str, value: str, why: str) -> ImproperlyConfigured:
@@ -63,63 +67,79 @@ def database_url() -> str:
     return env_str("DATABASE_URL", DEFAULT_DATABASE_URL) or DEFAULT_DATABASE_URL
 
 
-def env_str(name: str, default: str | None = None) -> str | None:
+class _Refused(ValueError):
+    """A cast's refusal that says itself what was wrong."""
+
+
+def _read(name: str, default: Any, cast: Any, expected: str, *, unset: Callable[[str], bool]) -> Any:
+    """`name` cast by django-environ (`Env.parse_value`), or `default` when it is missing or `unset`
+    says its value stands for none. A value the cast refuses stops the start, naming the variable and
+    what was `expected`. The raw value is read here, not through `Env.get_value`, which would take a
+    value starting with `$` as the name of another variable: a secret may start with one."""
     value = os.environ.get(name)
-    if value is None or value == "":
+    if value is None or unset(value):
         return default
-    return value
+    try:
+        return environ.Env.parse_value(value, cast)
+    except _Refused as refused:
+        raise _fail(name, value, str(refused)) from None
+    except ValueError:
+        raise _fail(name, value, expected) from None
+
+
+def _blank(value: str) -> bool:
+    return not value.strip()
+
+
+def _bounded(name: str, number: Any, *, minimum: Any = None, maximum: Any = None) -> Any:
+    """`number` when it lies within the bounds (django-environ has no bounds of its own)."""
+    if minimum is not None and number < minimum:
+        raise _fail(name, os.environ.get(name, ""), f"must be at least {minimum}")
+    if maximum is not None and number > maximum:
+        raise _fail(name, os.environ.get(name, ""), f"must be at most {maximum}")
+    return number
+
+
+def _strict_bool(value: str) -> bool:
+    # Not django-environ's bool cast: it reads any word it does not know (a typo such as "ture") as
+    # false. An empty value is false.
+    lowered = value.strip().lower()
+    if lowered not in _TRUE and lowered not in _FALSE:
+        raise ValueError(value)
+    return lowered in _TRUE
+
+
+def _finite_float(value: str) -> float:
+    # Not django-environ's float cast: it drops every character but digits, "." and "," first, so
+    # "1.5s" would read as 1.5 and "1e3" as 13.0.
+    number = float(value.strip())
+    if not math.isfinite(number):
+        raise _Refused("expected a finite number")
+    return number
+
+
+def env_str(name: str, default: str | None = None) -> str | None:
+    return _read(name, default, str, "expected text", unset=lambda value: value == "")
 
 
 def env_bool(name: str, default: bool = False) -> bool:
-    # Not ENV.bool: it reads any word it does not know (a typo such as "ture") as false.
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    lowered = value.strip().lower()
-    if lowered in _TRUE:
-        return True
-    if lowered in _FALSE:
-        return False
-    raise _fail(name, value, "expected one of 1/0, true/false, yes/no, on/off")
+    expected = "expected one of 1/0, true/false, yes/no, on/off"
+    return _read(name, default, _strict_bool, expected, unset=lambda value: False)
 
 
 def env_int(name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
-    value = os.environ.get(name)
-    if value is None or value.strip() == "":
-        return default
-    try:
-        number = ENV.int(name)
-    except ValueError:
-        raise _fail(name, value, "expected a whole number") from None
-    if minimum is not None and number < minimum:
-        raise _fail(name, value, f"must be at least {minimum}")
-    if maximum is not None and number > maximum:
-        raise _fail(name, value, f"must be at most {maximum}")
-    return number
+    number = _read(name, default, int, "expected a whole number", unset=_blank)
+    return _bounded(name, number, minimum=minimum, maximum=maximum)
 
 
 def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
-    value = os.environ.get(name)
-    if value is None or value.strip() == "":
-        return default
-    try:
-        # Not ENV.float: it drops every character but digits, "." and "," first, so "1.5s" would
-        # read as 1.5 and "1e3" as 13.0.
-        number = float(value.strip())
-    except ValueError:
-        raise _fail(name, value, "expected a number such as 1.5") from None
-    if number != number or number in (float("inf"), float("-inf")):
-        raise _fail(name, value, "expected a finite number")
-    if minimum is not None and number < minimum:
-        raise _fail(name, value, f"must be at least {minimum}")
-    return number
+    number = _read(name, default, _finite_float, "expected a number such as 1.5", unset=_blank)
+    return _bounded(name, number, minimum=minimum)
 
 
 def env_list(name: str, default: list[str]) -> list[str]:
-    value = os.environ.get(name)
-    if value is None or value.strip() == "":
-        return list(default)
-    return [item.strip() for item in value.split(",") if item.strip()]
+    items = _read(name, default, [str.strip], "expected a comma-separated list", unset=_blank)
+    return [item for item in items if item]
 
 
 def env_networks(name: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:

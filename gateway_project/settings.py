@@ -11,7 +11,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from core.db import StatementConnection
+from gateway_project.database import StatementConnection
 from gateway_project.env import (
     POSTGRESQL_ENGINE,
     database_from_url,
@@ -29,7 +29,6 @@ from gateway_project.env import (
     env_timezone,
     env_url,
 )
-from keys.credentials import SCOPES as OAUTH_SCOPES
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 env_file_load(BASE_DIR)
@@ -66,9 +65,53 @@ CSRF_TRUSTED_ORIGINS = [GATEWAY_PUBLIC_URL]
 # headers are dropped (api.middleware.ForwardedHeadersMiddleware). gunicorn.conf.py gives gunicorn
 # the same list. Empty (the default): no proxy is trusted.
 GATEWAY_TRUSTED_PROXIES = env_networks("GATEWAY_TRUSTED_PROXIES")
-if GATEWAY_TRUSTED_PROXIES:
-    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-    USE_X_FORWARDED_HOST = True
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if GATEWAY_TRUSTED_PROXIES else None
+USE_X_FORWARDED_HOST = bool(GATEWAY_TRUSTED_PROXIES)
+
+# CORS for browser clients of /v1, off unless GATEWAY_CORS_ALLOWED_ORIGINS lists origins (or is `*`):
+# then django-cors-headers answers preflights first of all middleware (MIDDLEWARE below), before any
+# credential is looked at, and only for /v1 paths. No cookie authenticates a /v1 call: credentials are
+# never allowed.
+GATEWAY_CORS_ALLOWED_ORIGINS = env_origins("GATEWAY_CORS_ALLOWED_ORIGINS")
+CORS_ALLOW_ALL_ORIGINS = GATEWAY_CORS_ALLOWED_ORIGINS == ["*"]
+CORS_ALLOWED_ORIGINS = [] if CORS_ALLOW_ALL_ORIGINS else GATEWAY_CORS_ALLOWED_ORIGINS
+CORS_URLS_REGEX = r"^/v1(/.*)?$"
+CORS_ALLOW_CREDENTIALS = False
+# What the official SDKs send: the three credential headers, the provider's versioning headers,
+# the Stainless client's telemetry and retry headers (no wildcard: browsers never let `*` cover
+# Authorization).
+CORS_ALLOW_HEADERS = [
+    "accept",
+    "authorization",
+    "content-type",
+    "x-api-key",
+    "x-goog-api-key",
+    "x-request-id",
+    "idempotency-key",
+    "anthropic-version",
+    "anthropic-beta",
+    "anthropic-dangerous-direct-browser-access",
+    "openai-organization",
+    "openai-project",
+    "openai-beta",
+    "x-stainless-arch",
+    "x-stainless-async",
+    "x-stainless-helper",
+    "x-stainless-helper-method",
+    "x-stainless-lang",
+    "x-stainless-os",
+    "x-stainless-package-version",
+    "x-stainless-poll-helper",
+    "x-stainless-raw-response",
+    "x-stainless-read-timeout",
+    "x-stainless-retry-count",
+    "x-stainless-runtime",
+    "x-stainless-runtime-version",
+    "x-stainless-stream-helper",
+    "x-stainless-timeout",
+]
+CORS_EXPOSE_HEADERS = ["x-request-id", "retry-after", "x-should-retry", "idempotent-replayed"]
+CORS_PREFLIGHT_MAX_AGE = 600
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -92,10 +135,18 @@ INSTALLED_APPS = [
     "chat",
     "console",
     "configuration",
+    # OpenAPI (SPECTACULAR_SETTINGS below).
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    *(["corsheaders"] if GATEWAY_CORS_ALLOWED_ORIGINS else []),
 ]
 
 MIDDLEWARE = [
-    # First: everything after it (the access log too) sees the client's address, not the proxy's.
+    *(["corsheaders.middleware.CorsMiddleware"] if GATEWAY_CORS_ALLOWED_ORIGINS else []),
+    # GET /healthz and /readyz: answered before ALLOWED_HOSTS is checked (probes name a node by its
+    # address) and before any credential (api/health.py).
+    "api.health.HealthProbeMiddleware",
+    # Then: everything after it (the access log too) sees the client's address, not the proxy's.
     "api.middleware.ForwardedHeadersMiddleware",
     "api.middleware.RequestIdMiddleware",
     "api.shedding.OverloadSheddingMiddleware",
@@ -147,10 +198,10 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {"default": database_from_url("DATABASE_URL", database_url(), base_dir=BASE_DIR)}
+_DATABASE = database_from_url("DATABASE_URL", database_url(), base_dir=BASE_DIR)
+_POSTGRESQL = _DATABASE["ENGINE"] == POSTGRESQL_ENGINE
 # Connections are reused across requests of a thread; 0 closes them after every request.
-DATABASES["default"]["CONN_MAX_AGE"] = env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0)
-DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DATABASE_CONN_MAX_AGE = env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0)
 # PostgreSQL only: a psycopg connection pool per worker process (docs/benchmarks.md). Connections are
 # then bounded by processes x DATABASE_POOL_MAX_SIZE whatever the calls in flight; a call (a greenlet
 # of a gevent worker, or a gthread thread) holds one only while it talks to the database (never
@@ -158,20 +209,7 @@ DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 # 0 = no pool: one connection per greenlet or thread, kept DATABASE_CONN_MAX_AGE seconds (then keep
 # the calls in flight under max_connections).
 DATABASE_POOL_MAX_SIZE = env_int("DATABASE_POOL_MAX_SIZE", 16, minimum=0)
-if DATABASE_POOL_MAX_SIZE and DATABASES["default"]["ENGINE"] == POSTGRESQL_ENGINE:
-    DATABASES["default"]["CONN_MAX_AGE"] = 0
-    # No "SELECT 1" per loan (a round trip, twice per call: the connection is given back during the
-    # upstream call). A connection broken while idle (PostgreSQL restarted) fails the one request that
-    # gets it, before anything is charged or after (then its hold expires uncharged), and the pool
-    # discards it; pooled connections are also replaced after an hour (psycopg_pool's max_lifetime).
-    DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
-    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
-        "min_size": min(2, DATABASE_POOL_MAX_SIZE),
-        "max_size": DATABASE_POOL_MAX_SIZE,
-        "timeout": env_int("DATABASE_POOL_TIMEOUT", 10, minimum=1),  # seconds to wait for a free one
-        # Each connection keeps the cursors of the billing statements (billing/statements.py).
-        "connection_class": StatementConnection,
-    }
+_POOLED = _POSTGRESQL and DATABASE_POOL_MAX_SIZE > 0
 # PostgreSQL: the billing statements of every call (reserve, capture) are prepared the first time
 # they run on a connection, then each call sends only their parameters (billing/statements.py runs
 # them on psycopg's server-side-binding cursor; Django's own queries use client-side binding and are
@@ -179,13 +217,41 @@ if DATABASE_POOL_MAX_SIZE and DATABASES["default"]["ENGINE"] == POSTGRESQL_ENGIN
 # prepares at the first run, None never. Turn off behind a pooler that cannot keep prepared
 # statements (PgBouncer in transaction mode before 1.21, or without max_prepared_statements).
 DATABASE_PREPARED_STATEMENTS = env_bool("DATABASE_PREPARED_STATEMENTS", True)
-if DATABASES["default"]["ENGINE"] == POSTGRESQL_ENGINE:
-    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = (
-        0 if DATABASE_PREPARED_STATEMENTS else None
-    )
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # Several gunicorn threads write to one file: wait for the lock instead of failing at once.
-    DATABASES["default"]["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
+if _POSTGRESQL:
+    _DATABASE_OPTIONS = {
+        **_DATABASE["OPTIONS"],
+        "prepare_threshold": 0 if DATABASE_PREPARED_STATEMENTS else None,
+        **(
+            {
+                "pool": {
+                    "min_size": min(2, DATABASE_POOL_MAX_SIZE),
+                    "max_size": DATABASE_POOL_MAX_SIZE,
+                    # Seconds to wait for a free connection.
+                    "timeout": env_int("DATABASE_POOL_TIMEOUT", 10, minimum=1),
+                    # Each connection keeps the cursors of the billing statements (billing/statements.py).
+                    "connection_class": StatementConnection,
+                }
+            }
+            if _POOLED
+            else {}
+        ),
+    }
+else:
+    # SQLite: several gunicorn threads write to one file: wait for the lock instead of failing at once.
+    _DATABASE_OPTIONS = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
+DATABASES = {
+    "default": {
+        **_DATABASE,
+        "OPTIONS": _DATABASE_OPTIONS,
+        # Pooled: the pool keeps the connections. No "SELECT 1" per loan (a round trip, twice per call:
+        # the connection is given back during the upstream call). A connection broken while idle
+        # (PostgreSQL restarted) fails the one request that gets it, before anything is charged or after
+        # (then its hold expires uncharged), and the pool discards it; pooled connections are also
+        # replaced after an hour (psycopg_pool's max_lifetime).
+        "CONN_MAX_AGE": 0 if _POOLED else DATABASE_CONN_MAX_AGE,
+        "CONN_HEALTH_CHECKS": not _POOLED,
+    }
+}
 
 REDIS_URL = env_url("REDIS_URL")
 if REDIS_URL:
@@ -287,12 +353,19 @@ elif GATEWAY_IMAGE_STORAGE == "s3":
     _S3_BUCKET = env_str("GATEWAY_S3_BUCKET")
     if not _S3_BUCKET:
         raise ImproperlyConfigured("GATEWAY_IMAGE_STORAGE=s3 needs GATEWAY_S3_BUCKET (the bucket name).")
-    _S3_OPTIONS: dict = {"bucket_name": _S3_BUCKET, "default_acl": "private", "file_overwrite": False}
-    if env_url("GATEWAY_S3_ENDPOINT_URL"):
-        _S3_OPTIONS["endpoint_url"] = env_url("GATEWAY_S3_ENDPOINT_URL")
-    if env_str("GATEWAY_S3_REGION"):
-        _S3_OPTIONS["region_name"] = env_str("GATEWAY_S3_REGION")
-    _DEFAULT_STORAGE = {"BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": _S3_OPTIONS}
+    _S3_OPTIONAL = {
+        "endpoint_url": env_url("GATEWAY_S3_ENDPOINT_URL"),
+        "region_name": env_str("GATEWAY_S3_REGION"),
+    }
+    _DEFAULT_STORAGE = {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {
+            "bucket_name": _S3_BUCKET,
+            "default_acl": "private",
+            "file_overwrite": False,
+            **{name: value for name, value in _S3_OPTIONAL.items() if value},
+        },
+    }
 else:
     raise ImproperlyConfigured(
         f"Environment variable GATEWAY_IMAGE_STORAGE={GATEWAY_IMAGE_STORAGE!r} is invalid: "
@@ -328,13 +401,12 @@ REST_FRAMEWORK = {
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "api.negotiation.JsonOnlyContentNegotiation",
     "EXCEPTION_HANDLER": "core.errors.drf_exception_handler",
     "UNAUTHENTICATED_USER": None,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 
 # OpenAPI: GET /v1/openapi.json and its docs page /docs/ (Swagger UI from drf-spectacular-sidecar's
 # static files, no CDN). The /v1 views take no serializers: each family describes its bodies in its
 # schema.py, the shared parts are in api/openapi.py.
-INSTALLED_APPS += ["drf_spectacular", "drf_spectacular_sidecar"]
-REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"] = "drf_spectacular.openapi.AutoSchema"
 SPECTACULAR_SETTINGS = {
     "TITLE": "Image Gateway API",
     "DESCRIPTION": "Image generation and editing, chat completions, responses, messages and token "
@@ -357,9 +429,8 @@ SPECTACULAR_SETTINGS = {
 # refresh tokens. Tokens are stored only as SHA-256 checksums (RFC 9700 token storage); access tokens
 # are `sk_oauth_…` (keys/secrets.py). See docs/authentication.md.
 OAUTH2_PROVIDER = {
-    "SCOPES": OAUTH_SCOPES,
-    "DEFAULT_SCOPES": ["profile:read"],
-    # The consent flow never grants the staff-only scopes (admin:provision).
+    # The scopes are the keys app's (keys/credentials.py); the consent flow never grants the
+    # staff-only ones (admin:provision).
     "SCOPES_BACKEND_CLASS": "keys.scopes.ConsentFlowScopes",
     "ACCESS_TOKEN_GENERATOR": "keys.secrets.oauth_access_token_generate",
     "REFRESH_TOKEN_GENERATOR": "keys.secrets.oauth_refresh_token_generate",
@@ -408,6 +479,10 @@ GATEWAY_IDEMPOTENCY_TTL_SECONDS = env_int("GATEWAY_IDEMPOTENCY_TTL_SECONDS", 24 
 GATEWAY_METRICS_TOKEN = env_str("GATEWAY_METRICS_TOKEN", "") or ""
 GATEWAY_METRICS_PUBLIC = env_bool("GATEWAY_METRICS_PUBLIC", False)
 
+# LOG_FORMAT=json: every log line is one JSON object (python-json-logger), gunicorn's too
+# (core/access_log.py); text (the default) keeps the plain format. Either way each API call logs one
+# `gateway.call` line when its usage scope closes (api/usage.py).
+LOG_FORMAT = env_choice("LOG_FORMAT", "text", ("text", "json"))
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -416,9 +491,15 @@ LOGGING = {
         "plain": {
             "class": "core.log_lines.LineFormatter",
             "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
+        },
+        **({"json": {"()": "core.access_log.json_formatter"}} if LOG_FORMAT == "json" else {}),
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json" if LOG_FORMAT == "json" else "plain",
         }
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO") or "INFO"},
     # Django logs every 4xx as a warning; the gateway's own answers are expected, not noise.
     # psycopg's pool logs every loan and return at INFO: four lines (and a handler lock) per call.
@@ -447,61 +528,3 @@ GATEWAY_STREAM_LOOP = env_bool("GATEWAY_STREAM_LOOP", True)
 # 503 overloaded at once, unbilled, instead of letting them wait (api/shedding.py); behind nginx the
 # call is then tried on another node (deploy/nginx.conf). 0: never shed.
 GATEWAY_SHED_LAG_SECONDS = env_float("GATEWAY_SHED_LAG_SECONDS", 0.0, minimum=0.0)
-
-# --- Operations: health probes, CORS, log format (README, "Production") --------------------------
-# GET /healthz and /readyz: answered by the first middleware, before ALLOWED_HOSTS is checked (probes
-# name a node by its address) and before any credential (api/health.py).
-# CORS for browser clients of /v1, off unless GATEWAY_CORS_ALLOWED_ORIGINS lists origins (or is `*`):
-# then django-cors-headers answers preflights first of all middleware, before any credential is
-# looked at, and only for /v1 paths. No cookie authenticates a /v1 call: credentials are never allowed.
-MIDDLEWARE.insert(0, "api.health.HealthProbeMiddleware")
-GATEWAY_CORS_ALLOWED_ORIGINS = env_origins("GATEWAY_CORS_ALLOWED_ORIGINS")
-if GATEWAY_CORS_ALLOWED_ORIGINS:
-    INSTALLED_APPS.append("corsheaders")
-    MIDDLEWARE.insert(0, "corsheaders.middleware.CorsMiddleware")
-    CORS_ALLOW_ALL_ORIGINS = GATEWAY_CORS_ALLOWED_ORIGINS == ["*"]
-    CORS_ALLOWED_ORIGINS = [] if CORS_ALLOW_ALL_ORIGINS else GATEWAY_CORS_ALLOWED_ORIGINS
-    CORS_URLS_REGEX = r"^/v1(/.*)?$"
-    CORS_ALLOW_CREDENTIALS = False
-    # What the official SDKs send: the three credential headers, the provider's versioning headers,
-    # the Stainless client's telemetry and retry headers (no wildcard: browsers never let `*` cover
-    # Authorization).
-    CORS_ALLOW_HEADERS = [
-        "accept",
-        "authorization",
-        "content-type",
-        "x-api-key",
-        "x-goog-api-key",
-        "x-request-id",
-        "idempotency-key",
-        "anthropic-version",
-        "anthropic-beta",
-        "anthropic-dangerous-direct-browser-access",
-        "openai-organization",
-        "openai-project",
-        "openai-beta",
-        "x-stainless-arch",
-        "x-stainless-async",
-        "x-stainless-helper",
-        "x-stainless-helper-method",
-        "x-stainless-lang",
-        "x-stainless-os",
-        "x-stainless-package-version",
-        "x-stainless-poll-helper",
-        "x-stainless-raw-response",
-        "x-stainless-read-timeout",
-        "x-stainless-retry-count",
-        "x-stainless-runtime",
-        "x-stainless-runtime-version",
-        "x-stainless-stream-helper",
-        "x-stainless-timeout",
-    ]
-    CORS_EXPOSE_HEADERS = ["x-request-id", "retry-after", "x-should-retry", "idempotent-replayed"]
-    CORS_PREFLIGHT_MAX_AGE = 600
-# LOG_FORMAT=json: every log line is one JSON object (python-json-logger), gunicorn's too
-# (core/access_log.py); text (the default) keeps the format above. Either way each API call logs one
-# `gateway.call` line when its usage scope closes (api/usage.py).
-LOG_FORMAT = env_choice("LOG_FORMAT", "text", ("text", "json"))
-if LOG_FORMAT == "json":
-    LOGGING["formatters"]["json"] = {"()": "core.access_log.json_formatter"}
-    LOGGING["handlers"]["console"]["formatter"] = "json"

@@ -1,5 +1,5 @@
 """Which image model serves a request: the image endpoints' access decision, on the group that
-`groups.access` resolves for the credential (after its `models_invoke_check`).
+`keys.group_access` resolves for the credential (after its `models_invoke_check`).
 
 - The serving group must be image-enabled (403 permission_error `image_group_required`).
 - The model must be an enabled image model of that group: unknown everywhere 404 model_not_found,
@@ -20,11 +20,11 @@ from core.errors import (
     NotFound,
     PermissionDenied,
 )
-from groups.access import group_resolve_for_credential, models_invoke_check
 from groups.snapshots import GroupSnapshot
 from images.selectors import group_image_models_enabled, image_model_ids_enabled
 from images.snapshots import ImageModelSnapshot
 from keys.credentials import Credential
+from keys.group_access import group_resolve_for_credential, models_invoke_check
 
 Operation = Literal["generate", "edit"]
 

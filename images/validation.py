@@ -8,7 +8,7 @@ present. Everything here runs before anything is reserved or sent upstream. Each
 `invalid_request_error` naming the offending field in `param` and in the message, with the allowed
 values where there is a list; the pydantic error type is the API's code. Fields outside the
 declaration are dropped: only `ImageParams` is forwarded. The `model` field is resolved (and checked)
-by `groups.access`; it is ignored here.
+by `keys.group_access`; it is ignored here.
 """
 
 from __future__ import annotations

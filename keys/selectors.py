@@ -3,9 +3,10 @@
 Authentication reads a credential through `api_key_snapshot_get` / `oauth_access_token_snapshot_get`:
 what it needs of a key or token, as immutable snapshots (the account's and group's included), kept per
 process in a `GenerationCache` keyed by that digest (the HMAC of an API key, the SHA-256 checksum of an
-OAuth token) while the shared configuration generation is unchanged (core/config_cache.py, which also
-lists every write that bumps it), so a revoked key, a deactivated user or a changed group is seen by
-every process at its next request. Without Redis the cache is off and every request queries.
+OAuth token) while the shared configuration generation is unchanged (core/config_cache.py; the writes
+that bump it are registered in keys/apps.py and accounts/apps.py), so a revoked key, a deactivated
+user or a changed group is seen by every process at its next request. Without Redis the cache is off
+and every request queries.
 
 - Only credentials that exist are cached: an unknown secret costs its query every time, so random
   keys cannot fill the memory (and a key created later is found at once).
@@ -22,6 +23,7 @@ from datetime import datetime
 from typing import cast
 
 from django.db.models import QuerySet
+from django.utils import timezone
 from oauth2_provider.models import AccessToken
 
 from accounts.models import Account, User
@@ -222,3 +224,10 @@ def api_key_get_by_reference(*, reference: str) -> ApiKey:
     if api_key is None:
         raise ApiKey.DoesNotExist(f"no API key matches {reference!r}")
     return api_key
+
+
+def access_token_live(access_token: AccessToken) -> bool:
+    """Whether deleting this token changes a cached answer. An expired token is refused wherever it is
+    cached (expiry is checked on every request), so cleartokens' bulk deletions of expired tokens
+    invalidate nothing; django-oauth-toolkit revokes a token by deleting its row, and that one does."""
+    return access_token.expires > timezone.now()

@@ -3,7 +3,7 @@
 Authentication serves credentials from per-process caches (keys/selectors.py) that are valid while the
 shared configuration generation is unchanged. A write that changes an authentication answer must bump
 the generation once committed, so every process refuses a revoked credential at its very next request:
-saves and deletes do so through the receivers of core/config_cache.py (`invalidating_models`); a
+saves and deletes do so through the receivers keys/apps.py registers (core/config_registry.py); a
 `QuerySet.update()` sends no signal, so the service that uses one bumps explicitly (`api_key_revoke`).
 """
 
@@ -47,7 +47,7 @@ def api_key_create(
     """Create a key and return it with its secret. The secret exists only in this return value.
 
     The group must be one of the account's allowed groups (ApiKeyGroupNotAllowed otherwise): a key
-    serves only while it is (groups.access), so a key for any other group could never be used."""
+    serves only while it is (keys.group_access), so a key for any other group could never be used."""
     if not account.allowed_groups.filter(pk=group.pk).exists():
         raise ApiKeyGroupNotAllowed(
             f"the group {group.name!r} is not among the groups {account.user.get_username()} may use"
@@ -172,7 +172,7 @@ def oauth_application_revoke_for_user(*, user_id: int, application_id: int | Non
     nothing a refresh could revive remains) and its live refresh tokens. `application_id=None` covers
     tokens an operator issued with createtoken. Returns how many tokens were revoked.
 
-    Every access token is deleted, row by row, so the receivers of core/config_cache.py invalidate the
+    Every access token is deleted, row by row, so the receivers keys/apps.py registers invalidate the
     cached credentials on every process once this commits."""
     revoked = 0
     with transaction.atomic():

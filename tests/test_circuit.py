@@ -10,7 +10,7 @@ import pytest
 from django.conf import settings
 from django.core.cache import cache
 
-from core import config_cache
+from core import config_watch
 from core.config_cache import config_generation, config_generation_bump
 from keys.services import api_key_create
 from tests.circuit_counts import counted
@@ -49,15 +49,15 @@ def watched() -> None:
     """This process's configuration watch armed (a request's first use of the configuration arms it)."""
     config_generation()
     config_generation()
-    assert config_cache._watch.armed
+    assert config_watch._watch.armed
 
 
 @pytest.fixture
 def unwatched():
     """No configuration watch, as with a Redis that refuses CLIENT TRACKING: views expire instead."""
-    config_cache._watch.close()
+    config_watch._watch.close()
     yield
-    config_cache._watch.close()
+    config_watch._watch.close()
 
 
 @needs_redis

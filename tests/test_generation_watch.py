@@ -20,14 +20,9 @@ import redis
 from django.conf import settings
 from django.core.cache import cache
 
-from core import config_cache
-from core.config_cache import (
-    GENERATION_KEY,
-    WATCH_CLIENT_NAME,
-    GenerationWatch,
-    config_generation,
-    config_generation_bump,
-)
+from core import config_watch
+from core.config_cache import GENERATION_KEY, config_generation, config_generation_bump
+from core.config_watch import WATCH_CLIENT_NAME, GenerationWatch
 from keys.services import api_key_create
 from tests.redis_commands import redis_commands
 from tests.request_signals import serving_a_request
@@ -225,7 +220,7 @@ def test_in_a_request_the_due_ping_goes_out_once_the_request_has_answered(server
 def test_changes_of_a_watched_prefix_go_to_its_callback_not_to_the_generation(server):
     heard: list[str | None] = []
     prefix = f"igw-test-{uuid.uuid4().hex[:8]}:"
-    config_cache.key_changes_watch(prefix, heard.append)
+    config_watch.key_changes_watch(prefix, heard.append)
     watch = GenerationWatch()
     server.set(full_key(), 7)
     get, reads = counted(read_from(server))
@@ -249,7 +244,7 @@ def test_changes_of_a_watched_prefix_go_to_its_callback_not_to_the_generation(se
         assert watch.generation() is None
         assert None in heard
     finally:
-        config_cache._key_watchers.pop(prefix, None)
+        config_watch._key_watchers.pop(prefix, None)
         watch.close()
 
 
@@ -280,7 +275,7 @@ def test_a_server_that_refuses_tracking_leaves_every_use_reading_redis(server, c
 
 
 def test_a_forked_process_makes_its_own_connection():
-    from core import config_cache as generations
+    from core import config_watch as generations
 
     config_generation()
     assert generations._watch.armed

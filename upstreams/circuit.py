@@ -10,7 +10,7 @@ Round trips: `circuit_admit` reads the circuit with one MGET (the end of the coo
 count) and returns an `Admission`. When that read finds the circuit closed with no failure counted,
 the process remembers it (a clean view) and admits the upstream's next calls without asking Redis
 again, for as long as Redis reports no change of the upstream's circuit: the process's configuration
-watch (core.config_cache.key_changes_watch) hears of every write to a `circuit:` key the moment it is
+watch (core.config_watch.key_changes_watch) hears of every write to a `circuit:` key the moment it is
 made, whichever process makes it, and a failure counted or a circuit opened elsewhere ends the view
 before this process's next admission. When the watch cannot vouch for that (no Redis, a server
 without CLIENT TRACKING, a connection not proven recently), a view lasts CLEAN_VIEW_SECONDS, so a
@@ -59,7 +59,7 @@ from django.core.cache.backends.base import BaseCache
 from django.core.cache.backends.locmem import LocMemCache
 from django.core.signals import request_finished
 
-from core.config_cache import key_changes_receive, key_changes_reported
+from core.config_watch import key_changes_receive, key_changes_reported
 from core.redis_health import RedisUnavailable, redis_guarded
 from core.request_scope import in_request
 

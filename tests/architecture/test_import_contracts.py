@@ -74,3 +74,37 @@ def test_it_fails_when_the_api_base_imports_an_endpoint_family(tmp_path: Path) -
     result = _lint(tree)
     assert result.returncode != 0
     assert "api.violation -> images.pipeline" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "chain"),
+    [
+        (
+            "accounts/violation.py",
+            "from billing.models import Wallet  # noqa\n",
+            "accounts.violation -> billing.models",
+        ),
+        (
+            "groups/violation.py",
+            "from keys.models import ApiKey  # noqa\n",
+            "groups.violation -> keys.models",
+        ),
+    ],
+)
+def test_it_fails_when_a_domain_circle_comes_back(
+    tmp_path: Path, module: str, source: str, chain: str
+) -> None:
+    tree = _tree_copy(tmp_path)
+    (tree / module).write_text(source)
+    result = _lint(tree)
+    assert result.returncode != 0
+    assert chain in result.stdout
+
+
+def test_it_fails_when_the_settings_import_an_app(tmp_path: Path) -> None:
+    tree = _tree_copy(tmp_path)
+    settings = tree / "gateway_project" / "settings.py"
+    settings.write_text(settings.read_text() + "\nfrom keys.credentials import SCOPES  # noqa\n")
+    result = _lint(tree)
+    assert result.returncode != 0
+    assert "gateway_project.settings -> keys.credentials" in result.stdout

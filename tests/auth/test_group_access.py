@@ -1,4 +1,4 @@
-"""The access decisions (groups/access.py) as a matrix: every group state, every override rule and
+"""The access decisions (keys/group_access.py) as a matrix: every group state, every override rule and
 every model outcome, each with its status, type and code. Credentials are real keys and tokens,
 verified the way a request verifies them."""
 
@@ -9,12 +9,12 @@ import pytest
 from accounts.services import account_create, account_set_groups
 from accounts.snapshots import AccountSnapshot
 from core.errors import ApiError
-from groups.access import group_resolve_for_credential
 from groups.models import Group
 from groups.snapshots import GroupSnapshot
 from images.access import image_model_resolve
 from keys.authentication import credential_verify
 from keys.credentials import Credential
+from keys.group_access import group_resolve_for_credential
 from tests.auth.conftest import assert_compatible_error, bearer, group_make, model_make
 
 pytestmark = pytest.mark.django_db

@@ -11,9 +11,9 @@ import pytest
 
 from billing.models import UsageRecord, Wallet
 from core.errors import ApiError
-from groups.access import models_invoke_check
 from keys.authentication import credential_verify
 from keys.credentials import SCOPES
+from keys.group_access import models_invoke_check
 from tests.auth.conftest import REDIRECT_URI, assert_compatible_error, bearer, pkce_pair
 from tests.auth.test_oauth import run
 
