@@ -111,7 +111,11 @@ def input_ceiling_tokens(*, body: dict[str, Any]) -> int:
         if isinstance(value, str):
             total += len(value) if value.isascii() else len(value.encode("utf-8"))
         elif isinstance(value, dict):
+            # `type` is a part's kind in content, but any value in a JSON schema (a tool parameter
+            # named "type" is an object there).
             part_type = value.get("type")
+            if not isinstance(part_type, str):
+                part_type = None
             if part_type in IMAGE_PART_TYPES:
                 total += image_tokens
                 continue
