@@ -13,6 +13,7 @@ Unknown and future fields (tools, response formats, metadata, reasoning settings
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,9 @@ from core.errors import MISSING_REQUIRED_PARAMETER, InvalidRequest, PayloadTooLa
 IMAGE_PART_TYPES = frozenset({"image_url", "input_image", "image"})
 FILE_PART_TYPES = frozenset({"input_file", "file", "document"})
 INLINE_DATA_KEYS = ("file_data", "data")
+# A `\uD800`-`\uDFFF` escape: JSON allows it, but alone (not the half of a pair) it is no character
+# and cannot be sent on as UTF-8.
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,8 @@ def text_body_parse(*, raw: bytes, family: Family) -> TextBody:
         raise InvalidRequest(f"The request body is not valid JSON: {exc}", code="invalid_json") from None
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
+    if SURROGATE_ESCAPE.search(raw) is not None:
+        _refuse_lone_surrogates(body)
     model = body.get("model")
     if not isinstance(model, str) or not model.strip():
         raise InvalidRequest(
@@ -73,6 +79,17 @@ def text_body_parse(*, raw: bytes, family: Family) -> TextBody:
     if stream and not family.streams:
         raise InvalidRequest(f"{family.path} does not stream.", param="stream", code="invalid_value")
     return TextBody(body=body, model=model, stream=stream)
+
+
+def _refuse_lone_surrogates(body: dict[str, Any]) -> None:
+    """A string holding half of a surrogate pair cannot be encoded, forwarded or recorded."""
+    try:
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidRequest(
+            "The request body is not valid JSON: a string holds an unpaired surrogate (\\ud800-\\udfff).",
+            code="invalid_json",
+        ) from None
 
 
 def output_limit_validate(*, body: dict[str, Any], family: Family, text_model: TextModelSnapshot) -> int:

@@ -3,19 +3,27 @@ streamed and not, and the wallet moves by exactly the cost of the usage the call
 
 from __future__ import annotations
 
+import io
 import json
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from anthropic.types import Message
+from django.core.management import call_command
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
 
-from billing.models import Wallet
+from accounts.models import Account
+from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
 from billing.selectors import ledger_check
+from groups.models import Group
+from keys.services import api_key_create
 from tests.factories import text_model_make
 
 pytestmark = pytest.mark.django_db
+
+ROOT = Path(__file__).resolve().parents[2]
 
 PER = Decimal(1_000_000)
 
@@ -100,3 +108,103 @@ def test_the_demo_streams_messages_and_bills_them(client, demo_chat, tara, tara_
     delta = [e for e in events if e["type"] == "message_delta"][-1]["usage"]
     assert events[-1]["type"] == "message_stop"
     assert balance(tara) == Decimal("1") - cost(start["input_tokens"], delta["output_tokens"])
+
+
+# --- agent clients' loops through the gateway ------------------------------------------------------
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def charges(account) -> list[Decimal]:
+    return list(
+        LedgerEntry.objects.filter(wallet__account=account, kind=LedgerEntry.Kind.CHARGE)
+        .order_by("pk")
+        .values_list("amount", flat=True)
+    )
+
+
+def test_a_tool_loop_is_a_call_then_a_tool_result_then_text_each_billed_once(
+    client, demo_chat, tara, tara_key
+):
+    asked = [{"role": "user", "content": "Use get_weather for Paris"}]
+    body = {"model": "demo-chat", "messages": asked, "tools": [WEATHER_TOOL]}
+    first = call(client, "/v1/chat/completions", body, tara_key)
+    tool_call = first.json()["choices"][0]["message"]["tool_calls"][0]
+    history = [
+        *asked,
+        {"role": "assistant", "content": None, "tool_calls": [tool_call]},
+        {"role": "tool", "tool_call_id": tool_call["id"], "content": "Sunny"},
+    ]
+    second = call(client, "/v1/chat/completions", {**body, "messages": history}, tara_key)
+
+    assert json.loads(tool_call["function"]["arguments"]).keys() == {"city"}
+    assert second.json()["choices"][0]["message"]["content"].startswith(
+        'Demo reply after the tool result: "Sunny"'
+    )
+    usages = [first.json()["usage"], second.json()["usage"]]
+    assert charges(tara) == [-cost(u["prompt_tokens"], u["completion_tokens"]) for u in usages]
+    records = UsageRecord.objects.filter(account=tara).order_by("pk")
+    assert [(r.status, r.output_tokens) for r in records] == [(200, u["completion_tokens"]) for u in usages]
+    assert ledger_check() == []
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/chat/completions", {"model": "demo-chat"}),
+        ("/v1/responses", {"model": "demo-chat", "instructions": "Be brief."}),
+        ("/v1/messages", {"model": "demo-chat", "messages": [{"role": "user", "content": "Hi"}]}),
+    ],
+    ids=["chat-without-messages", "responses-without-input", "messages-without-max-tokens"],
+)
+def test_what_the_real_apis_refuse_is_refused_in_their_shape_and_costs_nothing(
+    client, demo_chat, tara, tara_key, path, body
+):
+    response = call(client, path, body, tara_key)
+
+    assert response.status_code == 400
+    assert response.json()["error"]["type"] == "invalid_request_error"
+    assert charges(tara) == []
+    assert balance(tara) == Decimal("1")
+    assert UsageRecord.objects.get(account=tara).status == 400
+    assert not Hold.objects.filter(status=Hold.Status.OPEN).exists()
+
+
+@pytest.fixture
+def demo_config(db):
+    call_command("loadconfig", str(ROOT / "config" / "demo.toml"), stdout=io.StringIO())
+    demo = Account.objects.get(user__username="demo")
+    _, secret = api_key_create(account=demo, group=Group.objects.get(name="Demo-Chat"), label="client")
+    return secret
+
+
+@pytest.mark.parametrize(
+    ("model", "asked", "status"),
+    [
+        ("demo-claude", 32000, 200),
+        ("demo-claude", 64000, 200),
+        ("demo-claude", 128000, 400),
+        ("demo-chat", 32768, 200),
+    ],
+)
+def test_the_demo_models_allow_the_output_limits_of_real_models(client, demo_config, model, asked, status):
+    """Claude Code asks for 32000 output tokens, litellm for 128000: as against the real provider."""
+    body = {"model": model, "max_tokens": asked, "messages": [{"role": "user", "content": "Hi"}]}
+
+    response = call(client, "/v1/messages", body, demo_config)
+
+    assert response.status_code == status
+    if status == 400:
+        limit = f"`max_tokens` is {asked}, above the 64000 output tokens model 'demo-claude' allows."
+        assert limit in response.json()["error"]["message"]

@@ -11,6 +11,7 @@ import pytest
 from billing.ledger import wallet_adjust
 from billing.models import Hold, UsageRecord, Wallet
 from chat.families import FAMILIES
+from chat.validation import text_body_parse
 from groups.services import group_upsert
 from keys.models import ApiKey
 from tests.factories import text_model_make
@@ -167,6 +168,28 @@ def test_a_body_that_is_not_what_the_gateway_needs_is_400(
     assert response.status_code == 400
     assert error_of(path, response)["type"] == "invalid_request_error"
     assert len(upstream.calls) == 0
+
+
+@pytest.mark.parametrize(("path", "model", "limit"), ENDPOINTS)
+@pytest.mark.parametrize("lone", [r"\udfff", r"\ud800", r"x\uDBFF", r"\ude42\ud83d"])
+def test_a_string_holding_an_unpaired_surrogate_is_400_invalid_json(
+    client, upstream, models, tara, tara_key, path, model, limit, lone
+):
+    raw = json.dumps({"model": model, "metadata": {"k": "LONE"}, "messages": []}).replace("LONE", lone)
+
+    response = post(client, path, None, {"Authorization": f"Bearer {tara_key}"}, raw=raw.encode())
+
+    assert response.status_code == 400
+    error = error_of(path, response)
+    assert (error["type"], "unpaired surrogate" in error["message"]) == ("invalid_request_error", True)
+    assert len(upstream.calls) == 0
+    assert UsageRecord.objects.get(account=tara).status == 400
+
+
+def test_an_escaped_surrogate_pair_is_one_character_and_passes():
+    parsed = text_body_parse(raw=rb'{"model": "m", "metadata": {"k": "\ud83d\ude42"}}', family=FAMILIES[0])
+
+    assert parsed.body["metadata"]["k"] == "\U0001f642"
 
 
 def test_a_body_over_the_size_limit_is_413(client, upstream, models, tara_key, settings):

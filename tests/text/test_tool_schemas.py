@@ -51,7 +51,7 @@ BODIES = {
 
 
 @pytest.mark.parametrize("path", list(BODIES))
-def test_a_tool_parameter_named_type_is_served_on_every_text_endpoint(client, demo_chat, tara, tara_key, path):
+def test_a_tool_parameter_named_type_is_served_on_every_endpoint(client, demo_chat, tara, tara_key, path):
     response = client.post(
         path, data=json.dumps(BODIES[path]), content_type="application/json", headers={"x-api-key": tara_key}
     )

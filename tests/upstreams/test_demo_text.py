@@ -8,6 +8,7 @@ import json
 import re
 
 import anthropic.types
+import jsonschema
 import openai.types.chat
 import openai.types.responses
 import pytest
@@ -289,3 +290,363 @@ def test_a_body_that_is_not_a_json_object_is_anthropics_400(demo_upstream, opera
         assert (reply.status, reply.events) == (400, None)
         body = json.loads(reply.body)
         assert (body["type"], body["error"]["type"]) == ("error", "invalid_request_error")
+
+
+# --- as a model for agent clients ------------------------------------------------------------------
+
+WEATHER = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "minLength": 1},
+        "unit": {"type": "string", "enum": ["c", "f"]},
+        "type": {"type": "string"},  # a parameter named `type`, as Codex CLI's tools have
+        "days": {"type": "integer", "minimum": 1, "maximum": 7},
+    },
+    "required": ["city", "unit", "type", "days"],
+    "additionalProperties": False,
+}
+NOTE = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+CHAT_TOOLS = [
+    {"type": "function", "function": {"name": "note", "parameters": NOTE}},
+    {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
+]
+RESPONSE_TOOLS = [
+    {"type": "function", "name": "note", "parameters": NOTE},
+    {"type": "function", "name": "get_weather", "parameters": WEATHER},
+]
+MESSAGE_TOOLS = [{"name": "note", "input_schema": NOTE}, {"name": "get_weather", "input_schema": WEATHER}]
+ASKED = "What is the weather in Paris? Use get_weather."
+
+
+def valid(arguments: dict, schema: dict) -> dict:
+    jsonschema.validate(arguments, schema)
+    return arguments
+
+
+def chat_call(**extra) -> dict:
+    return {**CHAT, "messages": [{"role": "user", "content": ASKED}], "tools": CHAT_TOOLS, **extra}
+
+
+def response_call(**extra) -> dict:
+    return {**RESPONSE, "input": ASKED, "tools": RESPONSE_TOOLS, **extra}
+
+
+def message_call(**extra) -> dict:
+    return {**MESSAGE, "messages": [{"role": "user", "content": ASKED}], "tools": MESSAGE_TOOLS, **extra}
+
+
+def test_a_chat_tool_call_for_a_named_tool_has_arguments_valid_against_its_schema(demo_upstream):
+    completion = openai.types.chat.ChatCompletion.model_validate(
+        answer(demo_upstream, CHAT_COMPLETIONS, chat_call())
+    )
+
+    (choice,) = completion.choices
+    (call,) = choice.message.tool_calls
+    assert (choice.finish_reason, call.function.name, choice.message.content) == (
+        "tool_calls",
+        "get_weather",
+        None,
+    )
+    valid(json.loads(call.function.arguments), WEATHER)
+    assert completion.usage.completion_tokens == tokens("get_weather" + call.function.arguments)
+
+
+def test_a_streamed_chat_tool_call_sends_its_arguments_in_pieces(demo_upstream):
+    chunks = chat_chunks(streamed(demo_upstream, CHAT_COMPLETIONS, chat_call(tool_choice="required")))
+
+    deltas = [chunk.choices[0].delta for chunk in chunks]
+    opened = deltas[1].tool_calls[0]
+    arguments = "".join(d.tool_calls[0].function.arguments for d in deltas[1:] if d.tool_calls)
+    assert (opened.id.startswith("call_"), opened.function.name) == (True, "note")  # required: the first
+    assert len([d for d in deltas if d.tool_calls]) > 2
+    valid(json.loads(arguments), NOTE)
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_a_response_calls_the_named_function_streamed_and_not(demo_upstream):
+    forced = response_call(input="Hello", tool_choice={"type": "function", "name": "get_weather"})
+    response = openai.types.responses.Response.model_validate(answer(demo_upstream, RESPONSES, forced))
+    events = named(streamed(demo_upstream, RESPONSES, forced), RESPONSE_EVENT)
+
+    (call,) = response.output
+    assert (call.type, call.name, call.call_id.startswith("call_")) == ("function_call", "get_weather", True)
+    valid(json.loads(call.arguments), WEATHER)
+    pieces = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
+    (done,) = [e for e in events if e.type == "response.function_call_arguments.done"]
+    assert pieces == done.arguments
+    valid(json.loads(pieces), WEATHER)
+    assert events[-1].type == "response.completed"
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+def test_a_message_uses_the_forced_tool_streamed_and_not(demo_upstream):
+    forced = message_call(tool_choice={"type": "tool", "name": "note"})
+    message = anthropic.types.Message.model_validate(answer(demo_upstream, MESSAGES, forced))
+    events = named(streamed(demo_upstream, MESSAGES, forced), MESSAGE_EVENT)
+
+    (block,) = message.content
+    assert (message.stop_reason, block.type, block.name) == ("tool_use", "tool_use", "note")
+    valid(block.input, NOTE)
+    partial = "".join(e.delta.partial_json for e in events if e.type == "content_block_delta")
+    valid(json.loads(partial), NOTE)
+    assert events[0].message.usage.input_tokens == message.usage.input_tokens > 0  # known at the start
+    assert next(e for e in events if e.type == "message_delta").delta.stop_reason == "tool_use"
+
+
+@pytest.mark.parametrize(
+    ("operation", "body"),
+    [
+        (CHAT_COMPLETIONS, chat_call(messages=[{"role": "user", "content": "Hello"}])),
+        (RESPONSES, response_call(input="Hello")),
+        (MESSAGES, message_call(messages=[{"role": "user", "content": "Hello"}])),
+        (CHAT_COMPLETIONS, chat_call(tool_choice="none")),
+        (MESSAGES, message_call(tool_choice={"type": "none"})),
+    ],
+    ids=["chat", "responses", "messages", "chat-none", "messages-none"],
+)
+def test_without_a_forced_or_named_tool_the_answer_is_text(demo_upstream, operation, body):
+    payload = json.dumps(answer(demo_upstream, operation, body))
+
+    assert "Demo reply to" in payload
+    for call in ('"tool_calls": [', '"type": "tool_use"', '"type": "function_call"'):
+        assert call not in payload
+
+
+def test_after_a_tool_result_each_family_answers_in_text(demo_upstream):
+    chat = chat_call(
+        messages=[
+            {"role": "user", "content": ASKED},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": "{}"},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 21 degrees"},
+        ]
+    )
+    responses = response_call(
+        input=[
+            {"role": "user", "content": ASKED},
+            {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "call_1", "output": "Sunny, 21 degrees"},
+        ]
+    )
+    messages = message_call(
+        messages=[
+            {"role": "user", "content": ASKED},
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "Sunny, 21 degrees"}
+                ],
+            },
+        ]
+    )
+
+    completion = openai.types.chat.ChatCompletion.model_validate(
+        answer(demo_upstream, CHAT_COMPLETIONS, chat)
+    )
+    response = openai.types.responses.Response.model_validate(answer(demo_upstream, RESPONSES, responses))
+    message = anthropic.types.Message.model_validate(answer(demo_upstream, MESSAGES, messages))
+
+    expected = 'Demo reply after the tool result: "Sunny, 21 degrees".'
+    assert completion.choices[0].finish_reason == "stop"
+    assert completion.choices[0].message.content.startswith(expected)
+    assert response.output_text.startswith(expected)
+    assert message.stop_reason == "end_turn"
+    assert message.content[0].text.startswith(expected)
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"title": {"type": "string"}, "score": {"type": "integer", "minimum": 0, "maximum": 10}},
+    "required": ["title", "score"],
+    "additionalProperties": False,
+}
+
+
+def chat_text(payload: dict) -> str:
+    return payload["choices"][0]["message"]["content"]
+
+
+def chat_streamed_text(events: list[SSEEvent]) -> str:
+    return "".join(chunk.choices[0].delta.content or "" for chunk in chat_chunks(events) if chunk.choices)
+
+
+def response_text(payload: dict) -> str:
+    return openai.types.responses.Response.model_validate(payload).output_text
+
+
+def response_streamed_text(events: list[SSEEvent]) -> str:
+    return "".join(e.delta for e in named(events, RESPONSE_EVENT) if e.type == "response.output_text.delta")
+
+
+def message_text(payload: dict) -> str:
+    return payload["content"][0]["text"]
+
+
+def message_streamed_text(events: list[SSEEvent]) -> str:
+    return "".join(e.delta.text for e in named(events, MESSAGE_EVENT) if e.type == "content_block_delta")
+
+
+JSON_FORMATS = [
+    (
+        CHAT_COMPLETIONS,
+        {**CHAT, "response_format": {"type": "json_object"}},
+        None,
+        chat_text,
+        chat_streamed_text,
+    ),
+    (
+        CHAT_COMPLETIONS,
+        {**CHAT, "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": SCHEMA}}},
+        SCHEMA,
+        chat_text,
+        chat_streamed_text,
+    ),
+    (
+        RESPONSES,
+        {**RESPONSE, "text": {"format": {"type": "json_object"}}},
+        None,
+        response_text,
+        response_streamed_text,
+    ),
+    (
+        RESPONSES,
+        {**RESPONSE, "text": {"format": {"type": "json_schema", "name": "r", "schema": SCHEMA}}},
+        SCHEMA,
+        response_text,
+        response_streamed_text,
+    ),
+    (
+        MESSAGES,
+        {**MESSAGE, "output_format": {"type": "json_schema", "schema": SCHEMA}},
+        SCHEMA,
+        message_text,
+        message_streamed_text,
+    ),
+    (
+        MESSAGES,
+        {**MESSAGE, "output_config": {"format": {"type": "json_schema", "schema": SCHEMA}}},
+        SCHEMA,
+        message_text,
+        message_streamed_text,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("operation", "body", "schema", "text_of", "streamed_text_of"),
+    JSON_FORMATS,
+    ids=[
+        "chat-json",
+        "chat-schema",
+        "responses-json",
+        "responses-schema",
+        "messages-format",
+        "messages-config",
+    ],
+)
+def test_json_formats_answer_json_valid_against_the_schema_streamed_and_not(
+    demo_upstream, operation, body, schema, text_of, streamed_text_of
+):
+    whole = json.loads(text_of(answer(demo_upstream, operation, body)))
+    pieces = json.loads(streamed_text_of(streamed(demo_upstream, operation, body)))
+
+    for value in (whole, pieces):
+        assert isinstance(value, dict)
+        if schema is not None:
+            valid(value, schema)
+
+
+def test_n_gives_that_many_choices_and_counts_the_output_of_each(demo_upstream):
+    one = openai.types.chat.ChatCompletion.model_validate(answer(demo_upstream, CHAT_COMPLETIONS, CHAT))
+    three = openai.types.chat.ChatCompletion.model_validate(
+        answer(demo_upstream, CHAT_COMPLETIONS, {**CHAT, "n": 3})
+    )
+    chunks = chat_chunks(streamed(demo_upstream, CHAT_COMPLETIONS, {**CHAT, "n": 3}))
+
+    assert [choice.index for choice in three.choices] == [0, 1, 2]
+    assert three.usage.completion_tokens == 3 * one.usage.completion_tokens
+    for index in range(3):
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices[0].index == index)
+        assert text == three.choices[index].message.content
+    assert [c.choices[0].index for c in chunks if c.choices[0].finish_reason] == [0, 1, 2]
+
+
+def test_stop_sequences_end_the_text_before_them(demo_upstream):
+    chat = openai.types.chat.ChatCompletion.model_validate(
+        answer(demo_upstream, CHAT_COMPLETIONS, {**CHAT, "stop": ["offline"]})
+    )
+    message = anthropic.types.Message.model_validate(
+        answer(demo_upstream, MESSAGES, {**MESSAGE, "stop_sequences": ["nope", "offline"]})
+    )
+    events = named(
+        streamed(demo_upstream, MESSAGES, {**MESSAGE, "stop_sequences": ["offline"]}), MESSAGE_EVENT
+    )
+
+    text = chat.choices[0].message.content
+    assert text.endswith("written ") and "offline" not in text
+    assert (chat.choices[0].finish_reason, chat.usage.completion_tokens) == ("stop", tokens(text))
+    assert (message.stop_reason, message.stop_sequence, message.content[0].text) == (
+        "stop_sequence",
+        "offline",
+        text,
+    )
+    assert (events[-2].delta.stop_reason, events[-2].delta.stop_sequence) == ("stop_sequence", "offline")
+
+
+def test_every_answer_has_ids_of_its_own(demo_upstream):
+    first, second = (answer(demo_upstream, CHAT_COMPLETIONS, chat_call(tool_choice="required")) for _ in "ab")
+
+    assert first["id"] != second["id"]
+    ids = [c["choices"][0]["message"]["tool_calls"][0]["id"] for c in (first, second)]
+    assert ids[0] != ids[1]
+    assert answer(demo_upstream, MESSAGES, MESSAGE)["id"] != answer(demo_upstream, MESSAGES, MESSAGE)["id"]
+
+
+NO_MAX_TOKENS = {key: value for key, value in MESSAGE.items() if key != "max_tokens"}
+UNKNOWN_TOOL = {"type": "function", "function": {"name": "x"}}
+NOT_A_SCHEMA = {"type": "function", "function": {"name": "f", "parameters": 3}}
+
+
+@pytest.mark.parametrize(
+    ("operation", "body", "param", "message"),
+    [
+        (CHAT_COMPLETIONS, {"model": "demo-chat"}, "messages", "Missing required parameter: 'messages'."),
+        (RESPONSES, {"model": "demo-chat"}, "input", "Missing required parameter: 'input'."),
+        (MESSAGES, NO_MAX_TOKENS, None, "max_tokens: Field required"),
+        (MESSAGES_COUNT_TOKENS, {"model": "demo-claude"}, None, "messages: Field required"),
+        (CHAT_COMPLETIONS, {**CHAT, "messages": []}, "messages", None),
+        (CHAT_COMPLETIONS, chat_call(tool_choice=UNKNOWN_TOOL), "tool_choice", None),
+        (CHAT_COMPLETIONS, {**CHAT, "tools": [NOT_A_SCHEMA]}, "tools[0]", None),
+        (CHAT_COMPLETIONS, {**CHAT, "n": 0}, "n", None),
+        (MESSAGES, message_call(tool_choice={"type": "any"}, tools=[]), None, None),
+        (MESSAGES, {**MESSAGE, "messages": [{"role": "system", "content": "x"}]}, None, None),
+    ],
+    ids=[
+        "chat-no-messages", "responses-no-input", "messages-no-max-tokens", "count-no-messages",
+        "chat-empty-messages", "chat-unknown-forced-tool", "chat-schema-not-object", "chat-n-zero",
+        "messages-any-without-tools", "messages-system-role",
+    ],
+)  # fmt: skip
+def test_it_refuses_what_the_real_apis_refuse_in_their_shape(demo_upstream, operation, body, param, message):
+    with ask(demo_upstream, operation, body) as reply:
+        assert (reply.status, reply.events) == (400, None)
+        payload = json.loads(reply.body)
+    if operation in (MESSAGES, MESSAGES_COUNT_TOKENS):
+        assert (payload["type"], payload["error"]["type"]) == ("error", "invalid_request_error")
+    else:
+        assert (payload["error"]["type"], payload["error"]["param"]) == ("invalid_request_error", param)
+    if message is not None:
+        assert payload["error"]["message"] == message

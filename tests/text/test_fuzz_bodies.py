@@ -1,0 +1,189 @@
+"""Any JSON value in any position of a text body: never a 5xx, a refusal in the family's own error
+shape, and no money lost (no hold left open, the ledger's invariants kept).
+
+Hypothesis puts arbitrary JSON (objects with the keys the walkers look at, strings with NULs and
+unpaired surrogates, huge numbers) into each field the gateway or the demo upstream reads, and into
+a message's content parts, on every text endpoint, streamed and not.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import os
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from billing.ledger import wallet_top_up
+from billing.models import Hold
+from billing.selectors import ledger_check
+from tests.factories import text_model_make
+
+pytestmark = pytest.mark.django_db
+
+# Keys and strings the request walkers give a meaning to, so that the fuzz reaches their branches.
+MEANINGFUL = [
+    "type", "role", "content", "text", "image", "image_url", "input_image", "file", "document",
+    "input_file", "file_data", "data", "source", "tool_result", "tool_use", "function", "name",
+    "parameters", "input_schema", "properties", "required", "json_schema", "json_object", "schema",
+    "format", "object", "string", "user", "assistant", "tool", "system", "developer", "any", "auto",
+    "none", "function_call_output", "minItems", "include_usage", "$schema",
+]  # fmt: skip
+ODD_STRINGS = ["\udfff", "\ud800x", "a\x00b", "\u2028", "", " ", "é", "🙂"]
+TEXTS = st.sampled_from(MEANINGFUL + ODD_STRINGS) | st.text(max_size=10)
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | TEXTS
+)
+JSON_VALUES = st.recursive(
+    SCALARS,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(TEXTS, children, max_size=4),
+    max_leaves=16,
+)
+
+USER = {"role": "user", "content": "hi"}
+FAMILIES: dict[str, tuple[dict[str, Any], str, list[tuple[Any, ...]]]] = {
+    # path: (a valid body, the error shape, where the fuzz puts its value)
+    "/v1/chat/completions": (
+        {"model": "demo-chat", "messages": [USER]},
+        "compatible",
+        [
+            ("messages",), ("messages", 0), ("messages", 0, "content"), ("messages", 0, "content", 0),
+            ("tools",), ("tools", 0), ("tool_choice",), ("metadata",), ("response_format",), ("stop",),
+            ("n",), ("stream_options",), ("user",), ("max_tokens",), ("max_completion_tokens",),
+            ("parallel_tool_calls",), ("reasoning_effort",),
+        ],
+    ),
+    "/v1/responses": (
+        {"model": "demo-chat", "input": [USER]},
+        "compatible",
+        [
+            ("input",), ("input", 0), ("input", 0, "content"), ("input", 0, "content", 0), ("tools",),
+            ("tools", 0), ("tool_choice",), ("metadata",), ("instructions",), ("text",), ("reasoning",),
+            ("include",), ("max_output_tokens",), ("store",),
+        ],
+    ),
+    "/v1/messages": (
+        {"model": "demo-chat", "max_tokens": 64, "messages": [USER]},
+        "native",
+        [
+            ("messages",), ("messages", 0), ("messages", 0, "content"), ("messages", 0, "content", 0),
+            ("system",), ("tools",), ("tools", 0), ("tool_choice",), ("metadata",), ("thinking",),
+            ("stop_sequences",), ("output_config",), ("max_tokens",),
+        ],
+    ),
+    "/v1/messages/count_tokens": (
+        {"model": "demo-chat", "messages": [USER]},
+        "native",
+        [
+            ("messages",), ("messages", 0, "content"), ("messages", 0, "content", 0), ("system",),
+            ("tools",), ("tools", 0), ("tool_choice",), ("thinking",),
+        ],
+    ),
+}  # fmt: skip
+# A tool whose schema the fuzz fills, and a forced call of it, for the demo's argument maker.
+FORCED_TOOL = {
+    "/v1/chat/completions": lambda schema: {
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": schema}}],
+        "tool_choice": "required",
+    },
+    "/v1/responses": lambda schema: {
+        "tools": [{"type": "function", "name": "f", "parameters": schema}],
+        "tool_choice": "required",
+    },
+    "/v1/messages": lambda schema: {
+        "tools": [{"name": "f", "input_schema": schema}],
+        "tool_choice": {"type": "any"},
+    },
+}
+FUZZ = settings(
+    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "60")),  # more for a longer search
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
+@pytest.fixture
+def fuzzed(chat_group, demo_upstream, tara, tara_key, client):
+    text_model_make(model_id="demo-chat", group=chat_group, upstreams=[demo_upstream])
+    wallet_top_up(account=tara, amount="1000.00", reference="fuzz")
+
+    def send(path: str, body: dict[str, Any]):
+        return client.post(
+            path,
+            data=json.dumps(body),  # ensure_ascii: unpaired surrogates go out as \\udXXX escapes
+            content_type="application/json",
+            headers={"x-api-key": tara_key},
+        )
+
+    return send
+
+
+def placed(body: dict[str, Any], where: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    """A copy of `body` with `value` at `where`: list items appended, missing containers made, and
+    content in a list of parts when the value goes into a part."""
+    body = copy.deepcopy(body)
+    if len(where) == 4:
+        body[where[0]][0]["content"] = [{"type": "text", "text": "hi"}]
+    holder: Any = body
+    for step, after in itertools.pairwise(where):
+        if isinstance(holder, dict) and step not in holder:
+            holder[step] = [] if isinstance(after, int) else {}
+        if isinstance(holder, list) and step >= len(holder):
+            holder.append([] if isinstance(after, int) else {})
+        holder = holder[step]
+    last = where[-1]
+    if isinstance(holder, list) and last >= len(holder):
+        holder.append(value)
+    else:
+        holder[last] = value
+    return body
+
+
+def assert_answered_well(response, shape: str) -> None:
+    assert response.status_code < 500, response.content[:500]
+    if response.status_code >= 400:
+        payload = response.json()
+        if shape == "native":
+            assert payload["type"] == "error"
+        error = payload["error"]
+        assert isinstance(error["type"], str) and error["type"]
+        assert isinstance(error["message"], str) and error["message"]
+    elif response.streaming:
+        stream = b"".join(response.streaming_content)
+        assert stream.startswith(b"data: ") or stream.startswith(b"event: "), stream[:200]
+    else:
+        assert isinstance(response.json(), dict)
+    assert not Hold.objects.filter(status=Hold.Status.OPEN).exists()
+
+
+@pytest.mark.parametrize("path", list(FAMILIES))
+@FUZZ
+@given(data=st.data(), value=JSON_VALUES, stream=st.booleans())
+def test_any_json_value_in_any_field_is_never_a_server_error(fuzzed, path, data, value, stream):
+    body, shape, places = FAMILIES[path]
+    where = data.draw(st.sampled_from(places))
+    body = placed(body, where, value)
+    if stream and not path.endswith("count_tokens"):
+        body["stream"] = True
+
+    assert_answered_well(fuzzed(path, body), shape)
+    assert ledger_check() == []
+
+
+@pytest.mark.parametrize("path", list(FORCED_TOOL))
+@FUZZ
+@given(schema=JSON_VALUES, stream=st.booleans())
+def test_any_tool_schema_with_a_forced_call_is_never_a_server_error(fuzzed, path, schema, stream):
+    base, shape, _ = FAMILIES[path]
+    body = {**base, **FORCED_TOOL[path](schema), "stream": stream}
+
+    assert_answered_well(fuzzed(path, body), shape)
+    assert ledger_check() == []
