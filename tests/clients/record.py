@@ -3,10 +3,11 @@
     .venv/bin/python -m tests.clients.record
 
 Runs each client against the capture server (tests/clients/capture.py, 127.0.0.1 only) with its
-vendor's model names, the agent CLIs with the recipes of docs/text.md in a temporary HOME and working
-directory, the Python clients through tests/clients/drivers.py, and writes every JSON body they sent,
-with `index.json` saying which client (and version) sent it to which endpoint. Machine paths and the
-key are replaced by fixed placeholders. The old corpus is replaced.
+vendor's model names (the agent CLIs also with the recipe's own): the agent CLIs with the recipes of
+docs/text.md in a temporary HOME and working directory, the Python clients through
+tests/clients/drivers.py. Writes every JSON body they sent, with `index.json` saying which client
+(and version) sent it to which endpoint. Machine paths and the key are replaced by fixed
+placeholders. The old corpus is replaced.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def _sanitize(body: dict, replacements: list[tuple[str, str]]) -> dict:
     return json.loads(text)
 
 
-def _cli(title: str, model: str, prompt: str | None) -> Callable[[str, Path, Path], None]:
+def _cli(title: str, model: str | None, prompt: str | None) -> Callable[[str, Path, Path], None]:
     def run(url: str, home: Path, cwd: Path) -> None:
         done = cli_run(title, base_url=url, key=KEY, home=home, cwd=cwd, model=model, prompt=prompt)
         if done.returncode != 0:
@@ -87,7 +88,16 @@ RECORDINGS: list[tuple[str, str, str, Callable[[str, Path, Path], None]]] = [
         "tool",
         _cli("Claude Code", ANTHROPIC_MODEL, CLAUDE_TOOL_PROMPT),
     ),
+    # With the recipe's own model id, which the CLIs do not know: they send other things then
+    # (Claude Code a `system` message among the messages).
+    (
+        "claude-code",
+        node_version("@anthropic-ai/claude-code"),
+        "gateway-model",
+        _cli("Claude Code", None, None),
+    ),
     ("codex", node_version("@openai/codex"), "hello", _cli("Codex CLI", OPENAI_MODEL, None)),
+    ("codex", node_version("@openai/codex"), "gateway-model", _cli("Codex CLI", None, None)),
     ("codex", node_version("@openai/codex"), "tool", _cli("Codex CLI", OPENAI_MODEL, CODEX_TOOL_PROMPT)),
     ("openai", version("openai"), "chat", _py(drivers.openai_chat_tool_loop, OPENAI_MODEL, stream=False)),
     (
