@@ -14,6 +14,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
@@ -78,8 +79,22 @@ def make_run(tmp_path_factory) -> Iterator[MakeRun]:
         yield MakeRun(url=url, key=keys["Demo-Chat"], database=database)
 
 
+def _settled_records(make_run: MakeRun, *, after: int) -> list[tuple]:
+    """The new usage records once none has come for half a second (5 s at most): a CLI may exit
+    before the server has written the record of its last streamed call."""
+    deadline = time.monotonic() + 5
+    found = make_run.rows(UsageRecord, "request_id", "endpoint", "status", "amount", after=after)
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        again = make_run.rows(UsageRecord, "request_id", "endpoint", "status", "amount", after=after)
+        if len(again) == len(found):
+            break
+        found = again
+    return found
+
+
 def _assert_each_call_billed_once(make_run: MakeRun, *, after: int, before: dict, endpoint: str, calls=None):
-    records = make_run.rows(UsageRecord, "request_id", "endpoint", "status", "amount", after=after)
+    records = _settled_records(make_run, after=after)
     assert records, "no call was recorded"
     if calls is not None:
         assert len(records) == calls

@@ -92,6 +92,19 @@ class Billing:
                 return found
             time.sleep(0.05)
 
+    def records_settled(self) -> list[UsageRecord]:
+        """The new usage records once none has come for half a second (5 s at most): a CLI may exit
+        before the server has written the record of its last streamed call."""
+        deadline = time.monotonic() + 5
+        found = self.records()
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            again = self.records()
+            if len(again) == len(found):
+                break
+            found = again
+        return found
+
     def assert_each_call_billed_once(
         self, *, calls: int, endpoints: set[str], model: str, free: int = 0
     ) -> list[UsageRecord]:
@@ -137,7 +150,7 @@ def test_claude_code_answers_through_the_gateway_and_each_call_is_billed_once(li
 
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
     assert DEMO_REPLY in done.stdout
-    records = billing.records()
+    records = billing.records_settled()
     assert records, "Claude Code made no call the gateway recorded"
     billing.assert_each_call_billed_once(calls=len(records), endpoints={"messages"}, model="demo-claude")
 
@@ -154,7 +167,7 @@ def test_codex_exec_answers_through_the_gateway_and_each_call_is_billed_once(liv
 
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
     assert DEMO_REPLY in done.stdout
-    records = billing.records()
+    records = billing.records_settled()
     assert records, "Codex made no call the gateway recorded"
     billing.assert_each_call_billed_once(calls=len(records), endpoints={"responses"}, model="demo-chat")
 
