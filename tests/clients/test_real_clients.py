@@ -106,17 +106,17 @@ class Billing:
         return found
 
     def assert_each_call_billed_once(
-        self, *, calls: int, endpoints: set[str], model: str, free: int = 0
+        self, *, calls: int, endpoints: set[str], model: str | None, free: int = 0
     ) -> list[UsageRecord]:
-        """`calls` billed calls on `endpoints` (and `free` count_tokens calls, recorded uncharged);
-        returns all their records in order."""
+        """`calls` billed calls on `endpoints` of `model` (None: any), and `free` count_tokens calls
+        recorded uncharged; returns all their records in order."""
         everything = self.records(expected=calls + free)
         assert len(everything) == calls + free, [(r.endpoint, r.status, r.error_code) for r in everything]
         counts = [r for r in everything if r.endpoint == "messages.count_tokens"]
         assert [(r.status, r.amount) for r in counts] == [(200, 0)] * free
         records = [r for r in everything if r.endpoint != "messages.count_tokens"]
         assert {r.endpoint for r in records} <= endpoints
-        assert all(r.status == 200 and r.model_id == model and r.amount > 0 for r in records), [
+        assert all(r.status == 200 and model in (None, r.model_id) and r.amount > 0 for r in records), [
             (r.endpoint, r.status, r.error_code, r.amount) for r in records
         ]
         charges = LedgerEntry.objects.filter(reference__in=[r.request_id for r in records])
@@ -191,6 +191,46 @@ def test_the_recipes_are_read_from_the_doc():
     assert codex.argv[:2] == ["codex", "exec"]
     assert openai_style.env["OPENAI_BASE_URL"] == "http://gw.test/v1"
     assert openai_style.env["ANTHROPIC_BASE_URL"] == "http://gw.test"
+
+
+def test_the_sdks_reach_the_gateway_with_the_doc_s_environment_alone(live, monkeypatch):
+    """The "OpenAI-style clients" recipe: its variables set, every client built without arguments."""
+    import anthropic
+    import openai
+    from agents import Agent, Runner, set_tracing_disabled
+    from langchain_anthropic import ChatAnthropic
+    from langchain_openai import ChatOpenAI
+
+    for name in ("OPENAI_API_BASE", "ANTHROPIC_API_URL", "ANTHROPIC_AUTH_TOKEN", "OPENAI_ORG_ID"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in recipe("OpenAI-style clients", base_url=live.url, key=live.demo.key).env.items():
+        monkeypatch.setenv(name, value)
+    set_tracing_disabled(True)
+    billing = Billing(live)
+    hello = [{"role": "user", "content": "Hello"}]
+
+    answers = [
+        openai.OpenAI().chat.completions.create(model="demo-chat", messages=hello).choices[0].message.content,
+        anthropic.Anthropic()
+        .messages.create(model="demo-claude", max_tokens=100, messages=hello)
+        .content[0]
+        .text,
+        ChatOpenAI(model="demo-chat").invoke("Hello").text,
+        ChatAnthropic(model="demo-claude").invoke("Hello").text,
+        Runner.run_sync(Agent(name="Greeter", model="demo-chat"), "Hello").final_output,
+    ]
+
+    assert all(answer.startswith(DEMO_REPLY) for answer in answers), answers
+    records = billing.assert_each_call_billed_once(
+        calls=5, endpoints={"chat.completions", "messages", "responses"}, model=None
+    )
+    assert [(r.endpoint, r.model_id) for r in records] == [
+        ("chat.completions", "demo-chat"),
+        ("messages", "demo-claude"),
+        ("chat.completions", "demo-chat"),
+        ("messages", "demo-claude"),
+        ("responses", "demo-chat"),
+    ]
 
 
 # --- Python clients: a tool loop each ---------------------------------------------------------------
