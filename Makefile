@@ -38,7 +38,7 @@ test: lint
 test-sqlite: $(BIN)/.installed
 	DATABASE_URL= REDIS_URL= $(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# `make bench`: the benchmark suite (bench/run.py, ~6 minutes on 2 cores; BENCH_ARGS=--quick for a short run).
+# `make bench`: the benchmark suite (bench/run.py, ~15 minutes on 2 cores; BENCH_ARGS=--quick for a short run).
 bench: $(BIN)/.installed
 	BENCH_VIA_MAKE=1 $(BIN)/python bench/run.py $(BENCH_ARGS)
 

@@ -64,6 +64,17 @@ class AccountExists(ValueError):
     """The username is taken."""
 
 
+class AccountGroupInactive(ValueError):
+    """A group asked for is not active (disabled, unavailable or deleted): no account is opened in it."""
+
+    def __init__(self, group: Group) -> None:
+        super().__init__(
+            f"the group {group.name!r} is {group.get_status_display().lower()}: accounts are opened in "
+            "active groups only (activate it first)"
+        )
+        self.group = group
+
+
 def account_open(
     *, username: str, email: str = "", allowed_groups: Iterable[Group], current_group: Group | None
 ) -> Account:
@@ -71,7 +82,14 @@ def account_open(
     the provisioning API, through account_create_with_groups).
 
     The user has no usable password until one is set (changepassword, or the console's reset).
-    AccountExists for a username in use (also when a concurrent request took it first)."""
+    AccountExists for a username in use (also when a concurrent request took it first);
+    AccountGroupInactive when a group is not active: the account could neither make a key in it nor
+    call through it, so opening it there is a mistake to report, not to carry out. (An existing
+    account keeps a group an operator disables later: that is what disabling a group is for.)"""
+    allowed_groups = list(allowed_groups)
+    for group in allowed_groups:
+        if group.status != Group.Status.ACTIVE:
+            raise AccountGroupInactive(group)
     try:
         with transaction.atomic():
             if User.objects.filter(username=username).exists():

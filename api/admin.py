@@ -18,7 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounts.models import Account, User
-from accounts.services import AccountExists, account_create_with_groups
+from accounts.services import AccountExists, AccountGroupInactive, account_create_with_groups
 from api.admin_schema import (
     account_create_schema,
     key_create_schema,
@@ -29,7 +29,7 @@ from api.admin_schema import (
 )
 from api.answers import stored_response
 from api.base import GatewayAPIView
-from api.views import _usage_totals
+from api.bodies import usage_totals_body
 from billing.idempotency import (
     StoredResponse,
     idempotency_charge_note,
@@ -253,6 +253,13 @@ class AdminAccountCreateView(AdminAPIView):
             raise Conflict(
                 f"The username {body['username']!r} is taken.", param="username", code="username_taken"
             ) from None
+        except AccountGroupInactive as refused:
+            raise InvalidRequest(
+                f"The group {refused.group.name!r} is {refused.group.get_status_display().lower()}: "
+                "accounts are opened in active groups only.",
+                param="groups",
+                code="group_inactive",
+            ) from None
         return Response(_account_body(account), status=201)
 
 
@@ -362,7 +369,7 @@ class AdminUsageView(AdminAPIView):
                 "account_id": account.pk,
                 "from": start.isoformat(),
                 "to": end.isoformat(),
-                "totals": _usage_totals(totals),
+                "totals": usage_totals_body(totals),
                 "data": [_record_body(record) for record in records],
                 "has_more": has_more,
                 "next_before_id": records[-1].pk if has_more else None,

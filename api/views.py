@@ -16,11 +16,12 @@ from rest_framework.response import Response
 from accounts.models import Account
 from accounts.selectors import account_get_for_profile
 from api.base import GatewayAPIView
+from api.bodies import usage_totals_body
 from api.catalog import ListedModel, model_get_for_credential, model_list_for_credential
 from api.schema import me_schema, model_detail_schema, model_list_schema
 from billing.models import Wallet
 from billing.money import money_str
-from billing.selectors import UsageTotals, usage_totals_get
+from billing.selectors import usage_totals_get
 from core.errors import INSUFFICIENT_SCOPE, MODEL_NOT_FOUND, InvalidRequest, NotFound, PermissionDenied, Shape
 from groups.models import Group
 from groups.snapshots import GroupSnapshot
@@ -206,20 +207,12 @@ def _balance_part(account: Account) -> dict[str, Any]:
     }
 
 
-def _usage_totals(totals: UsageTotals) -> dict[str, Any]:
-    return {
-        "calls": totals.calls,
-        "amount": money_str(totals.amount),
-        "input_tokens": totals.input_tokens,
-        "cached_tokens": totals.cached_tokens,
-        "cache_write_tokens": totals.cache_write_tokens,
-        "output_tokens": totals.output_tokens,
-    }
-
-
 def _usage_part(account: Account) -> dict[str, Any]:
     periods = usage_totals_get(account_id=account.pk)
-    return {"today": _usage_totals(periods.today), "this_month": _usage_totals(periods.this_month)}
+    return {
+        "today": usage_totals_body(periods.today),
+        "this_month": usage_totals_body(periods.this_month),
+    }
 
 
 class MeView(GatewayAPIView):

@@ -11,7 +11,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from billing.models import Hold, LedgerEntry, Subscription, SubscriptionUsage, UsageRecord, Wallet
-from billing.money import money_str
+from billing.money import money_display
 from billing.windows import TOTAL_WINDOW_START, local_midnight, window_end, window_starts_at
 from core.modelutils import MONEY
 
@@ -145,24 +145,24 @@ def _wallet_problems() -> list[LedgerProblem]:
     for wallet in wallets.order_by("pk"):
         subject = f"wallet #{wallet.pk} ({wallet.account})"
         wallet.ledger_sum, wallet.open_held = money_exact(wallet.ledger_sum), money_exact(wallet.open_held)
-        balance, held = money_str(wallet.balance), money_str(wallet.held)
+        balance, held = money_display(wallet.balance), money_display(wallet.held)
         if wallet.balance != wallet.ledger_sum:
             problems.append(
                 LedgerProblem(
-                    subject, f"balance {balance} != sum of ledger entries {money_str(wallet.ledger_sum)}"
+                    subject, f"balance {balance} != sum of ledger entries {money_display(wallet.ledger_sum)}"
                 )
             )
         if wallet.last_balance_after is not None and wallet.last_balance_after != wallet.balance:
-            last = money_str(wallet.last_balance_after)
+            last = money_display(wallet.last_balance_after)
             problems.append(
                 LedgerProblem(subject, f"balance {balance} != the last entry's balance_after {last}")
             )
         if wallet.held != wallet.open_held:
             problems.append(
-                LedgerProblem(subject, f"held {held} != sum of open holds {money_str(wallet.open_held)}")
+                LedgerProblem(subject, f"held {held} != sum of open holds {money_display(wallet.open_held)}")
             )
         if wallet.balance - wallet.held < 0:
-            available = money_str(wallet.balance - wallet.held)
+            available = money_display(wallet.balance - wallet.held)
             problems.append(LedgerProblem(subject, f"available balance {available} is negative"))
     return problems
 
@@ -189,7 +189,8 @@ def _subscription_usage_problems() -> list[LedgerProblem]:
             problems.append(
                 LedgerProblem(
                     f"subscription #{usage.subscription_id} {usage.window} window from {usage.window_start}",
-                    f"used {money_str(usage.used)} != sum of its open and captured holds {money_str(want)}",
+                    f"used {money_display(usage.used)} != sum of its open and captured holds "
+                    f"{money_display(want)}",
                 )
             )
     for identity, want in expected.items():
@@ -197,7 +198,7 @@ def _subscription_usage_problems() -> list[LedgerProblem]:
             problems.append(
                 LedgerProblem(
                     f"subscription #{identity[0]} {identity[1]} window from {identity[2]}",
-                    f"no usage counter, but holds of {money_str(want)} count in it",
+                    f"no usage counter, but holds of {money_display(want)} count in it",
                 )
             )
     return problems

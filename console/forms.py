@@ -12,6 +12,7 @@ from django import forms
 from django.conf import settings
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
+from django.core.validators import RegexValidator
 from django.utils import timezone
 
 from billing.money import money_display
@@ -75,6 +76,7 @@ class FormTokenMixin:
             widget=forms.HiddenInput,
             max_length=FORM_TOKEN_LENGTH,
             initial=form_token_new(),
+            validators=[RegexValidator(r"^[A-Za-z0-9_-]*$", "This form's token is not one the page made.")],
             # A form posted without one (not the page's own) is simply not recognised when resent.
             required=False,
         )
@@ -196,7 +198,9 @@ class PlaygroundForm(FormTokenMixin, forms.Form):
             "model": data["model"].model_id,
             "prompt": data["prompt"],
             "n": data["n"],
-            "response_format": "b64_json",
+            # Links, not the images: the session keeps references to them (hosted images, for an
+            # upstream answering base64), never megabytes of base64.
+            "response_format": "url",
         }
         for field in CHOICE_LABELS:
             if data.get(field):

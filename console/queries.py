@@ -7,6 +7,7 @@ the owning app's services (keys.services), never through this module.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
@@ -33,7 +34,7 @@ from billing.money import money_display
 from billing.windows import TOTAL_WINDOW_START, window_end, window_starts_at
 from chat.selectors import group_text_models_enabled
 from groups.models import Group
-from images.models import ImageModel
+from images.models import HostedImage, ImageModel
 from keys.models import ApiKey
 
 SPEND_DAYS = 30
@@ -221,6 +222,7 @@ class CallRow:
     amount: str
     tokens: str = ""  # a text call's tokens in short ("1,234 in · 56 out"); empty for an image call
     tokens_title: str = ""  # every count, named in full
+    via_short: str = ""  # what a narrow column shows of `via`: a key's label, else its prefix
 
 
 def _tokens_shown(record: UsageRecord) -> tuple[str, str]:
@@ -255,23 +257,35 @@ def _credential_names(*, account: Account) -> dict[str, str]:
     return names
 
 
+def call_row(
+    *, record: UsageRecord, names: dict[str, str], short_names: dict[str, str] | None = None
+) -> CallRow:
+    """A call as the console's tables show it: `names` (credential → key prefix and label) and
+    `short_names` (credential → label alone) of the account's keys."""
+    short_names = short_names or {}
+    tokens, tokens_title = _tokens_shown(record)
+    return CallRow(
+        record=record,
+        via=_via(names, record.credential),
+        amount=money_display(record.amount),
+        tokens=tokens,
+        tokens_title=tokens_title,
+        via_short=short_names.get(record.credential) or _via(names, record.credential),
+    )
+
+
+def _credential_short_names(*, account: Account) -> dict[str, str]:
+    """Each key's label (its prefix when it has none), for a narrow column; the full name in a title."""
+    return {
+        f"api_key:{api_key.pk}": api_key.label or f"{api_key.prefix}…"
+        for api_key in ApiKey.objects.filter(account=account).only("pk", "prefix", "label")
+    }
+
+
 def latest_calls_for_account(*, account: Account, limit: int = LATEST_CALLS) -> list[CallRow]:
     records = UsageRecord.objects.filter(account=account).order_by("-created_at", "-id")[:limit]
-    names = _credential_names(account=account)
-    rows = []
-    for record in records:
-        tokens, tokens_title = _tokens_shown(record)
-        rows.append(
-            CallRow(
-                record=record,
-                via=names.get(record.credential)
-                or ("OAuth token" if record.credential.startswith("oauth:") else record.credential),
-                amount=money_display(record.amount),
-                tokens=tokens,
-                tokens_title=tokens_title,
-            )
-        )
-    return rows
+    names, short_names = _credential_names(account=account), _credential_short_names(account=account)
+    return [call_row(record=record, names=names, short_names=short_names) for record in records]
 
 
 def usage_record_for_request(*, account: Account, request_id: str) -> UsageRecord | None:
@@ -326,6 +340,14 @@ def playground_models_for_account(*, account: Account) -> list[ImageModel]:
         .select_related("group")
         .order_by("group_id", "model_id")
     )
+
+
+def hosted_images_stored(*, public_ids: list[str]) -> set[str]:
+    """Which of these hosted images (public ids, hex) the gateway still stores."""
+    if not public_ids:
+        return set()
+    found = HostedImage.objects.filter(public_id__in=[uuid.UUID(hex=value) for value in public_ids])
+    return {public_id.hex for public_id in found.values_list("public_id", flat=True)}
 
 
 # --- Authorized applications -------------------------------------------------------------------------
@@ -437,24 +459,6 @@ class UsageFilters:
     last_day: date | None = None
 
 
-@dataclass(frozen=True)
-class UsageRow:
-    record: UsageRecord
-    via: str
-    amount: str  # for people (money_display)
-    is_text: bool  # a text call has tokens; an image call has none
-
-    @property
-    def tokens(self) -> dict[str, int]:
-        record = self.record
-        return {
-            "input": record.input_tokens or 0,
-            "cached": record.cached_tokens or 0,
-            "cache_write": record.cache_write_tokens or 0,
-            "output": record.output_tokens or 0,
-        }
-
-
 def _via(names: dict[str, str], credential: str) -> str:
     return names.get(credential) or ("OAuth token" if credential.startswith("oauth:") else credential)
 
@@ -485,25 +489,21 @@ def credential_names_for_account(*, account: Account) -> dict[str, str]:
     return _credential_names(account=account)
 
 
-def usage_row(*, record: UsageRecord, names: dict[str, str]) -> UsageRow:
-    return UsageRow(
-        record=record,
-        via=_via(names, record.credential),
-        amount=money_display(record.amount),
-        is_text=record.input_tokens is not None or record.output_tokens is not None,
-    )
+def usage_row(*, record: UsageRecord, names: dict[str, str]) -> CallRow:
+    return call_row(record=record, names=names)
 
 
-def usage_rows(*, account: Account, records) -> list[UsageRow]:
-    names = _credential_names(account=account)
-    return [usage_row(record=record, names=names) for record in records]
+def usage_rows(*, account: Account, records) -> list[CallRow]:
+    names, short_names = _credential_names(account=account), _credential_short_names(account=account)
+    return [call_row(record=record, names=names, short_names=short_names) for record in records]
 
 
 def usage_filter_choices_for_account(*, account: Account) -> dict[str, list[tuple[str, str]]]:
     """What the usage filters offer: the account's keys (and any other credential that made calls),
     the models and the status codes its calls have."""
     names = _credential_names(account=account)
-    records = UsageRecord.objects.filter(account=account)
+    # order_by(): the model's default ordering (by time) would make DISTINCT keep one row per call.
+    records = UsageRecord.objects.filter(account=account).order_by()
     used = set(records.values_list("credential", flat=True).distinct())
     credentials = {**{key: name for key, name in names.items()}, **{c: _via(names, c) for c in used}}
     models = sorted(m for m in records.values_list("model_id", flat=True).distinct() if m)

@@ -1,4 +1,5 @@
-"""The web console (`/console/`, namespace "console"), its sign-in pages (`/accounts/`) and `/` → console."""
+"""The web console (`/console/`, namespace "console"), its sign-in pages (`/accounts/`), `/` → console
+and `/favicon.ico`."""
 
 from django.urls import include, path
 from django.views.generic import RedirectView
@@ -56,6 +57,7 @@ auth_patterns = [
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="console:overview"), name="home"),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("console/", include((console_patterns, "console"))),
     path("accounts/", include(auth_patterns)),
 ]

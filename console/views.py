@@ -8,13 +8,14 @@ account's id is a 404, never a 403 that would confirm it exists.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import csv
+import functools
 import json
 import time
+import uuid
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -22,18 +23,20 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.mixins import LoginRequiredMixin
+from django.contrib.staticfiles import finders
+from django.core.exceptions import ImproperlyConfigured
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse_lazy
 from django.utils.decorators import method_decorator
 from django.views import View
-from django.views.decorators.cache import never_cache
+from django.views.decorators.cache import cache_control, never_cache
 
 from accounts.models import Account
 from accounts.snapshots import AccountSnapshot
 from api.answers import event_stream_response
-from billing.idempotency import REPLAY_HEADER, StoredResponse
+from billing.idempotency import REPLAY_HEADER, StoredResponse, idempotent_execute
 from billing.money import money_display, money_str
 from chat.families import CHAT
 from chat.pipeline import text_call_run
@@ -49,6 +52,7 @@ from console.forms import (
 )
 from core.errors import ApiError, Conflict
 from groups.snapshots import GroupSnapshot
+from images.hosting import hosted_image_path, hosted_image_public_id
 from images.pipeline import image_call_run
 from keys.credentials import Credential
 from keys.services import (
@@ -59,6 +63,23 @@ from keys.services import (
 )
 
 SMTP_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+FAVICON = "console/favicon.ico"
+FAVICON_MAX_AGE = 7 * 24 * 3600
+
+
+@functools.cache
+def _favicon_bytes() -> bytes:
+    path = finders.find(FAVICON)
+    if path is None:
+        raise ImproperlyConfigured(f"the static file {FAVICON} is missing")
+    return Path(path).read_bytes()
+
+
+@cache_control(public=True, max_age=FAVICON_MAX_AGE)
+def favicon(request: HttpRequest) -> HttpResponse:
+    """`/favicon.ico`, which browsers ask for on every site whatever the page says: served from the
+    console's static files by the gateway itself, as the static files are not served in production."""
+    return HttpResponse(_favicon_bytes(), content_type="image/x-icon")
 
 
 def password_reset_enabled() -> bool:
@@ -173,24 +194,41 @@ class ApiKeysView(ConsoleView):
         form = self._form(data=request.POST)
         if not form.is_valid():
             return self._page(form=form, status=400)
-        token = form.cleaned_data["form_token"]
-        if token and key_form_token_used(request=request, token=token):
-            # The same form sent again (double click, back and send): its key exists already.
-            return redirect("console:keys")
-        try:
+        created: dict[str, Any] = {}
+
+        def produce() -> StoredResponse:
             api_key, secret = api_key_create(
                 account=self.account,
                 group=form.cleaned_data["group"],
                 label=form.cleaned_data["label"],
                 expires_at=form.expires_at(),
             )
+            created.update(api_key=api_key, secret=secret)
+            # What the token's record keeps: the key's id, never its secret.
+            body = json.dumps({"api_key": api_key.pk}).encode()
+            return StoredResponse(status=201, body=body, content_type="application/json")
+
+        token = form.cleaned_data["form_token"]
+        try:
+            # The form's token is single-use: of several POSTs of one form (a double click, back and
+            # send, two at once), the one that inserts the token's row creates the key.
+            idempotent_execute(
+                account=self.account,
+                key=f"{KEY_FORM_KEY_PREFIX}{token}" if token else None,
+                fingerprint=KEY_FORM_FINGERPRINT,
+                produce=produce,
+            )
         except ApiKeyGroupNotAllowed:
             # The form offers allowed groups only; an operator took this one away since.
             form.add_error("group", "Your account may no longer use this group.")
             return self._page(form=form, status=400)
-        if token:
-            key_form_token_note(request=request, token=token)
-        new_key_keep(request=request, api_key_id=api_key.pk, secret=secret)
+        except Conflict as conflict:
+            if conflict.code != "idempotency_key_in_use":
+                raise
+        if not created:
+            # The same form sent again: its key exists (or is being made); the list shows it.
+            return redirect("console:keys")
+        new_key_keep(request=request, api_key_id=created["api_key"].pk, secret=created["secret"])
         # POST-redirect-GET: a reload of the page shows the list, it does not create another key.
         return redirect("console:keys")
 
@@ -203,8 +241,10 @@ class ApiKeysView(ConsoleView):
 
 
 NEW_KEY_SESSION = "console.new_key"
-KEY_FORM_TOKENS_SESSION = "console.key_form_tokens"
-KEY_FORM_TOKENS_KEPT = 20
+# The key form's token as an idempotency key of the account, apart from any key an API client chooses;
+# one fingerprint for every POST of a form, so a token creates one key whatever the values sent.
+KEY_FORM_KEY_PREFIX = "console-key-form:"
+KEY_FORM_FINGERPRINT = "console-key-form"
 # The secret waits in the (server-side) session for the redirected GET only; one left behind (the
 # redirect never followed) is not shown after this long.
 NEW_KEY_SHOWN_FOR_SECONDS = 300
@@ -224,15 +264,6 @@ def new_key_take(*, request: HttpRequest, account: Account) -> dict[str, Any]:
     if api_key is None:
         return {}
     return {"new_key": api_key, "secret": kept["secret"]}
-
-
-def key_form_token_used(*, request: HttpRequest, token: str) -> bool:
-    return token in request.session.get(KEY_FORM_TOKENS_SESSION, [])
-
-
-def key_form_token_note(*, request: HttpRequest, token: str) -> None:
-    tokens = request.session.get(KEY_FORM_TOKENS_SESSION, [])
-    request.session[KEY_FORM_TOKENS_SESSION] = [*tokens, token][-KEY_FORM_TOKENS_KEPT:]
 
 
 class ApiKeyRevokeView(ConsoleView):
@@ -323,7 +354,7 @@ class PlaygroundView(ConsoleView):
                 "quality": form.cleaned_data.get("quality") or "",
                 "output_format": form.cleaned_data.get("output_format") or "",
                 "n": form.cleaned_data["n"],
-                "images": [[image.src, image.revised_prompt] for image in playground_images(stored.body)],
+                "images": playground_image_refs(stored.body),
             },
         )
         # POST-redirect-GET: reloading the result shows it again; it does not run (or charge) again.
@@ -356,7 +387,7 @@ class PlaygroundResultView(PlaygroundView):
         )
         return self._page(
             form=form,
-            images=[PlaygroundImage(src=src, revised_prompt=revised) for src, revised in result["images"]],
+            images=playground_images_shown(result["images"]),
             result_model_id=result["model_id"],
             result_prompt=result["prompt"],
             usage=usage,
@@ -415,7 +446,8 @@ def playground_call_run(
 
 
 def playground_result_keep(*, request: HttpRequest, result: dict) -> None:
-    """Keep the session's last playground result (one only: a new one replaces it)."""
+    """Keep the session's last playground result (one only: a new one replaces it): what was asked and
+    references to its images (playground_image_refs), a few hundred bytes whatever the images' size."""
     request.session[PLAYGROUND_RESULT_SESSION] = result
 
 
@@ -451,7 +483,7 @@ class ChatPlaygroundView(ConsoleView):
     the console's credential, billed like an API call. The page's script streams the answer through
     ChatPlaygroundStreamView; without it the form posts here and the answer has a page of its own."""
 
-    section = "playground"
+    section = "chat"
 
     def get(self, request: HttpRequest) -> HttpResponse:
         return self._page(form=self._form())
@@ -613,37 +645,37 @@ def _plain_error(error: ApiError, *, provider: str = "image provider") -> PlainE
     return PlainError(headline=headline, detail=error.message)
 
 
-_IMAGE_SIGNATURES = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"))
+HOSTED, LINKED = "hosted", "url"
 
 
-def _image_mime(data: bytes) -> str:
-    for signature, mime in _IMAGE_SIGNATURES:
-        if data.startswith(signature):
-            return mime
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    return "application/octet-stream"
-
-
-def playground_images(body: bytes) -> list[PlaygroundImage]:
-    """The images of an OpenAI-shaped image result, as data: URLs the page can show."""
-    images = []
+def playground_image_refs(body: bytes) -> list[list[str]]:
+    """References to the images of an image result asked for as links: [HOSTED, public id hex,
+    revised prompt] for an image the gateway hosts, [LINKED, url, revised prompt] for an upstream's
+    own link. What the session keeps, instead of the images."""
+    refs = []
     for item in json.loads(body).get("data", []):
-        encoded = item.get("b64_json")
-        if not encoded:
-            continue
-        try:
-            head = base64.b64decode(encoded[:24], validate=True)
-        except (binascii.Error, ValueError):
-            continue
-        mime = _image_mime(head)
-        if mime == "application/octet-stream":
-            continue  # never hand the browser something that is not an image we know
-        images.append(
-            PlaygroundImage(
-                src=f"data:{mime};base64,{encoded}", revised_prompt=item.get("revised_prompt") or ""
-            )
-        )
+        url = item.get("url") or ""
+        if not url.startswith(("https://", "http://")):
+            continue  # never hand the browser a data: or javascript: URL
+        revised = item.get("revised_prompt") or ""
+        public_id = hosted_image_public_id(url=url)
+        refs.append([HOSTED, public_id.hex, revised] if public_id is not None else [LINKED, url, revised])
+    return refs
+
+
+def playground_images_shown(refs: list[list[str]]) -> list[PlaygroundImage]:
+    """The images of a kept result, each hosted one by a fresh link (a reload after the first link
+    expired still shows it) while the gateway keeps it; one purged since is left out."""
+    hosted = queries.hosted_images_stored(public_ids=[value for kind, value, _ in refs if kind == HOSTED])
+    images = []
+    for kind, value, revised in refs:
+        if kind == HOSTED:
+            if value not in hosted:
+                continue
+            src = hosted_image_path(public_id=uuid.UUID(hex=value))
+        else:
+            src = value
+        images.append(PlaygroundImage(src=src, revised_prompt=revised))
     return images
 
 

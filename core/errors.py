@@ -192,8 +192,11 @@ class InternalError(ApiError):
 class PassthroughError(ApiError):
     """An upstream's own error body, answered as the upstream gave it (spec: native formats pass through)."""
 
-    def __init__(self, *, status: int, body: dict[str, Any], message: str, shape: Shape) -> None:
-        super().__init__(message, status=status, type=TYPE_FOR_STATUS.get(status, "api_error"))
+    def __init__(
+        self, *, status: int, body: dict[str, Any], message: str, shape: Shape, code: str | None = None
+    ) -> None:
+        # `code` is the upstream's own code (or error type): the usage record keeps it as the reason.
+        super().__init__(message, status=status, type=TYPE_FOR_STATUS.get(status, "api_error"), code=code)
         self.body = body
         self.shape = shape
 

@@ -89,12 +89,30 @@ def hosted_image_store(*, data: bytes, content_type: str) -> str:
 def hosted_image_url(*, public_id: uuid.UUID, ttl_seconds: int | None = None) -> str:
     """The signed link to a hosted image; it carries its own expiry, so changing the TTL setting later
     does not extend or shorten links already handed out."""
+    path = hosted_image_path(public_id=public_id, ttl_seconds=ttl_seconds)
+    # reverse() includes the script prefix of the current request; GATEWAY_PUBLIC_URL already has it.
+    return f"{settings.GATEWAY_PUBLIC_URL}/{path.removeprefix(get_script_prefix())}"
+
+
+def hosted_image_path(*, public_id: uuid.UUID, ttl_seconds: int | None = None) -> str:
+    """The signed link's path on this site (for the gateway's own pages, e.g. the console's)."""
     ttl = settings.GATEWAY_IMAGE_URL_TTL_SECONDS if ttl_seconds is None else ttl_seconds
     expires = int(time.time()) + ttl
     token = signing.Signer(salt=SIGNING_SALT).sign(f"{public_id.hex}.{expires}")
-    path = reverse("images_files:hosted-image", kwargs={"token": token})
-    # reverse() includes the script prefix of the current request; GATEWAY_PUBLIC_URL already has it.
-    return f"{settings.GATEWAY_PUBLIC_URL}/{path.removeprefix(get_script_prefix())}"
+    return reverse("images_files:hosted-image", kwargs={"token": token})
+
+
+def hosted_image_public_id(*, url: str) -> uuid.UUID | None:
+    """The hosted image a link of `hosted_image_url` points to, whether or not it has expired; None for
+    any other URL (an upstream's own, or a link whose signature does not match)."""
+    prefix = hosted_image_url(public_id=uuid.UUID(int=0)).rsplit("/", 1)[0] + "/"
+    if not url.startswith(prefix):
+        return None
+    try:
+        value = signing.Signer(salt=SIGNING_SALT).unsign(url.removeprefix(prefix))
+        return uuid.UUID(hex=value.partition(".")[0])
+    except (signing.BadSignature, ValueError):
+        return None
 
 
 @dataclass(frozen=True)

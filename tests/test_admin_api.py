@@ -76,6 +76,22 @@ def test_it_creates_an_account_in_groups(api, staff_key, alpha_group, beta_group
     assert "staff=staff action=account_create" in caplog.text
 
 
+def test_it_refuses_to_open_an_account_in_a_disabled_group(api, staff_key, alpha_group, beta_group, caplog):
+    beta_group.status = "disabled"
+    beta_group.save(update_fields=["status"])
+
+    with caplog.at_level(logging.INFO, logger="gateway.audit"):
+        response = api(
+            "POST", "/v1/admin/accounts", staff_key, json={"username": "team-b", "groups": [1, "Beta-API"]}
+        )
+
+    error = _error(response, 400, "group_inactive")
+    assert error["param"] == "groups"
+    assert "'Beta-API' is disabled" in error["message"]
+    assert not Account.objects.filter(user__username="team-b").exists()
+    assert "action=account_create" not in caplog.text
+
+
 def test_it_refuses_a_taken_username_unknown_group_and_stray_current_group(api, staff_key, alice, beta_group):
     _error(api("POST", "/v1/admin/accounts", staff_key, json={"username": "alice"}), 409, "username_taken")
     error = _error(

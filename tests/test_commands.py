@@ -5,7 +5,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from accounts.models import Account
+from accounts.models import Account, User
 from billing.models import LedgerEntry, Wallet
 from billing.selectors import wallet_ledger_sum
 from keys.models import ApiKey
@@ -51,7 +51,7 @@ def test_createapikey_refuses_unknown_user_and_group(alice):
 
 def test_topup_writes_a_ledger_entry_and_the_balance_equals_the_ledger_sum(alice):
     out, _ = run("topup", "alice", "2.35", "--note", "invoice 42")
-    assert "balance 12.3500" in out
+    assert out.strip() == "Topped up alice by ¥2.35; balance ¥12.35"
     wallet = Wallet.objects.get(account=alice)
     entry = LedgerEntry.objects.filter(wallet=wallet).latest("id")
     assert entry.kind == "top_up"
@@ -59,6 +59,13 @@ def test_topup_writes_a_ledger_entry_and_the_balance_equals_the_ledger_sum(alice
     assert entry.balance_after == Decimal("12.35")
     assert entry.note == "invoice 42"
     assert wallet.balance == wallet_ledger_sum(wallet=wallet) == Decimal("12.35")
+
+
+def test_topup_prints_amounts_as_the_console_shows_them(alice):
+    # Not money_str's fixed places (0.00002400), and a per-token sum is never rounded away.
+    out, _ = run("topup", "alice", "0.000024")
+    assert out.strip() == "Topped up alice by ¥0.000024; balance ¥10.000024"
+    assert Wallet.objects.get(account=alice).balance == Decimal("10.000024")
 
 
 @pytest.mark.parametrize("amount", ["-1", "0", "1.000000001", "ten"])
@@ -161,4 +168,19 @@ def test_createaccount_refuses_unknown_groups_a_foreign_current_and_a_taken_name
         run("createaccount", "dora", "--groups", "Alpha-Image", "--current", "Beta-API")
     with pytest.raises(CommandError, match="already exists"):
         run("createaccount", "alice", "--groups", "Alpha-Image")
+
+
+@pytest.mark.parametrize("status", ["disabled", "unavailable", "deleted"])
+def test_createaccount_refuses_a_group_that_is_not_active(alpha_group, beta_group, status):
+    beta_group.status = status
+    beta_group.save(update_fields=["status"])
+
+    with pytest.raises(
+        CommandError,
+        match=f"the group 'Beta-API' is {status}: accounts are opened in active",
+    ):
+        run("createaccount", "dora", "--groups", "Alpha-Image", "Beta-API")
+
+    assert not Account.objects.filter(user__username="dora").exists()
+    assert not User.objects.filter(username="dora").exists()
     assert not Account.objects.filter(user__username="dora").exists()

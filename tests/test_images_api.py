@@ -458,6 +458,8 @@ def test_upstream_failures_map_to_clear_errors_and_are_never_charged(
     assert_nothing_billed(alice)
     record = UsageRecord.objects.get()
     assert (record.status, record.amount, record.upstream) == (status, Decimal("0"), "fake-openai")
+    if code:  # the usage record says why: the gateway's code, or a passed-through upstream's own
+        assert record.error_code == code
 
 
 @pytest.mark.django_db

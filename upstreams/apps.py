@@ -16,4 +16,4 @@ class UpstreamsConfig(AppConfig):
         # of a circuit ends when Redis reports a change of it.
         local_state_register(circuit_views_clear)
         key_changes_watch(CIRCUIT_PREFIX, circuit_key_changed)
-        checks.register(upstream_keys_check, "upstreams")
+        checks.register(upstream_keys_check, "upstreams", checks.Tags.database)

@@ -1,25 +1,37 @@
-"""System checks (`manage.py check`, run at start-up by runserver and by the deployment's check step)."""
+"""System checks of the upstreams' configuration in the database.
+
+`upstream_keys_check` reads the database, so it is registered as a database check (`Tags.database`),
+as Django's own database checks are: it runs for `manage.py check --database default` and for
+`migrate`, not for every other management command: a plain check runs with each command
+(`loadconfig`, `createaccount`, `topup`, `createapikey`, each step of `make run`), which would print
+the same warnings once per command."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from typing import Any
 
 from django.core import checks
-from django.db import DatabaseError
+from django.db import DEFAULT_DB_ALIAS, DatabaseError
 
 # The kinds whose calls need a provider key from the environment.
 KINDS_WITH_KEYS = ("openai", "gemini", "anthropic")
 
 
-def upstream_keys_check(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+def upstream_keys_check(
+    app_configs: Any = None, databases: Collection[str] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
     """A warning for each enabled upstream whose key variable is unset or empty: every call to it
-    would answer 502 `upstream_misconfigured`."""
+    would answer 502 `upstream_misconfigured`. Only when asked to check the default database."""
     from upstreams.models import Upstream
 
+    if not databases or DEFAULT_DB_ALIAS not in databases:
+        return []
     try:
         upstreams = list(
-            Upstream.objects.filter(enabled=True, kind__in=KINDS_WITH_KEYS)
+            Upstream.objects.using(DEFAULT_DB_ALIAS)
+            .filter(enabled=True, kind__in=KINDS_WITH_KEYS)
             .order_by("name")
             .values_list("name", "kind", "api_key_env")
         )

@@ -157,13 +157,21 @@ def _passthrough(*, error: UpstreamError, upstream: Upstream, status: int) -> Ap
                 "type": "error",
                 "error": {"type": _token(inner.get("type")) or "invalid_request_error", "message": message},
             }
-            return PassthroughError(status=status, body=native_error, message=message, shape="native")
+            return PassthroughError(
+                status=status,
+                body=native_error,
+                message=message,
+                shape="native",
+                code=native_error["error"]["type"],
+            )
         if isinstance(inner.get("code"), int) and isinstance(inner.get("status"), str):
             # Google's shape: {"error": {"code": 400, "message": ..., "status": "INVALID_ARGUMENT"}}
             native: dict[str, Any] = {
                 "error": {"code": status, "message": message, "status": _token(inner["status"].lower())}
             }
-            return PassthroughError(status=status, body=native, message=message, shape="google")
+            return PassthroughError(
+                status=status, body=native, message=message, shape="google", code=native["error"]["status"]
+            )
         # OpenAI's shape: {"error": {"message", "type", "param", "code"}}
         native = {
             "error": {
@@ -173,7 +181,14 @@ def _passthrough(*, error: UpstreamError, upstream: Upstream, status: int) -> Ap
                 "code": _token(inner.get("code")),
             }
         }
-        return PassthroughError(status=status, body=native, message=message, shape="compatible")
+        inner_native = native["error"]
+        return PassthroughError(
+            status=status,
+            body=native,
+            message=message,
+            shape="compatible",
+            code=inner_native["code"] or inner_native["type"],
+        )
     # No native shape (e.g. xAI's {"code", "error": "<text>"} or plain text): our compatible shape.
     message = _scrub(_message_of(body) or "", upstream=upstream)
     if not message:

@@ -181,7 +181,7 @@ def test_check_ledger_fails_loudly_when_a_balance_moved_outside_the_ledger(alice
         call_command("check_ledger")
     assert failed.value.returncode == 1
     report = capsys.readouterr().err
-    assert "balance 11.00000000 != sum of ledger entries 10.00000000" in report
+    assert "balance ¥11.00 != sum of ledger entries ¥10.00" in report
     assert "wallet #" in report
 
 
@@ -189,7 +189,7 @@ def test_check_ledger_fails_when_held_does_not_match_the_open_holds(alice):
     hold_reserve(account_id=alice.pk, amount=Decimal("1"), reference="req_1")
     Wallet.objects.filter(account=alice).update(held=Decimal("0.5"))
     problems = [str(p) for p in ledger_check()]
-    assert any("held 0.50000000 != sum of open holds 1.00000000" in p for p in problems)
+    assert any("held ¥0.50 != sum of open holds ¥1.00" in p for p in problems)
 
 
 def test_every_change_of_a_wallet_moves_its_updated_at(alice):

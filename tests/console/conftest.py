@@ -20,6 +20,12 @@ def _fresh_sign_in_counters():
     cache.clear()
 
 
+@pytest.fixture(autouse=True)
+def _media_root(settings, tmp_path):
+    """The playground's images are hosted (stored under MEDIA_ROOT): in the test's own directory."""
+    settings.MEDIA_ROOT = tmp_path / "media"
+
+
 @pytest.fixture
 def alice_client(client, alice):
     client.force_login(alice.user)

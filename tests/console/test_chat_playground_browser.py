@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 from billing.models import LedgerEntry, UsageRecord
-from tests.console.browser import browser_test, screenshot, sign_in
+from tests.console.browser import browser_test, nav, screenshot, sign_in
 from tests.factories import text_model_make
 
 pytestmark = [browser_test, pytest.mark.django_db(transaction=True)]
@@ -33,7 +33,7 @@ def test_the_chat_answer_streams_then_shows_tokens_and_cost(page, live_server, a
     page.set_viewport_size({"width": width, "height": 900})
     sign_in(page, live_server.url, username="alice", password="alice-password-1")
     page.goto(f"{live_server.url}/console/playground/")
-    page.get_by_role("link", name="Chat playground").click()
+    nav(page, "Chat playground")
     page.get_by_label("Prompt").fill("Hello there")
     page.get_by_role("button", name="Send").click()
 

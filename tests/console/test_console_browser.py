@@ -63,7 +63,10 @@ def test_a_key_made_in_the_console_calls_the_api_until_it_is_revoked(
     calls = page.locator("#latest-calls")
     expect(calls).to_contain_text(request_id)
     expect(calls).to_contain_text("alpha-image-2")
-    expect(calls).to_contain_text(f"{api_key.prefix}… browser test")
+    expect(calls.locator(".via").first).to_have_text(
+        "browser test"
+    )  # the key's label; all of it in the title
+    expect(calls.locator(".via").first).to_have_attribute("title", f"{api_key.prefix}… browser test")
     expect(page.get_by_test_id("balance")).to_have_text("¥9.85")
     expect(page.get_by_test_id("spend-total")).to_have_text("¥0.15")
     screenshot(page, "overview")
@@ -86,7 +89,7 @@ def test_a_key_made_in_the_console_calls_the_api_until_it_is_revoked(
 
 def test_the_playground_shows_the_generated_image(page, live_server, alice, alpha_model):
     sign_in(page, live_server.url, username="alice", password="alice-password-1")
-    nav(page, "Playground")
+    nav(page, "Image playground")
     screenshot(page, "playground-empty")
 
     page.get_by_label("Model").select_option(label="alpha-image-2 — Alpha-Image, ¥0.15 per call")
@@ -99,7 +102,7 @@ def test_the_playground_shows_the_generated_image(page, live_server, alice, alph
     expect(images).to_have_count(2, timeout=60_000)
     for index in range(2):
         image = images.nth(index)
-        assert image.get_attribute("src").startswith("data:image/png;base64,")
+        assert image.get_attribute("src").startswith("/files/images/")  # a hosted image, by reference
         # Decoded and laid out by the browser: a broken image has no natural width.
         assert image.evaluate("img => img.complete && img.naturalWidth") > 0
     expect(page.locator("#playground-charge")).to_contain_text("charged ¥0.15")

@@ -39,7 +39,7 @@ def busy_alice(alice, alice_key, alpha_model):
     UsageRecord.objects.create(
         request_id="req_9f1c2b7e4d5a46c0b1e2f3a4b5c6d7e8",
         model_id="alpha-image-2",
-        endpoint="/v1/images/generations",
+        endpoint="images.generations",
         status=200,
         amount=Decimal("0.15"),
         created_at=now - timedelta(minutes=3),
@@ -48,7 +48,7 @@ def busy_alice(alice, alice_key, alpha_model):
     UsageRecord.objects.create(
         request_id="req_0a1b2c3d4e5f60718293a4b5c6d7e8f9",
         model_id="a-rather-long-chat-model-name-2026-11",
-        endpoint="/v1/chat/completions",
+        endpoint="chat.completions",
         status=200,
         amount=Decimal("0.00002400"),
         input_tokens=123456,
@@ -61,7 +61,7 @@ def busy_alice(alice, alice_key, alpha_model):
     UsageRecord.objects.create(
         request_id="req_ffeeddccbbaa99887766554433221100",
         model_id="no-such-model",
-        endpoint="/v1/images/generations",
+        endpoint="messages.count_tokens",
         status=404,
         error_code="model_not_found",
         created_at=now - timedelta(minutes=1),
@@ -112,3 +112,42 @@ def test_the_latest_calls_are_one_line_each_at_1280(page, live_server, busy_alic
     assert page.evaluate("() => String(window.getSelection())") == "req_ffeeddccbbaa99887766554433221100"
     assert no_horizontal_scroll(page)
     screenshot(page, "layout-latest-calls-1280")
+
+
+@pytest.mark.parametrize(
+    ("name", "path", "table"),
+    [("overview", "/console/", "#latest-calls"), ("usage", "/console/usage/", "#usage")],
+)
+def test_every_column_of_a_calls_table_is_in_view_at_1280(page, live_server, busy_alice, name, path, table):
+    sign_in(page, live_server.url, username="alice", password="alice-password-1")
+    page.goto(live_server.url + path)
+    frame = page.locator(f"{table} >> xpath=..")
+    inside = frame.bounding_box()
+    widths = frame.evaluate("(element) => [element.scrollWidth, element.clientWidth]")
+    screenshot(page, f"calls-table-{name}-1280")
+
+    assert widths[0] <= widths[1], f"the {name} table scrolls inside its frame: {widths}"
+    headers = page.locator(f"{table} thead th").all()
+    assert [header.inner_text().strip().lower() for header in headers] == [
+        "time",
+        "model",
+        "endpoint",
+        "via",
+        "status",
+        "tokens",
+        "amount",
+        "request id",
+    ]
+    for header in headers:
+        box = header.bounding_box()
+        assert inside["x"] <= box["x"] and box["x"] + box["width"] <= inside["x"] + inside["width"] + 0.5, (
+            f"{header.inner_text()} is outside the {name} table's frame: {box} not in {inside}"
+        )
+    # What is cut to fit is all there in its title; the amounts are shown whole.
+    long_model = page.locator(f"{table} .model", has_text="a-rather-long")
+    assert long_model.get_attribute("title") == "a-rather-long-chat-model-name-2026-11"
+    via = page.locator(f"{table} .via").first
+    assert via.inner_text() == "alice laptop" and via.get_attribute("title").endswith("… alice laptop")
+    expect(page.locator(f"{table} td.num", has_text="¥0.000024")).to_be_visible()
+    amount = page.locator(f"{table} td.num", has_text="¥0.000024").bounding_box()
+    assert amount["x"] + amount["width"] <= inside["x"] + inside["width"] + 0.5

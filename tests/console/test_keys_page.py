@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
+import requests
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
@@ -192,3 +196,59 @@ def test_another_accounts_key_is_not_found(alice_client, bob_key, method):
 
 def test_a_key_id_that_does_not_exist_is_not_found(alice_client):
     assert alice_client.get("/console/keys/999999/revoke/").status_code == 404
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(
+    connection.vendor != "postgresql",
+    reason="needs PostgreSQL: the SQLite test database (in memory, shared cache) locks whole tables",
+)
+@pytest.mark.django_db(transaction=True)
+def test_simultaneous_posts_of_one_key_form_create_one_key(live_server, alice, alpha_group):
+    """Eight POSTs of one form at the same moment, over HTTP to the threaded live server: the form's
+    token is claimed by one of them atomically (a unique row), so exactly one key is made."""
+    console = requests.Session()
+    console.get(f"{live_server.url}/accounts/login/", timeout=10)
+    signed_in = console.post(
+        f"{live_server.url}/accounts/login/",
+        data={
+            "username": "alice",
+            "password": "alice-password-1",
+            "csrfmiddlewaretoken": console.cookies["csrftoken"],
+        },
+        allow_redirects=False,
+        timeout=10,
+    )
+    assert signed_in.status_code == 302
+    page = console.get(f"{live_server.url}/console/keys/", timeout=10).text
+    token = re.search(r'name="form_token" value="([^"]+)"', page).group(1)
+    fields = {
+        "label": "eager",
+        "group": alpha_group.pk,
+        "form_token": token,
+        "csrfmiddlewaretoken": console.cookies["csrftoken"],
+    }
+    start = threading.Barrier(8)
+
+    def send(_: int) -> int:
+        start.wait()
+        return console.post(
+            f"{live_server.url}/console/keys/", data=fields, allow_redirects=False, timeout=30
+        ).status_code
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        statuses = list(pool.map(send, range(8)))
+
+    assert statuses == [302] * 8
+    assert list(ApiKey.objects.filter(account=alice).values_list("label", flat=True)) == ["eager"]
+    shown = console.get(f"{live_server.url}/console/keys/", timeout=10)
+    assert len(set(SECRET.findall(shown.content))) == 1
+
+
+def test_a_form_token_the_page_did_not_make_is_refused(alice_client, alice, alpha_group):
+    fields = {"label": "odd", "group": alpha_group.pk, "form_token": "a b\x07"}
+
+    response = alice_client.post("/console/keys/", fields)
+
+    assert response.status_code == 400
+    assert not ApiKey.objects.filter(account=alice).exists()

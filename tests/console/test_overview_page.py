@@ -202,11 +202,12 @@ def test_it_shows_a_text_calls_tokens_and_cost_beside_image_calls(alice_client, 
     assert rows["req_messages"].tokens == "12 in · 2,048 cached · 300 cache write · 7 out"
     html = response.content.decode()
     assert (
-        '<span class="tokens" title="1,234 input tokens (uncached), 0 cached input tokens, '
+        '<span class="cut tokens" title="1,234 input tokens (uncached), 0 cached input tokens, '
         '0 cache-write tokens, 56 output tokens">1,234 in · 56 out</span>'
     ) in html
     assert "¥0.000024" in html and "¥0.0031" in html
-    assert "<td>chat.completions</td>" in html and "<td>messages</td>" in html
+    assert '<span class="cut endpoint" title="chat.completions">chat.completions</span>' in html
+    assert '<span class="cut endpoint" title="messages">messages</span>' in html
 
 
 def test_it_charts_per_token_charges_exactly(alice_client, alice):

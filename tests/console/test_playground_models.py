@@ -113,5 +113,5 @@ def test_it_sends_the_chosen_quality_and_format(alice_client, alice, alpha_model
 
     assert posted.status_code == 302
     html = alice_client.get(posted["Location"]).content.decode()
-    assert 'src="data:image/' in html
+    assert '<img src="/files/images/' in html
     assert re.search(r'<option value="high" selected>', html)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import base64
+import json
 import re
 from datetime import timedelta
 from decimal import Decimal
@@ -11,8 +11,11 @@ from django.utils import timezone
 
 from billing.models import LedgerEntry, UsageRecord, Wallet
 from billing.subscriptions import subscription_upsert
+from console.views import HOSTED, PLAYGROUND_RESULT_SESSION
+from images.models import HostedImage
 
-DATA_URL = re.compile(r'src="data:image/(png|jpeg|webp);base64,([A-Za-z0-9+/=]+)"')
+# The result shows hosted images by their signed links on this site; the session keeps references only.
+HOSTED_SRC = re.compile(r'<img src="(/files/images/[^"]+)"')
 
 
 def test_it_offers_only_models_of_the_accounts_groups(alice_client, alpha_model, beta_model):
@@ -38,9 +41,11 @@ def test_it_generates_an_image_billed_like_an_api_call(alice_client, alice, alph
     response = alice_client.get(posted["Location"])
     assert response.status_code == 200
     html = response.content.decode()
-    images = DATA_URL.findall(html)
+    images = HOSTED_SRC.findall(html)
     assert len(images) == 1
-    assert base64.b64decode(images[0][1])[:8] == b"\x89PNG\r\n\x1a\n"
+    shown = alice_client.get(images[0])
+    assert shown.status_code == 200 and shown["Content-Type"] == "image/png"
+    assert b"".join(shown.streaming_content)[:8] == b"\x89PNG\r\n\x1a\n"
     record = UsageRecord.objects.get(request_id=request_id)
     assert record.account == alice
     assert record.credential == f"console:{alice.pk}"
@@ -62,7 +67,7 @@ def test_it_says_in_plain_words_when_the_balance_does_not_cover_the_call(bob_cli
     html = response.content.decode()
     assert "Your balance or plan does not cover this call. Nothing was charged." in html
     assert 'role="alert"' in html
-    assert DATA_URL.search(html) is None
+    assert HOSTED_SRC.search(html) is None
     record = UsageRecord.objects.get(account=bob)
     assert record.status == response.status_code and record.amount == 0
     assert not LedgerEntry.objects.filter(wallet__account=bob, kind=LedgerEntry.Kind.CHARGE).exists()
@@ -119,7 +124,7 @@ def test_it_runs_a_model_of_another_allowed_group_in_that_group(
     assert response.status_code == 200, response.content.decode()[-600:]
     record = UsageRecord.objects.get(request_id=response.redirect_chain[0][0].split("/")[-2])
     assert record.group == beta_group and record.billing == "subscription"
-    assert DATA_URL.search(response.content.decode())
+    assert HOSTED_SRC.search(response.content.decode())
 
 
 def test_it_shows_a_price_and_charge_below_a_fen_in_full(alice_client, alice, alpha_model):
@@ -154,7 +159,7 @@ def test_reloading_the_result_shows_it_again_without_a_second_charge(alice_clien
     reloaded = alice_client.get(posted["Location"])
 
     assert first.status_code == reloaded.status_code == 200
-    assert DATA_URL.search(reloaded.content.decode())
+    assert HOSTED_SRC.search(reloaded.content.decode())
     assert "charged ¥0.15" in reloaded.content.decode()
     assert _charges(alice) == [Decimal("-0.15")]
     assert UsageRecord.objects.filter(account=alice).count() == 1
@@ -178,7 +183,7 @@ def test_the_same_playground_form_sent_twice_is_charged_once(alice_client, alice
     assert _charges(alice) == [Decimal("-0.15")]
     assert Wallet.objects.get(account=alice).balance == Decimal("9.85")
     page = alice_client.get(second["Location"]).content.decode()
-    assert "charged ¥0.15" in page and DATA_URL.search(page)
+    assert "charged ¥0.15" in page and HOSTED_SRC.search(page)
 
 
 def test_each_rendered_form_has_its_own_token(alice_client, alpha_model):
@@ -231,4 +236,30 @@ def test_a_result_of_another_session_is_not_shown(client, alice_client, bob, alp
     response = client.get(posted["Location"])
 
     assert response.status_code == 404
-    assert DATA_URL.search(response.content.decode()) is None
+    assert HOSTED_SRC.search(response.content.decode()) is None
+
+
+def test_the_session_keeps_references_to_the_images_not_the_images(alice_client, alice, alpha_model):
+    posted = alice_client.post(
+        "/console/playground/", {"model": alpha_model.pk, "prompt": "a lighthouse", "n": "2"}
+    )
+
+    kept = alice_client.session[PLAYGROUND_RESULT_SESSION]
+    stored = HostedImage.objects.order_by("pk")
+    assert kept["request_id"] == posted["X-Request-Id"]
+    assert [ref[:2] for ref in kept["images"]] == [[HOSTED, image.public_id.hex] for image in stored]
+    assert all(image.size_bytes > 0 for image in stored) and stored.count() == 2
+    assert len(json.dumps(kept)) < 1000  # whatever the images weigh
+    assert "base64" not in json.dumps(dict(alice_client.session.items()))
+
+
+def test_a_result_whose_images_were_purged_shows_what_is_left(alice_client, alice, alpha_model):
+    posted = alice_client.post(
+        "/console/playground/", {"model": alpha_model.pk, "prompt": "a lighthouse", "n": "2"}
+    )
+    HostedImage.objects.order_by("pk").first().delete()  # purge_images removed it meanwhile
+
+    page = alice_client.get(posted["Location"]).content.decode()
+
+    assert len(HOSTED_SRC.findall(page)) == 1
+    assert "charged ¥0.15" in page

@@ -62,10 +62,34 @@ def test_it_lists_the_accounts_calls_with_tokens_and_amounts(alice_client, alice
     page = response.content.decode()
     assert "req_image" in page and "req_text" in page and "req_bob" not in page
     assert "¥0.000024" in page and "¥0.15" in page
-    for count in ("1200", "300", "40", "56"):
-        assert f'<td class="num">{count}</td>' in page
-    assert "image call" in page
+    # Every count in the title of the tokens cell (the CSV has them in columns of their own).
+    assert (
+        'title="1,200 input tokens (uncached), 300 cached input tokens, 40 cache-write tokens, '
+        '56 output tokens">1,200 in · 300 cached · 40 cache write · 56 out</span>'
+    ) in page
     assert f"{alice_key[0].prefix}… alice laptop" in page
+
+
+def test_each_filter_offers_each_model_key_and_status_once(alice_client, alice, alice_key):
+    key = f"api_key:{alice_key[0].pk}"
+    for minutes in range(12):  # many calls of few models, at different times
+        model = ("alpha-image-2", "chat-small", "other-model")[minutes % 3]
+        when = timezone.now() - timedelta(minutes=minutes)
+        record(alice, credential=key, model_id=model, created_at=when)
+    record(alice, credential=key, status=404, error_code="model_not_found", model_id="other-model")
+
+    form = alice_client.get(URL).context["form"]
+
+    assert form.fields["model"].choices == [
+        ("", "All models"),
+        ("alpha-image-2", "alpha-image-2"),
+        ("chat-small", "chat-small"),
+        ("other-model", "other-model"),
+    ]
+    assert [value for value, _ in form.fields["key"].choices].count(key) == 1
+    assert [value for value, _ in form.status_choices if value.isdigit()] == ["200", "404"]
+    page = alice_client.get(URL).content.decode()
+    assert page.count('<option value="chat-small"') == 1
 
 
 def test_it_filters_by_key_model_status_and_days(alice_client, alice, alice_key):

@@ -11,7 +11,13 @@ from django.core.files.storage import default_storage
 from django.core.management import call_command
 from django.utils import timezone
 
-from images.hosting import hosted_image_store, image_fetch
+from images.hosting import (
+    hosted_image_path,
+    hosted_image_public_id,
+    hosted_image_store,
+    hosted_image_url,
+    image_fetch,
+)
 from images.models import HostedImage
 from tests.factories import upstream_make
 from tests.images.conftest import OPENAI_KEY_ENV, RawUpstream, image_bytes
@@ -38,6 +44,21 @@ def test_a_stored_image_is_served_by_its_signed_url_without_an_api_key(client, s
     assert response["Cache-Control"].startswith("private, max-age=")
     assert 3590 <= int(response["Cache-Control"].rsplit("=", 1)[1]) <= 3600
     assert response["X-Content-Type-Options"] == "nosniff"
+
+
+def test_a_hosted_images_link_names_it_after_expiry_too_and_no_other_url_does(client, settings):
+    url = hosted_image_store(data=image_bytes(), content_type="image/png")
+    image = HostedImage.objects.get()
+    expired = hosted_image_url(public_id=image.public_id, ttl_seconds=-1)
+
+    assert hosted_image_public_id(url=url) == hosted_image_public_id(url=expired) == image.public_id
+    assert client.get(path_of(expired)).status_code == 403  # expired as a link, still a reference
+    fresh = hosted_image_path(public_id=image.public_id)
+    assert fresh.startswith("/files/images/") and client.get(fresh).status_code == 200
+    token = url.rsplit("/", 1)[1]
+    assert hosted_image_public_id(url=url.replace(token, "x" + token)) is None  # signature broken
+    assert hosted_image_public_id(url=IMAGE_URL) is None  # an upstream's own link
+    assert hosted_image_public_id(url=f"https://elsewhere.test/files/images/{token}") is None
 
 
 def test_the_public_url_keeps_a_path_prefix(settings):

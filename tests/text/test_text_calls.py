@@ -218,7 +218,27 @@ def test_an_upstream_refusal_passes_through_with_its_status_and_costs_nothing(
     assert response.json()["error"]["code"] == "unknown_parameter"
     assert balance(tara) == Decimal("1.00")
     assert Wallet.objects.get(account=tara).held == 0
-    assert UsageRecord.objects.get().status == 400
+    record = UsageRecord.objects.get()
+    # The record says why the call failed: the upstream's own code, for the usage page and CSV.
+    assert (record.status, record.error_code, record.amount) == (400, "unknown_parameter", 0)
+
+
+def test_a_refusal_without_a_code_is_recorded_with_the_upstreams_error_type(
+    client, upstream, chat_model, tara, tara_key
+):
+    upstream.post(
+        CHAT_URL,
+        status=422,
+        json={"error": {"message": "Bad messages.", "type": "invalid_messages", "param": None, "code": None}},
+    )
+    response = post(client, "/v1/chat/completions", {"model": "alpha-chat", "messages": []}, tara_key)
+
+    assert response.status_code == 422
+    assert response.json()["error"]["type"] == "invalid_messages"
+    assert response.json()["error"]["code"] is None  # passed through as the upstream gave it
+    record = UsageRecord.objects.get()
+    assert (record.status, record.error_code) == (422, "invalid_messages")
+    assert balance(tara) == Decimal("1.00")
 
 
 def test_an_anthropic_refusal_passes_through_in_anthropics_shape(
@@ -240,6 +260,8 @@ def test_an_anthropic_refusal_passes_through_in_anthropics_shape(
         "error": {"type": "invalid_request_error", "message": "messages: field required"},
     }
     assert balance(tara) == Decimal("1.00")
+    record = UsageRecord.objects.get()
+    assert (record.status, record.error_code) == (400, "invalid_request_error")  # Anthropic's error type
 
 
 def test_upstream_rate_limit_headers_are_not_passed_to_the_caller(

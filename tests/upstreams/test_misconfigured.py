@@ -1,12 +1,16 @@
 """An upstream whose provider key variable is unset: answered at once (502 upstream_misconfigured),
-never retried or waited for, another upstream of the model tried at once, and a `manage.py check`
-warning at start-up."""
+never retried or waited for, another upstream of the model tried at once, and a warning from
+`manage.py check --database default` (once, not with every other command)."""
 
 from __future__ import annotations
+
+import io
+from pathlib import Path
 
 import pytest
 from django.core import checks
 from django.core.cache import cache
+from django.core.management import call_command
 
 from core.errors import UpstreamFailed
 from tests.factories import upstream_make
@@ -19,6 +23,7 @@ from upstreams.resilience import upstream_call_resilient
 pytestmark = pytest.mark.django_db
 
 UNSET_ENV = "IGW_TEST_UNSET_PROVIDER_KEY"
+EXAMPLES = Path(__file__).resolve().parents[2] / "config" / "examples"
 KINDS = {
     "openai": "https://api.openai.test/v1",
     "gemini": "https://gemini.test/v1beta",
@@ -103,8 +108,54 @@ def test_check_warns_of_each_enabled_upstream_whose_key_variable_is_missing(monk
     disabled.enabled = False
     disabled.save(update_fields=["enabled"])
 
-    warnings = [issue for issue in checks.run_checks() if issue.id == "upstreams.W001"]
+    warnings = [issue for issue in checks.run_checks(databases=["default"]) if issue.id == "upstreams.W001"]
 
     assert sorted(w.obj for w in warnings) == ["nokey", "nokey-gemini"]
     assert all(w.level == checks.WARNING for w in warnings)
     assert UNSET_ENV in next(w.msg for w in warnings if w.obj == "nokey")
+
+
+def _command_output(*args: str) -> str:
+    out, err = io.StringIO(), io.StringIO()
+    # As from the command line: call_command skips a command's system checks unless told not to
+    # (`check` itself has no such option).
+    options = {} if args[0] == "check" else {"skip_checks": False}
+    call_command(*args, stdout=out, stderr=err, **options)
+    return out.getvalue() + err.getvalue()
+
+
+def test_the_key_warning_prints_once_for_check_and_not_with_every_other_command(monkeypatch, tmp_path):
+    # The examples' three upstreams, none of their key variables set, as on a fresh machine.
+    for variable in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"):
+        monkeypatch.delenv(variable, raising=False)
+    loaded = [_command_output("loadconfig", str(path)) for path in sorted(EXAMPLES.glob("*.toml"))]
+    assert all("W001" not in output for output in loaded), loaded  # commands other than check: silent
+    assert "W001" not in _command_output("createaccount", "newcomer", "--groups", "OpenAI-Text")
+
+    report = _command_output("check", "--database", "default")
+
+    lines = [line for line in report.splitlines() if "upstreams.W001" in line]
+    assert sorted(line.split(":")[0] for line in lines) == ["anthropic", "gemini", "openai"]  # once each
+    assert "OPENAI_API_KEY is unset or empty" in report
+    # Plain `check` runs no database check, as Django's own database checks (docs/providers.md).
+    assert "W001" not in _command_output("check")
+
+
+def test_make_runs_steps_print_each_key_warning_once(monkeypatch, tmp_path):
+    """`make run` runs migrate, loadconfig and demo_keys: with the examples loaded and no key set,
+    each warning comes once (from migrate), not once per step."""
+    for variable in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"):
+        monkeypatch.delenv(variable, raising=False)
+    for path in sorted(EXAMPLES.glob("*.toml")):
+        _command_output("loadconfig", str(path))
+
+    printed = "".join(
+        (
+            _command_output("migrate", "--noinput", "-v", "0"),
+            _command_output("loadconfig", str(EXAMPLES.parent / "demo.toml")),
+            _command_output("demo_keys", str(tmp_path / ".demo-keys")),
+        )
+    )
+
+    lines = [line for line in printed.splitlines() if "upstreams.W001" in line]
+    assert sorted(line.split(":")[0] for line in lines) == ["anthropic", "gemini", "openai"]

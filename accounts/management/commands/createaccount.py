@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from accounts.services import AccountExists, account_open
+from accounts.services import AccountExists, AccountGroupInactive, account_open
 from groups.models import Group
 from groups.selectors import group_get_by_reference
 
@@ -33,7 +33,7 @@ class Command(BaseCommand):
             account = account_open(
                 username=username, email=email, allowed_groups=allowed, current_group=current_group
             )
-        except AccountExists as exc:
+        except (AccountExists, AccountGroupInactive) as exc:
             raise CommandError(str(exc)) from None
         names = ", ".join(group.name for group in allowed)
         self.stdout.write(

@@ -3,7 +3,7 @@ from django.core.management.base import BaseCommand, CommandError
 from accounts.models import Account
 from accounts.selectors import account_get_by_username
 from billing.ledger import wallet_top_up
-from billing.money import MoneyError, money_str
+from billing.money import MoneyError, money_display
 
 
 class Command(BaseCommand):
@@ -20,6 +20,6 @@ class Command(BaseCommand):
             entry = wallet_top_up(account=account, amount=amount, note=note, reference="command:topup")
         except (Account.DoesNotExist, MoneyError) as exc:
             raise CommandError(str(exc)) from None
-        self.stdout.write(
-            f"Topped up {username} by {money_str(entry.amount)}; balance {money_str(entry.balance_after)}"
-        )
+        # Amounts as the console shows them (¥12.35), not money_str's fixed places.
+        amount, balance = money_display(entry.amount), money_display(entry.balance_after)
+        self.stdout.write(f"Topped up {username} by {amount}; balance {balance}")
