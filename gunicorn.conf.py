@@ -33,10 +33,14 @@ behind each choice are in docs/benchmarks.md, "Serving settings".
 
 import ctypes
 import ctypes.util
+import hashlib
 import os
+import re
 import shutil
+import subprocess
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -57,6 +61,27 @@ from gateway_project.env import (  # noqa: E402
 env_file_load(ROOT)  # DATABASE_URL may come from .env, as Django's settings read it
 
 bind = os.environ.get("GATEWAY_BIND", "127.0.0.1:8000")
+
+
+def control_socket_path(*, bind: str) -> str:
+    """gunicorn's control socket (`gunicornc -s PATH`), one per instance: GUNICORN_CONTROL_SOCKET, else
+    named after the address the instance binds, in a directory of this user's own (under
+    XDG_RUNTIME_DIR, else the temporary directory). gunicorn's default is one path per user
+    ($HOME/.gunicorn/gunicorn.ctl), which a second gateway on the host would take from the first."""
+    configured = os.environ.get("GUNICORN_CONTROL_SOCKET")
+    if configured:
+        return configured
+    directory = Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()) / f"gateway-{os.getuid()}"
+    directory.mkdir(mode=0o700, exist_ok=True)
+    if directory.stat().st_uid != os.getuid():
+        raise RuntimeError(f"{directory} belongs to another user: set GUNICORN_CONTROL_SOCKET")
+    name = re.sub(r"[^A-Za-z0-9.]+", "-", bind).strip("-")
+    if len(name) > 48:  # a socket's path is at most 107 bytes
+        name = hashlib.sha256(bind.encode()).hexdigest()[:16]
+    return str(directory / f"gunicorn-{name}.ctl")
+
+
+control_socket = control_socket_path(bind=bind)
 workers = env_int("WEB_CONCURRENCY", 2, minimum=1)
 _database = database_from_url("DATABASE_URL", database_url(), base_dir=ROOT)
 _on_postgres = _database["ENGINE"] == POSTGRESQL_ENGINE
@@ -106,11 +131,23 @@ METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 _METRICS_DIR_CREATED = "GATEWAY_METRICS_DIR_CREATED"  # the directory on_starting made (removed on exit)
 
 
+# A worker that dies without exiting (SIGKILL, the OOM killer) leaves its concurrency slots leased and
+# its holds open; the master then runs `manage.py worker_gone <instance>:<pid>` in a process of its
+# own (the master imports nothing of the application) to give them back at once. A worker that exits
+# (a restart, a shutdown) leaves a mark in _EXITS_DIR first: it has finished its calls.
+INSTANCE_ENV = "GATEWAY_INSTANCE_ID"  # core/process_identity.py
+_EXITS_DIR = "GATEWAY_WORKER_EXITS_DIR"
+_ABORTED = "GATEWAY_WORKER_ABORTED"
+
+
 def on_starting(server: object) -> None:
     """Before the first worker starts (not again on a reload): a fresh metrics directory when none
     is set; one that is set is emptied of what a previous run left, so the totals never carry a dead
     run's counts. The workers inherit the variable before they import the application, which is when
-    prometheus_client decides to share its values through files (with --preload, set it yourself)."""
+    prometheus_client decides to share its values through files (with --preload, set it yourself).
+    The instance's name and the directory of the workers' exit marks, inherited the same way."""
+    os.environ.setdefault(INSTANCE_ENV, uuid.uuid4().hex[:12])
+    os.environ[_EXITS_DIR] = tempfile.mkdtemp(prefix="gateway-exits-")
     if not os.environ.get(METRICS_DIR):
         os.environ[METRICS_DIR] = os.environ[_METRICS_DIR_CREATED] = tempfile.mkdtemp(
             prefix="gateway-metrics-"
@@ -121,19 +158,45 @@ def on_starting(server: object) -> None:
         leftover.unlink(missing_ok=True)
 
 
+def worker_abort(worker: object) -> None:
+    """In a worker stopped by gunicorn's timeout (SIGABRT): its calls are cut, so it leaves no mark."""
+    os.environ[_ABORTED] = "1"
+
+
+def worker_exit(server: object, worker: object) -> None:
+    """In a worker that exits (not one killed): the mark that it has no call left in flight."""
+    directory = os.environ.get(_EXITS_DIR)
+    if directory and not os.environ.get(_ABORTED):
+        Path(directory, str(worker.pid)).touch()  # type: ignore[attr-defined]
+
+
 def child_exit(server: object, worker: object) -> None:
     """A worker is gone: its live gauges (streams open) stop counting; its counters stay in the
-    totals. prometheus_client is imported here, in the master, only once a worker has exited."""
+    totals. prometheus_client is imported here, in the master, only once a worker has exited. A
+    worker that left no exit mark died mid-call: `worker_gone` gives back its slots and holds."""
     from prometheus_client import multiprocess
 
-    multiprocess.mark_process_dead(worker.pid)  # type: ignore[attr-defined]
+    pid = worker.pid  # type: ignore[attr-defined]
+    multiprocess.mark_process_dead(pid)
+    mark = Path(os.environ.get(_EXITS_DIR, ""), str(pid))
+    if os.environ.get(_EXITS_DIR) and mark.exists():
+        mark.unlink(missing_ok=True)
+        return
+    subprocess.Popen(  # noqa: S603 - this interpreter, this project, a pid; reaped by the master
+        [sys.executable, str(ROOT / "manage.py"), "worker_gone", f"{os.environ[INSTANCE_ENV]}:{pid}"],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def on_exit(server: object) -> None:
-    """Remove the metrics directory on_starting made (one given in the environment is kept)."""
+    """Remove the metrics directory on_starting made (one given in the environment is kept), and the
+    directory of exit marks."""
     created = os.environ.get(_METRICS_DIR_CREATED)
     if created and created == os.environ.get(METRICS_DIR):
         shutil.rmtree(created, ignore_errors=True)
+    if os.environ.get(_EXITS_DIR):
+        shutil.rmtree(os.environ[_EXITS_DIR], ignore_errors=True)
 
 
 M_ARENA_MAX = -8

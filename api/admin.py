@@ -32,7 +32,6 @@ from api.base import GatewayAPIView
 from api.bodies import usage_totals_body
 from billing.idempotency import (
     StoredResponse,
-    idempotency_charge_note,
     idempotency_fingerprint,
     idempotent_execute,
 )
@@ -315,6 +314,8 @@ class AdminTopUpView(AdminAPIView):
         staff = self.staff
 
         def produce() -> StoredResponse:
+            # With a key, the entry and the key's completion commit together (in_transaction below):
+            # a process killed between them leaves neither, and a retry tops up once.
             entry = wallet_top_up(
                 account=account,
                 amount=amount,
@@ -322,8 +323,6 @@ class AdminTopUpView(AdminAPIView):
                 reference=body["reference"],
                 created_by=staff,
             )
-            # Money moved: whatever happens next, this key must never top up a second time.
-            idempotency_charge_note()
             answer = _entry_body(entry, account=account, created_by=staff)
             return StoredResponse(
                 status=201, body=json.dumps(answer).encode(), content_type="application/json"
@@ -342,6 +341,7 @@ class AdminTopUpView(AdminAPIView):
             ),
             reference=getattr(request, "request_id", ""),
             produce=produce,
+            in_transaction=True,
         )
         return stored_response(stored)
 

@@ -8,7 +8,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from core.errors import MISSING_API_KEY, AuthenticationFailed, MethodNotAllowed, Shape
+from core.errors import MISSING_API_KEY, AuthenticationFailed, MethodNotAllowed, Shape, UnsupportedContentType
 from keys.authentication import CredentialAuthentication
 from keys.credentials import Credential
 
@@ -38,6 +38,11 @@ class GatewayAPIView(APIView):
     authentication_classes: ClassVar[list[type]] = [CredentialAuthentication]
     permission_classes: ClassVar[list[type]] = [CredentialRequired]
     error_shape: ClassVar[Shape | None] = None
+    # The media types a POST body may have (parameters such as charset aside), checked once the
+    # credential is; empty: not checked here. `content_type_optional`: a body without a Content-Type
+    # is read as the first.
+    content_types: ClassVar[tuple[str, ...]] = ()
+    content_type_optional: ClassVar[bool] = False
 
     @property
     def credential(self) -> Credential:
@@ -73,3 +78,19 @@ class GatewayAPIView(APIView):
                 headers={"Allow": ", ".join(self.allowed_methods)},
             )
         super().initial(request, *args, **kwargs)
+        if method == "post" and self.content_types:
+            self._content_type_check(request)
+
+    def _content_type_check(self, request: Request) -> None:
+        """415 `unsupported_content_type` in the view's shape for a body this endpoint does not read,
+        after the credential (a caller without one gets 401 whatever it sent)."""
+        accepted = self.content_types
+        media_type = (request.META.get("CONTENT_TYPE") or "").split(";", 1)[0].strip().lower()
+        if media_type in accepted or (not media_type and self.content_type_optional):
+            return
+        send = " or ".join(accepted)
+        raise UnsupportedContentType(
+            f'Content-Type "{media_type}" is not accepted here: send {send}.'
+            if media_type
+            else f"The request has no Content-Type: send {send}."
+        )

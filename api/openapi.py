@@ -132,6 +132,7 @@ STATUS_MEANING = {
     404: "The model does not exist (or the upstream says so)",
     409: "`GROUP_OVERRIDE_UNSUPPORTED`, or `idempotency_key_in_use`",
     413: "The body (or an uploaded file) is too large",
+    415: "The body's Content-Type is not one the endpoint reads (`unsupported_content_type`)",
     422: "`idempotency_key_reused` with another body, or an upstream's 422 passed through",
     429: "Rate or concurrency limit, `USAGE_LIMIT_EXCEEDED`, or the upstream's rate limit (`Retry-After`)",
     500: "Internal error (logged; no traceback in the answer)",
@@ -141,7 +142,7 @@ STATUS_MEANING = {
     504: "The upstream timed out",
 }
 # The statuses of a billed call (a model invocation), and of the read-only endpoints.
-CALL_STATUSES = (400, 401, 403, 404, 409, 413, 422, 429, 500, 502, 503, 504)
+CALL_STATUSES = (400, 401, 403, 404, 409, 413, 415, 422, 429, 500, 502, 503, 504)
 READ_STATUSES = (400, 401, 403, 404, 500)
 # The statuses at which an upstream's own error body is passed through in its shape.
 PASSTHROUGH_STATUSES = (400, 404, 413, 422)

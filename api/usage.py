@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Iterator
@@ -16,8 +15,8 @@ from billing.usage import (
     TokenCounts,
     usage_record_build,
     usage_record_exists,
-    usage_record_fields_dump,
     usage_record_insert,
+    usage_record_lost_line,
     usage_record_outcome_set,
 )
 from core.db import database_reconnect
@@ -122,7 +121,7 @@ def usage_scope(*, request_id: str, endpoint: str, credential: Credential) -> It
     if the capture had already written the record, the record is updated to that status and keeps
     its charge. The amount is what metered_call captured, which is 0 for every call that failed
     before or during the upstream call. Failing to write the record is logged (after one retry on a
-    new connection, as a `usage_record_lost {json}` line) and never turns the caller's answer into an
+    new connection, as a signed `usage_record_lost {json}` line) and never turns the caller's answer into an
     error.
     """
     scope = UsageScope(request_id=request_id, endpoint=endpoint, credential=credential)
@@ -168,7 +167,7 @@ def _call_log(*, scope: UsageScope, status: int, code: str) -> None:
 def _usage_record_write(*, scope: UsageScope, status: int, code: str) -> None:
     """Write (or, after a capture wrote it, update) the call's record. Never raises. A connection
     broken meanwhile (PostgreSQL restarted) is replaced and the write tried once more; a record that
-    still cannot be written is logged as one line `usage_record_lost {json}` with every field, for an
+    still cannot be written is logged as one signed line `usage_record_lost {json}` with every field, for an
     operator to reconcile (`python manage.py usage_records_restore < log`)."""
     for attempt in (1, 2):
         try:
@@ -194,7 +193,7 @@ def _usage_record_write(*, scope: UsageScope, status: int, code: str) -> None:
     record = scope.record or scope.record_build(status=status, error_code=code)
     if scope.record is not None:
         record.status, record.error_code, record.latency_ms = status, code, scope.elapsed_ms()
-    logger.error("usage_record_lost %s", json.dumps(usage_record_fields_dump(record=record), default=str))
+    logger.error("%s", usage_record_lost_line(record=record))
 
 
 def _metrics_record(*, scope: UsageScope, status: int, code: str) -> None:

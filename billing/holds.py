@@ -33,6 +33,7 @@ from billing.statements import (
 from billing.usage import usage_record_insert
 from billing.windows import TOTAL_WINDOW_START
 from core.errors import INSUFFICIENT_BALANCE, BillingError
+from core.process_identity import process_owner
 
 logger = logging.getLogger("gateway.billing")
 
@@ -67,6 +68,7 @@ def hold_reserve(
         "amount": value,
         "status": Hold.Status.OPEN,
         "reference": reference,
+        "owner": process_owner(),
         "created_at": moment,
         "expires_at": hold_expiry(now=moment, ttl_seconds=ttl_seconds),
     }
@@ -317,4 +319,18 @@ def holds_release_stale(
             break
     if released:
         logger.warning("released %d stale hold(s) expired by %s", released, moment.isoformat())
+    return released
+
+
+def holds_release_owner(*, owner: str, now: datetime | None = None) -> int:
+    """Release every open hold of the process `owner` (`<instance>:<pid>`, core.process_identity),
+    which has died: none of its calls can be captured any more. Each through `hold_release`, whose
+    guarded transition leaves a hold its call captured meanwhile alone. Returns how many it released."""
+    moment = now or timezone.now()
+    released = 0
+    for hold in Hold.objects.filter(status=Hold.Status.OPEN, owner=owner).order_by("pk"):
+        if hold_release(hold=hold, now=moment):
+            released += 1
+    if released:
+        logger.warning("released %d open hold(s) of process %s, which died", released, owner)
     return released

@@ -10,6 +10,7 @@ key free for the retry, unless it was charged before it failed: then the key is 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -20,11 +21,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
 from accounts.models import Account
 from billing.models import Hold, IdempotencyRecord
+from core.db import database_reconnect, session_ended_before_statement
 from core.errors import ApiError, Conflict, InvalidRequest, compatible_body
 from core.modelutils import queryset_delete_in_batches
 
@@ -72,8 +74,14 @@ def idempotent_execute(
     produce: Callable[[], StoredResponse],
     reference: str = "",
     now: datetime | None = None,
+    in_transaction: bool = False,
 ) -> StoredResponse:
     """Run `produce` at most once per (account, key) while the key lives, and replay its response.
+
+    `in_transaction`: for a `produce` that only writes the database (a top-up), it runs in one
+    transaction with the key's completion, so a process killed between the two leaves neither: the
+    key is then taken over after locked_until and runs once. A non-2xx answer rolls `produce`'s
+    writes back and frees the key.
 
     `reference` is the call's request id, its hold's reference: a key whose worker died mid-call is
     taken over after locked_until only when that call was not charged; if it was, the key answers
@@ -91,11 +99,25 @@ def idempotent_execute(
     if key is None:
         return produce()
     idempotency_key_validate(key=key)
-    record = _claim(
-        account=account, key=key, fingerprint=fingerprint, reference=reference, now=now or timezone.now()
+    claim = functools.partial(
+        _claim,
+        account=account,
+        key=key,
+        fingerprint=fingerprint,
+        reference=reference,
+        now=now or timezone.now(),
     )
+    try:
+        record = claim()
+    except (OperationalError, InterfaceError) as exc:
+        # A connection PostgreSQL had ended (a restart): the claim did not run; once more, fresh.
+        if not session_ended_before_statement(exc) or not database_reconnect():
+            raise
+        record = claim()
     if isinstance(record, StoredResponse):
         return record
+    if in_transaction:
+        return _execute_in_transaction(record=record, produce=produce)
     charges: list[bool] = []
     noted = _charged.set(charges)
     try:
@@ -116,6 +138,30 @@ def idempotent_execute(
             _unclaim(record=record)
         return response
     _complete(record=record, response=response)
+    return response
+
+
+def _execute_in_transaction(
+    *, record: IdempotencyRecord, produce: Callable[[], StoredResponse]
+) -> StoredResponse:
+    try:
+        with transaction.atomic():
+            response = produce()
+            if not 200 <= response.status < 300:
+                transaction.set_rollback(True)
+            elif not _completed(record=record, response=response):
+                # Taken over meanwhile (we ran past locked_until): the new owner runs it, not us.
+                raise Conflict(
+                    "A request with this Idempotency-Key is still being processed. Retry after it has "
+                    "finished.",
+                    code="idempotency_key_in_use",
+                    retry_after=1,
+                )
+    except BaseException:
+        _unclaim(record=record)
+        raise
+    if not 200 <= response.status < 300:
+        _unclaim(record=record)
     return response
 
 
@@ -157,6 +203,14 @@ def _complete(*, record: IdempotencyRecord, response: StoredResponse) -> None:
     from us (we ran past locked_until) belongs to the new owner. Never raises: the call has run; a row
     left in progress answers 409 until locked_until."""
     try:
+        _completed(record=record, response=response)
+    except Exception:
+        logger.exception("could not store the response of idempotency record %s", record.pk)
+
+
+def _completed(*, record: IdempotencyRecord, response: StoredResponse) -> bool:
+    """Complete the row if we still own it; False when it was taken over."""
+    return bool(
         IdempotencyRecord.objects.filter(
             pk=record.pk, owner=record.owner, status=IdempotencyRecord.Status.IN_PROGRESS
         ).update(
@@ -166,8 +220,7 @@ def _complete(*, record: IdempotencyRecord, response: StoredResponse) -> None:
             response_content_type=response.content_type,
             response_headers=dict(response.headers),
         )
-    except Exception:
-        logger.exception("could not store the response of idempotency record %s", record.pk)
+    )
 
 
 def _claim(

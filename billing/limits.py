@@ -22,13 +22,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+import redis
 from django.conf import settings
-from django.core.cache import cache
+from django.core.cache import cache, caches
 from django.core.cache.backends.base import BaseCache
 from django.core.cache.backends.locmem import LocMemCache
+from django.core.cache.backends.redis import RedisCache
 from django_ratelimit.core import get_usage
 
 from core.errors import ApiError, RateLimited
+from core.process_identity import process_owner
 from core.redis_health import RedisUnavailable, redis_fail_open, redis_guarded
 
 logger = logging.getLogger("gateway.billing")
@@ -140,7 +143,8 @@ def concurrency_slot_acquire(
         return None
     ttl = ttl_seconds if ttl_seconds is not None else settings.GATEWAY_CONCURRENCY_SLOT_TTL_SECONDS
     keys = [f"{SLOT_KEY_PREFIX}:{limit_key}:{index}" for index in range(limit)]
-    token = uuid.uuid4().hex
+    # Whose slot it is: `concurrency_slots_release_owner` gives back a dead process's slots.
+    token = f"{process_owner()}:{uuid.uuid4().hex}"
 
     def take(store: BaseCache) -> str | None:
         taken = store.get_many(keys)
@@ -181,6 +185,33 @@ def concurrency_slot_release(*, slot: ConcurrencySlot | None) -> None:
         )
     except Exception:
         logger.exception("concurrency slot %s not given back; it expires by itself", slot.key)
+
+
+def concurrency_slots_release_owner(*, owner: str) -> int:
+    """Give back every concurrency slot the process `owner` (`<instance>:<pid>`,
+    core.process_identity) holds in Redis: it has died, and its slots would otherwise stay taken
+    until their lease ends. Returns how many were given back; 0 without Redis (each process's slots
+    are its own and died with it). Redis's SCAN finds the slot keys (the cache API has no listing);
+    each is read and deleted through the cache, and only while it still holds that process's token."""
+    location = settings.CACHES["default"].get("LOCATION")
+    if not isinstance(caches["default"], RedisCache) or not location:
+        return 0
+    prefix = cache.make_key("")
+    pattern = cache.make_key(f"{SLOT_KEY_PREFIX}:*")
+    client = redis.Redis.from_url(location)
+    try:
+        names = [name.decode()[len(prefix) :] for name in client.scan_iter(match=pattern, count=1000)]
+    finally:
+        client.close()
+    mine = f"{owner}:"
+    given_back = 0
+    for key, token in cache.get_many(names).items():
+        if isinstance(token, str) and token.startswith(mine) and cache.get(key) == token:
+            cache.delete(key)
+            given_back += 1
+    if given_back:
+        logger.warning("gave back %d concurrency slot(s) of process %s, which died", given_back, owner)
+    return given_back
 
 
 def limits_local_clear() -> None:

@@ -154,6 +154,9 @@ class Hold(models.Model):
     captured_amount = models.DecimalField(null=True, blank=True, **MONEY)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
     reference = models.CharField(max_length=200, blank=True, help_text="Request id of the call.")
+    # The process whose call it is (core.process_identity: `<instance>:<pid>`), so that the holds of
+    # a worker that died are released at once (`worker_gone`) rather than when they expire.
+    owner = models.CharField(max_length=100, blank=True, default="")
     # The calendar windows a subscription hold counts in (local dates in GATEWAY_TIMEZONE), so that a
     # release gives the quota back to exactly the counters it was taken from, even after midnight.
     day_start = models.DateField(null=True, blank=True)
@@ -171,6 +174,8 @@ class Hold(models.Model):
                 fields=["expires_at"], condition=models.Q(status="open"), name="hold_open_expiry_idx"
             ),
             models.Index(fields=["reference"], name="hold_reference_idx"),
+            # worker_gone finds a dead process's open holds.
+            models.Index(fields=["owner"], condition=models.Q(status="open"), name="hold_open_owner_idx"),
         ]
         constraints = [
             models.CheckConstraint(condition=models.Q(amount__gte=0), name="hold_amount_not_negative"),

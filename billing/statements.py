@@ -13,18 +13,26 @@ allows it; Django's own queries keep its client-side-binding cursor and are neve
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import psycopg
-from django.db import DEFAULT_DB_ALIAS, connection, connections, models
+from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connection, connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from billing.models import Hold, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
 from billing.windows import WINDOW_ORDER
-from core.db import pooled_connection_borrow, pooled_connection_give_back
+from core.db import (
+    database_reconnect,
+    pooled_connection_borrow,
+    pooled_connection_give_back,
+    session_ended_before_statement,
+)
+
+logger = logging.getLogger("gateway.billing")
 
 M = TypeVar("M", bound=models.Model)
 
@@ -53,6 +61,23 @@ def statement_instance(model: type[M], values: dict[str, Any]) -> M:
 
 def statement_run(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
     """Run one billing statement and return its first row.
+
+    A statement that meets a session PostgreSQL had ended (a restart: the pool's idle connections and
+    the kept one all died with it) did not run: it runs once more on a fresh connection, after the
+    pool's idle connections are checked (`core.db.database_reconnect`). Not inside a transaction,
+    whose work the new connection cannot continue.
+    """
+    try:
+        return _statement_run(sql, params)
+    except (OperationalError, InterfaceError) as exc:
+        if not session_ended_before_statement(exc) or not database_reconnect():
+            raise
+        logger.warning("a billing statement met a connection PostgreSQL had ended; running it again")
+        return _statement_run(sql, params)
+
+
+def _statement_run(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+    """One run of a billing statement.
 
     Through Django's cursor wrapping (query logging, execute_wrappers, database error translation), on
     a server-side-binding cursor (`psycopg.Cursor`): psycopg prepares it per the connection's
@@ -157,10 +182,11 @@ def hold_reserve_sql(*, own_transaction: bool) -> str:
             RETURNING {w.id} AS wallet_id
         )
         INSERT INTO {h.table} (
-            {h.kind}, {h.wallet_id}, {h.amount}, {h.status}, {h.reference}, {h.created_at}, {h.expires_at}
+            {h.kind}, {h.wallet_id}, {h.amount}, {h.status}, {h.reference}, {h.owner}, {h.created_at},
+            {h.expires_at}
         )
-        SELECT %(kind)s, reserved.wallet_id, %(amount)s, %(status)s, %(reference)s, %(created_at)s,
-            %(expires_at)s
+        SELECT %(kind)s, reserved.wallet_id, %(amount)s, %(status)s, %(reference)s, %(owner)s,
+            %(created_at)s, %(expires_at)s
         FROM reserved{" CROSS JOIN no_flush_wait" if own_transaction else ""}
         RETURNING {h.id}, {h.wallet_id}
     """  # noqa: S608 - identifiers from the models' _meta, values bound as parameters
@@ -305,11 +331,11 @@ def subscription_hold_reserve_sql(*, capped: frozenset[str]) -> str:
         WITH {",".join(counters)},
         held AS (
             INSERT INTO {h.table} (
-                {h.kind}, {h.subscription_id}, {h.amount}, {h.status}, {h.reference}, {h.day_start},
-                {h.week_start}, {h.month_start}, {h.created_at}, {h.expires_at}
+                {h.kind}, {h.subscription_id}, {h.amount}, {h.status}, {h.reference}, {h.owner},
+                {h.day_start}, {h.week_start}, {h.month_start}, {h.created_at}, {h.expires_at}
             )
-            SELECT %(kind)s, %(subscription_id)s, %(amount)s, %(status)s, %(reference)s, %(day_start)s,
-                %(week_start)s, %(month_start)s, %(created_at)s, %(expires_at)s
+            SELECT %(kind)s, %(subscription_id)s, %(amount)s, %(status)s, %(reference)s, %(owner)s,
+                %(day_start)s, %(week_start)s, %(month_start)s, %(created_at)s, %(expires_at)s
             WHERE EXISTS (SELECT FROM {previous})
             RETURNING {h.id}
         )

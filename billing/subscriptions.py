@@ -19,6 +19,7 @@ from billing.money import money_display, money_parse, money_sql
 from billing.statements import on_postgresql, statement_instance, statement_run, subscription_hold_reserve_sql
 from billing.windows import TOTAL_WINDOW_START, WINDOW_ORDER, window_end, window_starts_at
 from core.errors import USAGE_LIMIT_EXCEEDED, RateLimited
+from core.process_identity import process_owner
 from groups.models import Group
 
 # Retry-After for a used-up total quota, which never resets: retrying sooner cannot help.
@@ -109,6 +110,7 @@ def subscription_hold_reserve(
         "amount": value,
         "status": Hold.Status.OPEN,
         "reference": reference,
+        "owner": process_owner(),
         "day_start": starts["day"],
         "week_start": starts["week"],
         "month_start": starts["month"],

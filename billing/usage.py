@@ -3,17 +3,29 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
+from django.core import signing
+from django.db import transaction
 from django.utils import timezone
 
 from billing.models import UsageRecord
 from core.modelutils import queryset_delete_in_batches
+
+# What a PostgreSQL text column cannot hold: NUL, and a surrogate code point (in a Python string
+# always a lone one, which UTF-8 cannot encode).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def text_storable(text: str) -> str:
+    """`text` with every character a text column cannot store replaced by U+FFFD, one for one."""
+    return _UNSTORABLE.sub("\ufffd", text)
 
 
 @dataclass(frozen=True)
@@ -44,20 +56,22 @@ def usage_record_build(
     tokens: TokenCounts | None = None,
     created_at: datetime | None = None,
 ) -> UsageRecord:
-    """An unsaved usage record, its values cut to their columns: `usage_record_insert` saves it, or
-    `hold_capture(usage_record=...)` writes it together with the charge."""
+    """An unsaved usage record, its values made storable and cut to their columns:
+    `usage_record_insert` saves it, or `hold_capture(usage_record=...)` writes it together with the
+    charge. A caller's text (a model name) may hold what PostgreSQL refuses: a record is never lost to
+    its content."""
     return UsageRecord(
-        request_id=request_id[:200],
+        request_id=text_storable(request_id)[:200],
         account_id=account_id,
-        credential=credential[:64],
+        credential=text_storable(credential)[:64],
         group_id=group_id,
-        model_id=model_id[:200],
-        endpoint=endpoint[:100],
+        model_id=text_storable(model_id)[:200],
+        endpoint=text_storable(endpoint)[:100],
         billing=billing,
         status=status,
-        error_code=error_code[:100],
+        error_code=text_storable(error_code)[:100],
         amount=amount,
-        upstream=upstream[:100],
+        upstream=text_storable(upstream)[:100],
         latency_ms=max(0, latency_ms),
         input_tokens=tokens.input if tokens is not None else None,
         cached_tokens=tokens.cached if tokens is not None else None,
@@ -90,37 +104,96 @@ def usage_record_exists(*, request_id: str, endpoint: str) -> bool:
 
 
 LOST_PREFIX = "usage_record_lost "
+# The key of the lost records' signatures: an HMAC under a key derived from SECRET_KEY and this salt
+# (Django's signing), so that only the gateway can write a line that `usage_records_restore` trusts.
+_LOST_SIGNER_SALT = "billing.usage.usage_record_lost"
+
+
+def _lost_signer() -> signing.Signer:
+    return signing.Signer(salt=_LOST_SIGNER_SALT, algorithm="sha256")
 
 
 def usage_record_fields_dump(*, record: UsageRecord) -> dict[str, Any]:
-    """Every column of a record (by attribute name; `id` when it was written), for the
-    `usage_record_lost {json}` log line that `usage_records_restore` reads back."""
-    return {field.attname: getattr(record, field.attname) for field in record._meta.concrete_fields}
+    """Every column of a record (by attribute name; `id` when it was written)."""
+    return {column.attname: getattr(record, column.attname) for column in record._meta.concrete_fields}
 
 
-def usage_records_restore(*, lines: Iterable[str]) -> tuple[int, int]:
-    """Write the records of `usage_record_lost {json}` log lines that are not in the table yet (a
-    record with an id is updated to the logged outcome instead). Returns (written, skipped); running it
-    twice over the same log writes nothing the second time."""
-    written = skipped = 0
-    for line in lines:
-        at = line.find(LOST_PREFIX)
-        if at < 0:
+def usage_record_lost_line(*, record: UsageRecord) -> str:
+    """The `usage_record_lost {json}:{signature}` message of a record that could not be written, for
+    `usage_records_restore` to read back: every column as one line of JSON (control characters
+    escaped by the JSON itself), signed."""
+    payload = json.dumps(usage_record_fields_dump(record=record), default=str)
+    return LOST_PREFIX + _lost_signer().sign(payload)
+
+
+@dataclass
+class RestoreReport:
+    """What `usage_records_restore` did: records written, records already there, and the lines it
+    refused (line number, why): unsigned, altered, or not a record."""
+
+    written: int = 0
+    skipped: int = 0
+    refused: list[tuple[int, str]] = field(default_factory=list)
+
+
+def _lost_message(line: str) -> str | None:
+    """The `usage_record_lost ...` message of a log line, text or JSON (LOG_FORMAT=json); None for
+    any other line."""
+    stripped = line.strip()
+    if stripped.startswith("{"):
+        try:
+            message = json.loads(stripped).get("message")
+        except (ValueError, AttributeError):
+            message = None
+        if isinstance(message, str) and message.startswith(LOST_PREFIX):
+            return message
+    at = stripped.find(LOST_PREFIX)
+    return stripped[at:] if at >= 0 else None
+
+
+def usage_records_restore(*, lines: Iterable[str]) -> RestoreReport:
+    """Write the records of signed `usage_record_lost` log lines that are not in the table yet (a
+    record with an id is updated to the logged outcome instead). A line whose signature does not
+    verify (written by anyone but the gateway, or altered) or that holds no record is refused and
+    reported, and the lines after it are still restored. Running it twice over the same log writes
+    nothing the second time."""
+    report = RestoreReport()
+    signer = _lost_signer()
+    for number, line in enumerate(lines, start=1):
+        message = _lost_message(line)
+        if message is None:
             continue
-        fields = json.loads(line[at + len(LOST_PREFIX) :])
-        pk = fields.pop("id", None)
-        if pk is not None:
-            updated = UsageRecord.objects.filter(pk=pk).update(
+        try:
+            payload = signer.unsign(message[len(LOST_PREFIX) :])
+        except signing.BadSignature:
+            report.refused.append((number, "unsigned or altered"))
+            continue
+        try:
+            with transaction.atomic():
+                written = _usage_record_restore(fields=json.loads(payload))
+        except Exception as exc:  # a signed line that still cannot be written: reported, not fatal
+            report.refused.append((number, f"not restorable: {type(exc).__name__}: {exc}"))
+            continue
+        if written:
+            report.written += 1
+        else:
+            report.skipped += 1
+    return report
+
+
+def _usage_record_restore(*, fields: dict[str, Any]) -> bool:
+    """Write one logged record; False when it is already there."""
+    pk = fields.pop("id", None)
+    if pk is not None:
+        return bool(
+            UsageRecord.objects.filter(pk=pk).update(
                 status=fields["status"], error_code=fields["error_code"], latency_ms=fields["latency_ms"]
             )
-            written += updated
-            skipped += 1 - updated
-        elif usage_record_exists(request_id=fields["request_id"], endpoint=fields["endpoint"]):
-            skipped += 1
-        else:
-            UsageRecord(**fields).save(force_insert=True)
-            written += 1
-    return written, skipped
+        )
+    if usage_record_exists(request_id=fields["request_id"], endpoint=fields["endpoint"]):
+        return False
+    UsageRecord(**fields).save(force_insert=True)
+    return True
 
 
 def usage_records_purge(

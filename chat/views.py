@@ -14,10 +14,13 @@ from chat.schema import chat_completions_schema, count_tokens_schema, messages_s
 
 
 class TextView(GatewayAPIView):
-    """The body is read raw by the pipeline (chat/validation.py), not by DRF's parsers."""
+    """The body is read raw by the pipeline (chat/validation.py), not by DRF's parsers: JSON only,
+    with or without a charset parameter, and a body without a Content-Type (some clients send none)."""
 
     family: ClassVar[Family]
     parser_classes: ClassVar[list[type]] = []
+    content_types = ("application/json",)
+    content_type_optional = True
 
     def post(self, request: Request):
         return text_call_handle(request=request, family=self.family)

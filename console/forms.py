@@ -16,7 +16,7 @@ from django.core.validators import RegexValidator
 from django.utils import timezone
 
 from billing.money import money_display
-from console.signin import signin_failure_record, signin_throttle_wait
+from console.signin import signin_attempt_give_back, signin_attempt_take, signin_turn
 from groups.models import Group
 from images.models import ImageModel
 
@@ -24,26 +24,34 @@ THROTTLED = "throttled"
 
 
 class ConsoleAuthenticationForm(AuthenticationForm):
-    """Django's sign-in form behind the failed sign-in throttle (console/signin.py): a throttled
-    address or username is refused before its password is hashed."""
+    """Django's sign-in form behind the failed sign-in throttle (console/signin.py): each sign-in
+    takes its attempt before its password is hashed, and a throttled address or username is refused
+    unchecked."""
 
     def clean(self):
         username = self.cleaned_data.get("username") or ""
-        wait = signin_throttle_wait(request=self.request, username=username)
-        if wait is not None:
-            self.retry_after = wait
-            minutes = max(1, round(wait / 60))
+        attempt = signin_attempt_take(request=self.request, username=username)
+        if attempt.wait is not None:
+            self.retry_after = attempt.wait
+            minutes = max(1, round(attempt.wait / 60))
             raise ValidationError(
                 f"Too many failed sign-ins from this address or for this account. Try again in "
                 f"about {minutes} minute{'s' if minutes != 1 else ''}.",
                 code=THROTTLED,
             )
+        failed = False
         try:
-            return super().clean()
+            with signin_turn() as turn:
+                if not turn:
+                    self.retry_after = 1
+                    raise ValidationError("Too many sign-ins at once. Try again in a moment.", code=THROTTLED)
+                return super().clean()
         except ValidationError as error:
-            if error.code == "invalid_login":
-                signin_failure_record(request=self.request, username=username)
+            failed = error.code == "invalid_login"
             raise
+        finally:
+            if not failed:
+                signin_attempt_give_back(attempt=attempt)
 
     def throttled(self) -> bool:
         return self.has_error(NON_FIELD_ERRORS, THROTTLED)

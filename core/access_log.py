@@ -8,7 +8,8 @@ the same logging handler (stdout or the file of GUNICORN_ACCESSLOG, reopened on 
 other format (`--access-logformat`) is formatted by gunicorn itself.
 
 With LOG_FORMAT=json, gunicorn's own log and the access log are JSON lines too (python-json-logger),
-the access line's values as fields of their own. Health probes that pass (GET /healthz, /readyz, every
+the access line's values as fields of their own; with text, one line per record, control characters
+escaped (core/log_lines.py). Health probes that pass (GET /healthz, /readyz, every
 second from a load balancer) are not logged; a failing one is.
 """
 
@@ -20,9 +21,16 @@ from typing import Any
 
 from gunicorn.glogging import Logger
 
+from core.log_lines import LineFormatter
+
 # The request line without its query string: a key sent as ?key= must never reach a log.
 ACCESS_LOG_FORMAT = '%(h)s "%(m)s %(U)s %(H)s" %(s)s %(B)s %(M)sms rid=%({x-request-id}o)s'
 
+
+# gunicorn's own lines in the text format, written one line per record (core/log_lines.py): a path
+# or a header in a message has its control characters escaped.
+ERROR_FORMAT = "%(asctime)s [%(process)d] [%(levelname)s] %(message)s"
+ERROR_DATE_FORMAT = "[%Y-%m-%d %H:%M:%S %z]"
 
 # Polled every second by load balancers: an answer 2xx is not worth a line (api/health.py).
 PROBE_PATHS = frozenset({"/healthz", "/readyz"})
@@ -54,10 +62,15 @@ class AccessLogger(Logger):
     def setup(self, cfg: Any) -> None:
         super().setup(cfg)
         if log_format_json():
-            formatter = json_formatter()
-            for log in (self.error_log, self.access_log):
-                for handler in log.handlers:
-                    handler.setFormatter(formatter)
+            formatters = {self.error_log: json_formatter(), self.access_log: json_formatter()}
+        else:
+            formatters = {
+                self.error_log: LineFormatter(ERROR_FORMAT, ERROR_DATE_FORMAT),
+                self.access_log: LineFormatter("%(message)s"),
+            }
+        for log, formatter in formatters.items():
+            for handler in log.handlers:
+                handler.setFormatter(formatter)
 
     def access(self, resp: Any, req: Any, environ: dict[str, Any], request_time: Any) -> None:
         if not self.access_log_enabled:

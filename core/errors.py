@@ -166,6 +166,14 @@ class PayloadTooLarge(ApiError):
     code = "request_too_large"
 
 
+class UnsupportedContentType(ApiError):
+    """A request body in a media type the endpoint does not read."""
+
+    status = 415
+    type = "invalid_request_error"
+    code = "unsupported_content_type"
+
+
 class BillingError(ApiError):
     status = 403
     type = "billing_error"
@@ -306,9 +314,7 @@ def api_error_from_exception(exc: BaseException) -> ApiError | None:
     if isinstance(exc, drf_exceptions.ParseError):
         return InvalidRequest(f"The request body is not valid JSON: {exc.detail}", code="invalid_json")
     if isinstance(exc, drf_exceptions.UnsupportedMediaType):
-        return InvalidRequest(
-            f"Unsupported Content-Type {exc.detail!s}".rstrip(".") + ".", code="unsupported_content_type"
-        )
+        return UnsupportedContentType(str(exc.detail))
     if isinstance(exc, drf_exceptions.MethodNotAllowed):
         return MethodNotAllowed(str(exc.detail))
     if isinstance(exc, drf_exceptions.NotAuthenticated):

@@ -109,7 +109,14 @@ MIDDLEWARE = [
     "api.middleware.BrowserAuthenticationMiddleware",
     "api.middleware.BrowserMessageMiddleware",
     "api.middleware.BrowserXFrameOptionsMiddleware",
+    "console.middleware.ConsoleContentSecurityPolicyMiddleware",
 ]
+# The console pages' Content-Security-Policy (console/middleware.py): their own script, styles and
+# fetches, data: images, forms posted to themselves, never framed.
+GATEWAY_CONSOLE_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
 
 # JSON under /v1 and /files, Django's page for the console and the admin.
 CSRF_FAILURE_VIEW = "api.csrf.csrf_failure"
@@ -222,6 +229,10 @@ PASSWORD_HASHERS = [
 GATEWAY_SIGNIN_FAILURES_PER_ADDRESS = env_int("GATEWAY_SIGNIN_FAILURES_PER_ADDRESS", 30, minimum=1)
 GATEWAY_SIGNIN_FAILURES_PER_ACCOUNT = env_int("GATEWAY_SIGNIN_FAILURES_PER_ACCOUNT", 10, minimum=1)
 GATEWAY_SIGNIN_WINDOW_SECONDS = env_int("GATEWAY_SIGNIN_WINDOW_SECONDS", 15 * 60, minimum=1)
+# Sign-ins checked at once per process (console/signin.py): a burst waits its turn (at most
+# GATEWAY_SIGNIN_WAIT_SECONDS, then 429) instead of taking the CPU and database the billed calls need.
+GATEWAY_SIGNIN_CONCURRENCY = env_int("GATEWAY_SIGNIN_CONCURRENCY", 4, minimum=1)
+GATEWAY_SIGNIN_WAIT_SECONDS = env_float("GATEWAY_SIGNIN_WAIT_SECONDS", 10.0, minimum=0)
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -399,7 +410,13 @@ GATEWAY_METRICS_PUBLIC = env_bool("GATEWAY_METRICS_PUBLIC", False)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    # One line per record: control characters in a message are escaped (core/log_lines.py).
+    "formatters": {
+        "plain": {
+            "class": "core.log_lines.LineFormatter",
+            "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
+        }
+    },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO") or "INFO"},
     # Django logs every 4xx as a warning; the gateway's own answers are expected, not noise.

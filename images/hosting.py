@@ -204,7 +204,10 @@ def image_fetch(*, url: str, upstream: Upstream) -> bytes:
         ) as reply:
             _peer_check(reply=reply, port=target[2], private_ok=private_ok, url=url)
             if reply.is_redirect:
-                current = urljoin(current, reply.headers.get("Location", ""))
+                try:
+                    current = urljoin(current, reply.headers.get("Location", ""))
+                except ValueError:  # urllib's parser refuses it (an unbalanced "[" of an IPv6 host)
+                    raise _fetch_error("image download redirected to an unreadable URL", url=url) from None
                 continue
             if reply.status != 200:
                 raise _fetch_error(f"image download answered HTTP {reply.status}", url=url)

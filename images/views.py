@@ -11,6 +11,7 @@ class ImageGenerationView(GatewayAPIView):
     """POST /v1/images/generations (JSON)."""
 
     parser_classes = [GatewayJSONParser]
+    content_types = ("application/json",)
 
     @generation_schema
     def post(self, request: Request):
@@ -21,6 +22,7 @@ class ImageEditView(GatewayAPIView):
     """POST /v1/images/edits (multipart/form-data)."""
 
     parser_classes = [MultiPartParser, FormParser]
+    content_types = ("multipart/form-data", "application/x-www-form-urlencoded")
 
     @edit_schema
     def post(self, request: Request):

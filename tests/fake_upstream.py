@@ -20,6 +20,7 @@ It prints `listening on PORT` once ready. Endpoints:
   "received_at": the fake upstream's time.monotonic() when the request was read}).
 - POST /_reset: clear scripts and the request log.
 - GET /files/<name>.png: the fixed PNG (for url results).
+- GET /redirect?to=<percent-encoded URL>: 302 to that URL, whatever it holds.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import zlib
 from collections import defaultdict, deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import unquote
 
 from tests.fake_text_upstream import TEXT_PATHS, TextAnswer, error_body
 
@@ -100,6 +102,13 @@ class Handler(BaseHTTPRequestHandler):
             return
         if self.path.startswith("/files/"):
             self._send(200, state.image, "image/png")
+            return
+        if self.path.startswith("/redirect?to="):
+            location = unquote(self.path.split("=", 1)[1])
+            self.send_response(302)
+            self.send_header("Location", location)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
             return
         self._json(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
 

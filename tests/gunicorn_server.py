@@ -70,3 +70,25 @@ def gunicorn_serving(*, log_path: Path, env: dict[str, str] | None = None) -> It
     finally:
         process.terminate()
         process.wait(timeout=15)
+
+
+def gunicorn_worker_pids(base_url: str) -> list[int]:
+    """The workers of the gunicorn this test process started on `base_url`: the processes with its
+    GATEWAY_BIND whose parent is that master."""
+    port = base_url.rsplit(":", 1)[1]
+    master = None
+    processes: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if f"GATEWAY_BIND=127.0.0.1:{port}".encode() not in environ:
+            continue
+        processes[int(entry.name)] = ppid
+        if ppid == os.getpid():
+            master = int(entry.name)
+    return [pid for pid, ppid in processes.items() if ppid == master]

@@ -268,7 +268,7 @@ def test_it_refuses_invalid_fields_before_reserving_or_calling_upstream(
     [
         (b'{"model": "alpha-fake", "prompt": ', "application/json", 400, "invalid_json"),
         (b'["alpha-fake"]', "application/json", 400, None),
-        (b"model=alpha-fake&prompt=x", "application/x-www-form-urlencoded", 400, "unsupported_content_type"),
+        (b"model=alpha-fake&prompt=x", "application/x-www-form-urlencoded", 415, "unsupported_content_type"),
         (
             json.dumps({"model": "alpha-fake", "prompt": "x" * 2_000_000}).encode(),
             "application/json",
@@ -286,6 +286,37 @@ def test_it_refuses_bodies_it_cannot_read(
     assert response["Content-Type"] == "application/json"
     if code:
         assert response.json()["error"]["code"] == code
+    assert_nothing_billed(alice)
+    assert fake_upstream.requests() == []
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("path", "content_type", "accepted"),
+    [
+        ("/v1/images/edits", "application/json", "multipart/form-data or application/x-www-form-urlencoded"),
+        ("/v1/images/generations", "text/plain", "application/json"),
+        ("/v1/images/generations", "", "application/json"),
+    ],
+)
+def test_a_body_in_a_media_type_the_endpoint_does_not_read_is_415_with_one_clear_message(
+    client, alice, alice_key, fake_model, fake_upstream, path, content_type, accepted
+):
+    response = client.post(
+        path,
+        data=json.dumps({"model": "alpha-fake", "prompt": "x"}),
+        content_type=content_type,
+        headers={"Authorization": f"Bearer {alice_key}"},
+    )
+
+    assert response.status_code == 415
+    error = response.json()["error"]
+    assert (error["type"], error["code"]) == ("invalid_request_error", "unsupported_content_type")
+    assert error["message"].startswith(
+        f'Content-Type "{content_type}" is not accepted here: send {accepted}. (request id: '
+        if content_type
+        else f"The request has no Content-Type: send {accepted}. (request id: "
+    )
     assert_nothing_billed(alice)
     assert fake_upstream.requests() == []
 

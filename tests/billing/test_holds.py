@@ -16,6 +16,7 @@ from billing.ledger import InsufficientFunds, wallet_adjust, wallet_top_up
 from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
 from billing.selectors import ledger_check, wallet_ledger_sum
 from core.errors import BillingError
+from core.process_identity import process_owner
 from tests.billing.conftest import usage_record_draft
 
 pytestmark = pytest.mark.django_db
@@ -212,3 +213,21 @@ def test_every_change_of_a_wallet_moves_its_updated_at(alice):
     backdate()
     hold_release(hold=other)
     assert moved()
+
+
+def test_a_dead_processs_open_holds_are_released_and_its_captured_ones_kept(alice):
+    gone = hold_reserve(account_id=alice.pk, amount=Decimal("1.00"), reference="req_gone")
+    captured = hold_reserve(account_id=alice.pk, amount=Decimal("2.00"), reference="req_captured")
+    hold_capture(hold=captured)
+    other = hold_reserve(account_id=alice.pk, amount=Decimal("3.00"), reference="req_other")
+    Hold.objects.filter(pk=other.pk).update(owner="another-instance:1")
+    assert gone.owner == process_owner()
+
+    out = io.StringIO()
+    call_command("worker_gone", process_owner(), stdout=out)
+
+    assert "released 1 hold(s)" in out.getvalue()
+    statuses = dict(Hold.objects.values_list("reference", "status"))
+    assert statuses == {"req_gone": "released", "req_captured": "captured", "req_other": "open"}
+    assert Wallet.objects.get(account=alice).held == Decimal("3.00")
+    assert ledger_check() == []

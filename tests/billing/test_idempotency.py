@@ -19,6 +19,7 @@ from billing.idempotency import (
     idempotency_records_purge,
     idempotent_execute,
 )
+from billing.ledger import wallet_top_up
 from billing.models import IdempotencyRecord, LedgerEntry
 from core.errors import ApiError, Conflict, InvalidRequest
 from tests.billing.conftest import FakeUpstream, credential_for
@@ -242,3 +243,43 @@ def test_a_key_whose_dead_worker_had_charged_its_call_is_not_run_again(alice):
     assert result.status == 500 and b"idempotent_answer_lost" in result.body
     assert LedgerEntry.objects.filter(kind="charge").count() == 1
     assert IdempotencyRecord.objects.get().status == IdempotencyRecord.Status.COMPLETED
+
+
+def _top_up_answering(account, status: int):
+    def produce() -> StoredResponse:
+        wallet_top_up(account=account, amount="5.00", reference="in-transaction")
+        return StoredResponse(status=status, body=b"{}", content_type="application/json")
+
+    return produce
+
+
+def test_in_transaction_the_work_and_the_keys_completion_commit_together(alice):
+    answer = idempotent_execute(
+        account=alice, key="tx-1", fingerprint="f", produce=_top_up_answering(alice, 201), in_transaction=True
+    )
+
+    assert answer.status == 201
+    assert IdempotencyRecord.objects.get(key="tx-1").status == IdempotencyRecord.Status.COMPLETED
+    assert LedgerEntry.objects.filter(reference="in-transaction").count() == 1
+
+
+def test_in_transaction_a_failed_answer_rolls_the_work_back_and_frees_the_key(alice):
+    answer = idempotent_execute(
+        account=alice, key="tx-2", fingerprint="f", produce=_top_up_answering(alice, 409), in_transaction=True
+    )
+
+    assert answer.status == 409
+    assert not IdempotencyRecord.objects.filter(key="tx-2").exists()
+    assert not LedgerEntry.objects.filter(reference="in-transaction").exists()
+
+
+def test_in_transaction_a_key_taken_over_meanwhile_keeps_the_work_from_committing(alice):
+    def produce() -> StoredResponse:
+        wallet_top_up(account=alice, amount="5.00", reference="in-transaction")
+        IdempotencyRecord.objects.filter(key="tx-3").update(owner="someone-else")  # a takeover
+        return StoredResponse(status=201, body=b"{}", content_type="application/json")
+
+    with pytest.raises(Conflict):
+        idempotent_execute(account=alice, key="tx-3", fingerprint="f", produce=produce, in_transaction=True)
+
+    assert not LedgerEntry.objects.filter(reference="in-transaction").exists()

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import uuid
+from contextlib import ExitStack
 
 import pytest
 from django.conf import settings
 from django.contrib.auth.hashers import PBKDF2PasswordHasher, check_password, make_password
+from django.core.management import call_command
 from django.urls import reverse
 
 from accounts.hashers import OffloadedPBKDF2PasswordHasher
-from console.signin import ACCOUNT_GROUP, ADDRESS_GROUP
+from console.signin import ACCOUNT_GROUP, ADDRESS_GROUP, signin_turn
 from tests.gevent_probe import gevent_probe_run
 from tests.rate_windows import window_key_fresh
 
@@ -129,3 +132,41 @@ print(json.dumps({"ticks": ticks[0] - before}))
 
 def test_password_hashing_leaves_other_greenlets_running():
     assert gevent_probe_run(HASH_WHILE_TICKING)["ticks"] >= 5
+
+
+def test_a_sign_in_refused_unchecked_does_not_use_up_its_addresss_budget(client, limits):
+    address = _address()
+    username = _username()
+    for _ in range(LIMIT):
+        assert _sign_in(client, username, "wrong", _address()).status_code == 200
+    for _ in range(LIMIT + 2):  # refused for the username: no password checked, nothing counted
+        assert _sign_in(client, username, "wrong", address).status_code == 429
+
+    assert _sign_in(client, _username(), "wrong", address).status_code == 200
+
+
+def test_staff_unlock_a_throttled_username_with_signin_unlock(client, limits, alice):
+    alice.user.username = username = _username()
+    alice.user.save(update_fields=["username"])
+    for _ in range(LIMIT):
+        assert _sign_in(client, username, "wrong", _address()).status_code == 200
+    assert _sign_in(client, username, "alice-password-1", _address()).status_code == 429
+    out = io.StringIO()
+
+    call_command("signin_unlock", username.upper(), stdout=out)
+
+    assert f"Gave back {LIMIT} failed sign-in(s)" in out.getvalue()
+    assert _sign_in(client, username, "alice-password-1", _address()).status_code == 302
+
+
+def test_a_sign_in_that_gets_no_turn_in_time_is_429_without_its_password_checked(client, settings, alice):
+    settings.GATEWAY_SIGNIN_WAIT_SECONDS = 0
+    with ExitStack() as turns:
+        while turns.enter_context(signin_turn()):  # take every turn of this process
+            pass
+        busy = _sign_in(client, "alice", "alice-password-1", _address())
+
+    assert busy.status_code == 429
+    assert "Too many sign-ins at once" in busy.content.decode()
+    assert "_auth_user_id" not in client.session
+    assert _sign_in(client, "alice", "alice-password-1", _address()).status_code == 302

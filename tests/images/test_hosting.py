@@ -328,3 +328,17 @@ def test_a_redirect_to_a_confusing_url_is_refused(openai_upstream, mocked, dns):
     with pytest.raises(UpstreamError):
         image_fetch(url=IMAGE_URL, upstream=openai_upstream)
     assert [call.request.url for call in mocked.calls] == [IMAGE_URL]
+
+
+@pytest.mark.parametrize(
+    "location", ["http://[::1]:9404/x.png", "http://[::1/x.png", "http://::1]:9404/x.png"]
+)
+def test_a_redirect_to_an_ipv6_literal_or_a_broken_one_is_refused_like_any_other(
+    openai_upstream, mocked, dns, location
+):
+    mocked.get(IMAGE_URL, status=302, headers={"Location": location})
+    with pytest.raises(UpstreamError) as info:
+        image_fetch(url=IMAGE_URL, upstream=openai_upstream)
+    assert [call.request.url for call in mocked.calls] == [IMAGE_URL]
+    api_error = upstream_error_to_api_error(error=info.value, upstream=openai_upstream)
+    assert (api_error.status, api_error.type) == (502, "upstream_error")

@@ -215,3 +215,60 @@ def test_count_tokens_is_rate_limited(client, upstream, models, tara_key, chat_g
     assert limited.status_code == 429
     assert limited.json()["error"]["type"] == "rate_limit_error"
     assert len(upstream.calls) == 1
+
+
+@pytest.mark.parametrize(("path", "model", "limit"), ENDPOINTS)
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "application/xml",
+        "text/plain; charset=utf-16",
+        "application/jsonx",
+    ],
+)
+def test_a_body_that_is_not_json_is_415_in_the_familys_shape(
+    client, upstream, models, tara_key, path, model, limit, content_type
+):
+    response = client.post(
+        path,
+        data=json.dumps({"model": model}),
+        content_type=content_type,
+        headers={"Authorization": f"Bearer {tara_key}"},
+    )
+
+    assert response.status_code == 415, response.content
+    error = error_of(path, response)
+    assert error["type"] == "invalid_request_error"
+    assert "application/json" in error["message"]
+    assert content_type.split(";")[0] in error["message"]
+    if path not in NATIVE:
+        assert error["code"] == "unsupported_content_type"
+    assert len(upstream.calls) == 0
+    assert not Hold.objects.exists()
+
+
+@pytest.mark.parametrize(("path", "model", "limit"), ENDPOINTS)
+@pytest.mark.parametrize("content_type", ["application/json; charset=utf-8", "Application/JSON", ""])
+def test_a_json_body_is_read_with_any_charset_parameter_or_without_a_content_type(
+    client, upstream, models, tara_key, path, model, limit, content_type
+):
+    response = client.generic(
+        "POST",
+        path,
+        json.dumps({"model": "no-such-model"}),
+        content_type=content_type,
+        headers={"Authorization": f"Bearer {tara_key}"},
+    )
+
+    # Read as JSON: refused for its model, not its media type.
+    assert response.status_code == 404, response.content
+    assert UsageRecord.objects.get().model_id == "no-such-model"
+
+
+def test_a_text_call_without_a_credential_is_401_whatever_its_content_type(client, upstream, models):
+    response = client.post("/v1/chat/completions", data="x", content_type="text/plain")
+
+    assert response.status_code == 401
