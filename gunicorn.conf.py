@@ -18,9 +18,10 @@ behind each choice are in docs/benchmarks.md, "Serving settings".
   to PostgreSQL, so 2 x 1000 calls share 32 connections.
 - threads = 256 (gthread): the same role with OS threads. Without the pool (DATABASE_POOL_MAX_SIZE=0)
   every thread keeps its own connection: keep workers x threads under PostgreSQL's max_connections.
-- glibc malloc arenas: 2 (GUNICORN_MALLOC_ARENAS). By default glibc gives threads up to 8 x cores
-  arenas, each keeping the peak of the image bodies it once held; with the GIL, more arenas buy no
-  speed, and the peak memory per worker drops.
+- glibc malloc arenas: set MALLOC_ARENA_MAX=2 in the environment (the Dockerfile and
+  deploy/compose.yaml do). By default glibc gives threads up to 8 x cores arenas, each keeping the
+  peak of the image bodies it once held; with the GIL, more arenas buy no speed, and the peak memory
+  per worker drops.
 - the garbage collector's young generation: collected every 20,000 allocations
   (GUNICORN_GC_GEN0_THRESHOLD), after the worker has frozen what it loaded (`post_worker_init`).
 - keepalive 5 s: clients that reuse connections (the SDKs, wrk) skip the TCP handshake; an idle
@@ -31,8 +32,6 @@ behind each choice are in docs/benchmarks.md, "Serving settings".
   "Production"); these limits bound what a client can cost without one.
 """
 
-import ctypes
-import ctypes.util
 import hashlib
 import os
 import re
@@ -182,8 +181,11 @@ def child_exit(server: object, worker: object) -> None:
     if os.environ.get(_EXITS_DIR) and mark.exists():
         mark.unlink(missing_ok=True)
         return
+    instance = os.environ.get(INSTANCE_ENV)
+    if not instance:  # on_starting never ran: no worker of this master owned a hold or a slot
+        return
     subprocess.Popen(  # noqa: S603 - this interpreter, this project, a pid; reaped by the master
-        [sys.executable, str(ROOT / "manage.py"), "worker_gone", f"{os.environ[INSTANCE_ENV]}:{pid}"],
+        [sys.executable, str(ROOT / "manage.py"), "worker_gone", f"{instance}:{pid}"],
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
     )
@@ -197,24 +199,6 @@ def on_exit(server: object) -> None:
         shutil.rmtree(created, ignore_errors=True)
     if os.environ.get(_EXITS_DIR):
         shutil.rmtree(os.environ[_EXITS_DIR], ignore_errors=True)
-
-
-M_ARENA_MAX = -8
-
-
-def _mallopt(option: int, value: int, env_name: str) -> None:
-    """mallopt() in the master, before the workers are forked (they inherit it); glibc's own
-    MALLOC_*_ environment variable wins when set. Not glibc: nothing to do."""
-    if value <= 0 or env_name in os.environ:
-        return
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.mallopt(option, value)
-    except (OSError, AttributeError):
-        pass
-
-
-_mallopt(M_ARENA_MAX, env_int("GUNICORN_MALLOC_ARENAS", 2, minimum=0), "MALLOC_ARENA_MAX")
 
 
 def post_worker_init(worker: object) -> None:

@@ -3,14 +3,11 @@
 
 from __future__ import annotations
 
-import socket
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Iterable
 
 from django.http import HttpResponse, StreamingHttpResponse
 
 from billing.idempotency import StoredResponse
-from core.corking import socket_cork, socket_uncork
 from core.errors import InvalidRequest
 
 
@@ -21,56 +18,12 @@ def stored_response(stored: StoredResponse) -> HttpResponse:
     return response
 
 
-def event_stream_response(events: Iterable[bytes], *, meta: Mapping[str, Any]) -> StreamingHttpResponse:
-    """An event stream's answer. Under gunicorn (`meta` is the request's WSGI environ) its head leaves
-    with the first event, in one segment (`FirstWriteCorked`)."""
-    sock = meta.get("gunicorn.socket")
-    body = FirstWriteCorked(events, sock=sock) if sock is not None else events
-    streaming = StreamingHttpResponse(body, content_type="text/event-stream")
+def event_stream_response(events: Iterable[bytes]) -> StreamingHttpResponse:
+    """An event stream's answer, relayed as the events come."""
+    streaming = StreamingHttpResponse(events, content_type="text/event-stream")
     streaming["Cache-Control"] = "no-cache"
     streaming["X-Accel-Buffering"] = "no"  # proxies must pass events on as they come
     return streaming
-
-
-class FirstWriteCorked:
-    """A streamed answer's body whose first piece leaves with the answer's head.
-
-    gunicorn writes the head and the first piece in two sends; uncorked, each is a segment the caller
-    wakes for alone. The caller's socket is corked (core/corking.py) once the first piece is made and
-    uncorked when the server asks for the next, which WSGI lets it do only once the piece before is
-    sent. `close` (the server's, through Django's response) uncorks too and closes `events`."""
-
-    __slots__ = ("_corked", "_events", "_iterator", "_sock")
-
-    def __init__(self, events: Iterable[bytes], *, sock: socket.socket | None) -> None:
-        self._events = events
-        self._iterator = iter(events)
-        self._sock = sock  # until the first piece is made
-        self._corked: socket.socket | None = None
-
-    def __iter__(self) -> Iterator[bytes]:
-        return self
-
-    def __next__(self) -> bytes:
-        if self._corked is not None:  # the head and the first piece are written: send them
-            self._uncork()
-        piece = next(self._iterator)
-        if self._sock is not None:
-            sock, self._sock = self._sock, None
-            if socket_cork(sock):
-                self._corked = sock
-        return piece
-
-    def close(self) -> None:
-        if self._corked is not None:
-            self._uncork()
-        close = getattr(self._events, "close", None)
-        if close is not None:
-            close()
-
-    def _uncork(self) -> None:
-        sock, self._corked = self._corked, None
-        socket_uncork(sock)
 
 
 def stream_idempotency_refused() -> InvalidRequest:

@@ -19,7 +19,7 @@ Then the greenlet carries on as before, through gunicorn: the capture, the last 
 the body. So only the middle of a stream's body bypasses gunicorn's writer, and the bytes it writes
 are framed as gunicorn frames them.
 
-What this relies on outside public APIs (docs/architecture.md, "Library internals"), checked by
+What this relies on outside public APIs (docs/architecture.md, "The complexity budget"), checked by
 tests/test_stream_loop.py, which fails if a release changes it:
 - gunicorn puts the caller's socket in the WSGI environ as `gunicorn.socket`;
 - gunicorn sends a response without Content-Length to an HTTP/1.1 request chunked ("%X\\r\\n" data

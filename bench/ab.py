@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("variants", nargs="+", metavar="VARIANT")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--duration", type=float, default=8.0, help="seconds of load per measurement")
-    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--connections", type=int, help="for wrk's scenarios (default: the scenario's)")
+    parser.add_argument("--requests", type=int, help="streamed calls per round (default: the scenario's)")
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--scenario", default="throughput", help="a bench/run.py scenario id")
     parser.add_argument(
@@ -94,8 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     args = parser.parse_args(argv)
     scenario = next(s for s in run.scenarios(quick=False) if s.id == args.scenario)
-    if not scenario.streamed:
+    if args.connections and not scenario.streamed:
         scenario = run.dataclasses.replace(scenario, connections=args.connections)
+    if args.requests and scenario.streamed:
+        scenario = run.dataclasses.replace(scenario, max_requests=args.requests)
+    args.connections = scenario.connections
     variants = [variant_parse(spec) for spec in args.variants]
 
     procs = run.Processes()
@@ -115,6 +119,11 @@ def main(argv: list[str] | None = None) -> int:
             if index == 0:
                 port = run.fake_upstream_start(procs, workdir, src, name="fast", latency=0, image_bytes=0)
                 ports = dict.fromkeys(run.UPSTREAMS, port)
+                if scenario.upstream in run.UPSTREAMS and scenario.upstream != "fast":  # a slow one
+                    latency, size = run.UPSTREAMS[scenario.upstream]
+                    ports[scenario.upstream] = run.fake_upstream_start(
+                        procs, workdir, src, name=scenario.upstream, latency=latency, image_bytes=size
+                    )
                 for upstream, (ttft, events, interval) in run.TEXT_UPSTREAMS.items():
                     ports[upstream] = run.text_upstream_start(
                         procs, workdir, src, name=upstream, ttft=ttft, events=events, interval=interval
@@ -136,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                 targets_signal(targets, signal.SIGCONT, only=target, others=signal.SIGSTOP)
                 run.log(f"burst {name}: 64 connections, {args.burst:g} s")
                 run.wrk_run(wrk, target, burst, connections=64, duration=args.burst)
-        results: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in targets}
+        results: dict[str, list[tuple[float, float, float]]] = {name: [] for name, _ in targets}
         for round_ in range(1, args.rounds + 1):
             for name, target in targets:
                 targets_signal(targets, signal.SIGCONT, only=target, others=signal.SIGSTOP)
@@ -154,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
                 cpu = run.proc_cpu_seconds(run.proc_tree(target.pid)) - cpu_before
                 rps = result["rps"]
                 ms = cpu * 1000 / max(1, result["requests"])
-                results[name].append((rps, ms))
+                latency = result["ttfb_ms"]["p50"] if scenario.streamed else result["p50_ms"]  # first event's
+                results[name].append((rps, ms, latency))
                 judged = (f"event gap p99 {result['p50_ms']:.2f} ms (max {result['gap_ms']['max']:.2f}), "
                           f"first event p50 {result['ttfb_ms']['p50']:.2f} ms "
                           f"(p90 {result['ttfb_ms']['p90']:.2f}, mean {statistics.fmean(first_events):.2f})"
@@ -166,13 +176,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{args.rounds} rounds x {args.duration:g} s, {args.connections} connections; "
               f"ratios are per round against {first}")  # fmt: skip
         for name, _ in targets:
-            rps = [r for r, _ in results[name]]
-            ms = [m for _, m in results[name]]
-            ratios = [r / b for (r, _), (b, _) in zip(results[name], results[first], strict=True)]
+            rps = [r for r, _, _ in results[name]]
+            ms = [m for _, m, _ in results[name]]
+            p50 = [p for _, _, p in results[name]]
+            ratios = [r / b for (r, _, _), (b, _, _) in zip(results[name], results[first], strict=True)]
+            p50_ratios = [p / b for (_, _, p), (_, _, b) in zip(results[name], results[first], strict=True)]
             print(f"{name:>12}: req/s median {statistics.median(rps):7.1f} "
                   f"[{', '.join(f'{r:.0f}' for r in rps)}]  CPU ms/req median {statistics.median(ms):.2f} "
                   f"[{', '.join(f'{m:.2f}' for m in ms)}]  ratio median {statistics.median(ratios):.3f} "
-                  f"[{min(ratios):.3f}..{max(ratios):.3f}]")  # fmt: skip
+                  f"[{min(ratios):.3f}..{max(ratios):.3f}]  "
+                  f"{'first event ' if scenario.streamed else ''}p50 ms median {statistics.median(p50):.2f} "
+                  f"[{', '.join(f'{v:.2f}' for v in p50)}] ratio median {statistics.median(p50_ratios):.3f} "
+                  f"[{min(p50_ratios):.3f}..{max(p50_ratios):.3f}]")  # fmt: skip
         return 0
     except KeyboardInterrupt:
         return 130

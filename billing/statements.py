@@ -25,12 +25,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from billing.models import Hold, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
 from billing.windows import WINDOW_ORDER
-from core.db import (
-    database_reconnect,
-    pooled_connection_borrow,
-    pooled_connection_give_back,
-    session_ended_before_statement,
-)
+from core.db import database_reconnect, session_ended_before_statement
 
 logger = logging.getLogger("gateway.billing")
 
@@ -62,8 +57,8 @@ def statement_instance(model: type[M], values: dict[str, Any]) -> M:
 def statement_run(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
     """Run one billing statement and return its first row.
 
-    A statement that meets a session PostgreSQL had ended (a restart: the pool's idle connections and
-    the kept one all died with it) did not run: it runs once more on a fresh connection, after the
+    A statement that meets a session PostgreSQL had ended (a restart: the pool's idle connections all
+    died with it) did not run: it runs once more on a fresh connection, after the
     pool's idle connections are checked (`core.db.database_reconnect`). Not inside a transaction,
     whose work the new connection cannot continue.
     """
@@ -115,8 +110,7 @@ def _statement_connection(conn: BaseDatabaseWrapper) -> Iterator[psycopg.Connect
     """The psycopg connection a statement runs on.
 
     With the connection pool, a call between statements holds no connection (api.metering gives it
-    back): the statement then borrows one from Django's pool (the process's last statement's first,
-    `core.db.pooled_connection_borrow`) just for itself, without making it this
+    back): the statement then borrows one from Django's pool just for itself, without making it this
     thread's Django connection (Django's connect and close copy settings, check autocommit and the time
     zone and send a signal on every loan). Inside a transaction, or when the thread
     already holds a connection, it runs on that one, so that it sees and joins what the thread did.
@@ -130,19 +124,15 @@ def _statement_connection(conn: BaseDatabaseWrapper) -> Iterator[psycopg.Connect
     with conn.wrap_database_errors:
         if pool.closed:
             pool.open()  # as Django's connect does: nothing has used the pool yet
-        # The connection the process's last statement gave back, while it is free: its backend is
-        # warm, where the pool lends the one idle the longest (core/db.py).
-        raw = pooled_connection_borrow(pool=pool)
-    reusable = False
+        raw = pool.getconn()
     try:
         if not raw.autocommit:  # a connection Django has not used yet
             with conn.wrap_database_errors:
                 raw.autocommit = True
         yield raw
-        reusable = True
     finally:
         # After a failure (a broken connection, an interrupted statement), the pool checks it.
-        pooled_connection_give_back(pool=pool, conn=raw, reusable=reusable)
+        pool.putconn(raw)
 
 
 @functools.cache

@@ -59,7 +59,7 @@ def text_call_handle(*, request: Request, family: Family) -> HttpResponse | Stre
         caller=caller_socket(meta),
     )
     if isinstance(answer, StreamedTextCall):
-        return event_stream_response(answer.events, meta=meta)
+        return event_stream_response(answer.events)
     return stored_response(answer)
 
 

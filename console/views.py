@@ -587,7 +587,7 @@ class ChatPlaygroundStreamView(ChatPlaygroundView):
                 {"error": {"headline": plain.headline, "message": plain.detail}}, status=error.status
             )
         if isinstance(answer, StreamedTextCall):
-            return event_stream_response(answer.events, meta=request.META)
+            return event_stream_response(answer.events)
         return HttpResponse(answer.body, status=answer.status, content_type=answer.content_type)
 
 

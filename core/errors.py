@@ -185,6 +185,15 @@ class RateLimited(ApiError):
     code = "rate_limit_exceeded"
 
 
+class Overloaded(ApiError):
+    """This process cannot serve a new call in time now (api/shedding.py); another process or node
+    can, or this one shortly (Retry-After). Nothing was reserved or charged."""
+
+    status = 503
+    type = "server_error"
+    code = "overloaded"
+
+
 class UpstreamFailed(ApiError):
     status = 502
     type = "upstream_error"

@@ -97,6 +97,11 @@ STREAM_LOOP_STREAMS = Counter(
     "timed_out).",
     ["outcome"],
 )
+CALLS_SHED = Counter(
+    "gateway_calls_shed",
+    "New /v1 calls answered 503 overloaded at once, before anything was reserved, because the worker "
+    "process was further behind than GATEWAY_SHED_LAG_SECONDS (api/shedding.py).",
+)
 STREAMS_OPEN = Gauge(
     "gateway_streams_open",
     "Streamed answers (images and text) being relayed now.",
@@ -172,3 +177,11 @@ def stream_counted(events: Iterator[bytes], *, endpoint: str) -> Iterator[bytes]
         yield from events
     finally:
         gauge.dec()
+
+
+def call_shed() -> None:
+    """Count one call shed (api/shedding.py). Never raises."""
+    try:
+        CALLS_SHED.inc()
+    except Exception:  # pragma: no cover - a metric never turns an answer into an error
+        logger.exception("could not count a shed call")

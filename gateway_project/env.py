@@ -53,9 +53,8 @@ def env_file_load(base_dir: Path) -> None:
 
 
 DEFAULT_DATABASE_URL = "sqlite:///db.sqlite3"
-# Django's own PostgreSQL backend, subclassed to close the connection the billing statements keep
-# out of the pool with the pool (core/postgresql/base.py); its pool is psycopg_pool's, `OPTIONS["pool"]`.
-POSTGRESQL_ENGINE = "core.postgresql"
+# Django's own PostgreSQL backend; its pool is psycopg_pool's, `OPTIONS["pool"]`.
+POSTGRESQL_ENGINE = "django.db.backends.postgresql"
 _POSTGRES_SCHEMES = ("postgres", "postgresql", "pgsql")
 
 

@@ -98,6 +98,7 @@ MIDDLEWARE = [
     # First: everything after it (the access log too) sees the client's address, not the proxy's.
     "api.middleware.ForwardedHeadersMiddleware",
     "api.middleware.RequestIdMiddleware",
+    "api.shedding.OverloadSheddingMiddleware",
     "api.middleware.RequestLimitsMiddleware",
     "api.middleware.ApiErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -442,6 +443,10 @@ GATEWAY_UPSTREAM_POOL_SIZE = env_int("GATEWAY_UPSTREAM_POOL_SIZE", 1000, minimum
 # Under gunicorn's gevent worker, the events of open text streams are relayed by one loop per worker
 # that writes them straight to the callers' connections (api/stream_loop.py); off: one greenlet each.
 GATEWAY_STREAM_LOOP = env_bool("GATEWAY_STREAM_LOOP", True)
+# A worker process further behind than this many seconds (core/overload.py) answers new /v1 calls
+# 503 overloaded at once, unbilled, instead of letting them wait (api/shedding.py); behind nginx the
+# call is then tried on another node (deploy/nginx.conf). 0: never shed.
+GATEWAY_SHED_LAG_SECONDS = env_float("GATEWAY_SHED_LAG_SECONDS", 0.0, minimum=0.0)
 
 # --- Operations: health probes, CORS, log format (README, "Production") --------------------------
 # GET /healthz and /readyz: answered by the first middleware, before ALLOWED_HOSTS is checked (probes

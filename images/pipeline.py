@@ -58,7 +58,7 @@ def image_call_handle(*, request: Request, operation: Operation) -> HttpResponse
         path=request.path,
     )
     if isinstance(stored, StreamedCall):
-        return event_stream_response(stored.events, meta=request.META)
+        return event_stream_response(stored.events)
     return stored_response(stored)
 
 

@@ -7,34 +7,17 @@ from decimal import Decimal
 
 import pytest
 import requests
-from django.db import connection
 
 from accounts.services import account_create, account_set_groups
 from billing.ledger import wallet_top_up
 from billing.limits import limits_local_clear
 from core.config_cache import config_caches_clear
-from core.db import pooled_connection_release_kept
 from core.redis_health import redis_health_reset
 from groups.services import group_upsert
 from images.services import image_model_upsert
 from tests.factories import alpha_group_make, image_model_make, upstream_make
 from tests.listening_process import listening_process
 from upstreams.services import upstream_upsert
-
-
-@pytest.fixture(autouse=True)
-def _no_kept_database_connection():
-    """Each test starts as a fresh process would: no pooled connection kept by the billing statements
-    of an earlier test (core/db.py)."""
-    _kept_connection_release()
-    yield
-    _kept_connection_release()
-
-
-def _kept_connection_release() -> None:
-    pool = getattr(connection, "pool", None)  # PostgreSQL's backend only; None without the pool
-    if pool is not None:
-        pooled_connection_release_kept(pool=pool)
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,5 @@
-"""Django's connections on PostgreSQL come from Django's own backend (subclassed for one override) and
-its psycopg_pool pool, sized by the settings.
+"""Django's connections on PostgreSQL come from Django's own backend and its psycopg_pool pool, sized by
+the settings.
 
 PostgreSQL only (psycopg connections to the test database).
 """
@@ -21,16 +21,9 @@ pytestmark = [
 ]
 
 
-def test_the_database_runs_on_djangos_own_postgresql_backend_with_one_override():
-    """core.postgresql subclasses Django's backend only to close the kept connection with the pool."""
-    assert connections["default"].settings_dict["ENGINE"] == "core.postgresql"
-    assert isinstance(connections["default"], postgresql_base.DatabaseWrapper)
-    overridden = {
-        name
-        for name, value in vars(type(connections["default"])).items()
-        if callable(value) and not name.startswith("__")
-    }
-    assert overridden == {"close_pool"}
+def test_the_database_runs_on_djangos_own_postgresql_backend():
+    assert connections["default"].settings_dict["ENGINE"] == "django.db.backends.postgresql"
+    assert type(connections["default"]) is postgresql_base.DatabaseWrapper
 
 
 def test_the_default_connection_comes_from_psycopg_pools_pool_when_it_is_on():

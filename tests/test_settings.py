@@ -32,7 +32,7 @@ def test_it_reads_sqlite_and_postgres_urls(tmp_path):
         "DATABASE_URL", "postgres://u:p%40ss@db.internal:6543/gw?sslmode=require", base_dir=tmp_path
     )
     assert (pg["ENGINE"], pg["NAME"], pg["USER"], pg["PASSWORD"], pg["HOST"], pg["PORT"]) == (
-        "core.postgresql",
+        "django.db.backends.postgresql",
         "gw",
         "u",
         "p@ss",

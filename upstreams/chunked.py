@@ -2,7 +2,7 @@
 that read holds: the read path of event streams (upstreams/sse.py).
 
 This is the one module that reaches past the public API of urllib3 and http.client
-(docs/architecture.md, "Library internals"). Through their public API, a chunked body is read one HTTP
+(docs/architecture.md, "The complexity budget"). Through their public API, a chunked body is read one HTTP
 chunk per call (http.client's `read1` stops at the end of the current chunk), and a provider sends
 each event of a stream as a chunk of its own: every event then costs a pass through urllib3's and
 http.client's reading code and its own write to the caller, even when many have already arrived. Here

@@ -23,8 +23,6 @@ from django.conf import settings
 from requests.adapters import HTTPAdapter
 from requests.structures import CaseInsensitiveDict
 from requests.utils import get_encoding_from_headers, get_environ_proxies
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import (
     ConnectTimeoutError,
     MaxRetryError,
@@ -34,7 +32,6 @@ from urllib3.exceptions import (
 )
 from urllib3.exceptions import HTTPError as BodyReadError  # any failure while reading a body ourselves
 
-from core.corking import socket_cork, socket_uncork
 from upstreams.chunked import ChunkedBody, SocketBody, chunked_body
 from upstreams.errors import UpstreamError
 
@@ -193,42 +190,10 @@ class DirectBody:
             raise _classified(exc) from exc
 
 
-class _CorkedRequests:
-    """A connection whose request's head and body leave in one segment (core/corking.py), when it is
-    sent on a connection already open (a new one sends its first request as urllib3 does)."""
-
-    def request(self, *args: Any, **kwargs: Any) -> None:
-        sock = self.sock  # type: ignore[attr-defined]
-        corked = socket_cork(sock)
-        try:
-            super().request(*args, **kwargs)  # type: ignore[misc]
-        finally:
-            if corked:
-                socket_uncork(sock)
-
-
-class CorkedHTTPConnection(_CorkedRequests, HTTPConnection):
-    pass
-
-
-class CorkedHTTPSConnection(_CorkedRequests, HTTPSConnection):
-    pass
-
-
-class CorkedHTTPConnectionPool(HTTPConnectionPool):
-    ConnectionCls = CorkedHTTPConnection
-
-
-class CorkedHTTPSConnectionPool(HTTPSConnectionPool):
-    ConnectionCls = CorkedHTTPSConnection
-
-
 class UpstreamHTTPAdapter(HTTPAdapter):
-    """requests' adapter, with the connection pool and request target of a URL looked up once, and
-    requests written in one segment.
+    """requests' adapter, with the connection pool and request target of a URL looked up once.
 
-    All are overrides of documented extension points: the adapter's methods, and the pool manager's
-    pool classes (whose connection class sends a request corked). requests parses the URL, selects a
+    Both are overrides of the adapter's documented methods. requests parses the URL, selects a
     proxy and builds a pool key on every call; one upstream's calls all go to one origin (image
     downloads too, see images.hosting), so without a proxy the answer is kept. The caches are
     bounded and emptied when the adapter is closed (which closes its pools).
@@ -240,13 +205,6 @@ class UpstreamHTTPAdapter(HTTPAdapter):
         super().__init__(*args, **kwargs)
         self.pools: dict[tuple[str, Any, Any], Any] = {}
         self.targets: dict[str, str] = {}
-
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = {
-            "http": CorkedHTTPConnectionPool,
-            "https": CorkedHTTPSConnectionPool,
-        }
 
     def get_connection_with_tls_context(
         self, request: requests.PreparedRequest, verify: Any, proxies: Any = None, cert: Any = None

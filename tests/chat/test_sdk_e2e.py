@@ -681,32 +681,6 @@ def test_the_stream_loop_answers_http_1_0_unchunked_and_closes_at_the_end(world,
     assert loop_went(world, before, "left")
 
 
-def test_a_streams_head_and_first_event_reach_a_waiting_caller_in_one_read(world, fake):
-    # gunicorn writes the answer's head and its first event in two sends; corked (core/corking.py),
-    # they leave together, so a caller waiting for the answer wakes once for both.
-    fake.script(CHAT, {"event_delay": 0.05})
-    body = json.dumps({"model": "alpha-chat", "messages": USER, "stream": True}).encode()
-    host, port = world.url.removeprefix("http://").split(":")
-    with metered(world.carol) as call, socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(
-            f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\n".encode()
-            + f"Authorization: Bearer {world.key}\r\n".encode()
-            + b"Content-Type: application/json\r\nConnection: close\r\n"
-            + f"Content-Length: {len(body)}\r\n\r\n".encode()
-            + body
-        )
-        first = sock.recv(65536)  # waits for the answer
-        received = first
-        while data := sock.recv(65536):  # the server closes the connection at the body's end
-            received += data
-
-    head, _, rest = first.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 200") and b"transfer-encoding: chunked" in head.lower()
-    assert b"\r\ndata: {" in rest  # the first event's chunk came with the head
-    assert received.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
-    assert_charged(call, chat_charge_of_last_request(world, fake))
-
-
 def test_an_upstream_silent_past_its_timeout_in_the_stream_loop_raises_and_charges_nothing(world, fake, oa):
     fake.script(CHAT, {"event_delay": 2.5})  # its upstream waits 1 s at most between two reads
     before = loop_streams(world)

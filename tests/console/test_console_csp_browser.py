@@ -40,7 +40,7 @@ def test_the_console_pages_pass_their_content_security_policy(
     sign_in(page, base, username="alice", password="alice-password-1")
     seen = {"sign-in": _violations(page)}
 
-    for name in ("Overview", "Usage", "API keys", "Playground"):
+    for name in ("Overview", "Usage", "API keys", "Image playground", "Chat playground"):
         nav(page, name)
         seen[name] = _violations(page)
     nav(page, "API keys")

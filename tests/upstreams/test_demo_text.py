@@ -358,7 +358,8 @@ def test_a_streamed_chat_tool_call_sends_its_arguments_in_pieces(demo_upstream):
     opened = deltas[1].tool_calls[0]
     arguments = "".join(d.tool_calls[0].function.arguments for d in deltas[1:] if d.tool_calls)
     assert (opened.id.startswith("call_"), opened.function.name) == (True, "note")  # required: the first
-    assert len([d for d in deltas if d.tool_calls]) > 2
+    pieces = [d.tool_calls[0].function.arguments for d in deltas[2:] if d.tool_calls]
+    assert pieces == [arguments[at : at + 16] for at in range(0, len(arguments), 16)]  # 16 characters each
     valid(json.loads(arguments), NOTE)
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
