@@ -1,13 +1,17 @@
 """How a billed call's outcome becomes the HTTP answer, the same for every family: a stored response
-(also what an Idempotency-Key replays), or an event stream relayed as it is produced."""
+(also what an Idempotency-Key replays), or an event stream relayed as it is produced. For a caller that
+shows the answer instead of sending it on (the console), a stored response as data: CallAnswer."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
 from django.http import HttpResponse, StreamingHttpResponse
 
-from billing.idempotency import StoredResponse
+from billing.idempotency import REPLAY_HEADER, StoredResponse
 from core.errors import InvalidRequest
 
 
@@ -16,6 +20,39 @@ def stored_response(stored: StoredResponse) -> HttpResponse:
     for name, value in stored.headers.items():
         response[name] = value
     return response
+
+
+@dataclass(frozen=True)
+class CallAnswer:
+    """A call's stored JSON answer as data: its status, its body's fields, and whether it is the
+    first answer replayed for an Idempotency-Key."""
+
+    status: int
+    body: dict[str, Any]
+    replayed: bool
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    @property
+    def error_message(self) -> str:
+        """The message of an error answer in the gateway's shape; "" when it has none."""
+        error = self.body.get("error")
+        return (error.get("message") or "") if isinstance(error, dict) else ""
+
+
+def call_answer(stored: StoredResponse) -> CallAnswer:
+    """A stored response as a CallAnswer; a body that is not a JSON object reads as no fields."""
+    try:
+        body = json.loads(stored.body)
+    except ValueError:
+        body = None
+    return CallAnswer(
+        status=stored.status,
+        body=body if isinstance(body, dict) else {},
+        replayed=stored.headers.get(REPLAY_HEADER) == "true",
+    )
 
 
 def event_stream_response(events: Iterable[bytes]) -> StreamingHttpResponse:

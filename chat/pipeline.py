@@ -19,7 +19,13 @@ from typing import Any
 from django.http import HttpResponse, StreamingHttpResponse
 from rest_framework.request import Request
 
-from api.answers import event_stream_response, stored_response, stream_idempotency_refused
+from api.answers import (
+    CallAnswer,
+    call_answer,
+    event_stream_response,
+    stored_response,
+    stream_idempotency_refused,
+)
 from api.metering import connection_release, metered_begin, metered_call
 from api.stream_loop import CallerSocket, caller_socket
 from api.usage import UsageScope, usage_scope
@@ -61,6 +67,30 @@ def text_call_handle(*, request: Request, family: Family) -> HttpResponse | Stre
     if isinstance(answer, StreamedTextCall):
         return event_stream_response(answer.events)
     return stored_response(answer)
+
+
+def text_call_answer(
+    *,
+    credential: Credential,
+    family: Family,
+    raw: bytes,
+    headers: dict[str, str],
+    request_id: str,
+    idempotency_key: str | None = None,
+) -> CallAnswer:
+    """One text call, not streamed, its answer as data for a caller that shows it (the console's chat
+    playground); raises ApiError on any refusal or failure, as text_call_run does. `raw` does not ask
+    for a stream (a stream has no answer to return)."""
+    answer = text_call_run(
+        credential=credential,
+        family=family,
+        raw=raw,
+        headers=headers,
+        request_id=request_id,
+        idempotency_key=idempotency_key,
+    )
+    assert isinstance(answer, StoredResponse), "a text call asking for a stream has no answer as data"
+    return call_answer(answer)
 
 
 def text_call_run(

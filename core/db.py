@@ -66,4 +66,3 @@ def pooled_connection_release_idle() -> None:
     if connection.in_atomic_block:
         return
     connection.close()
-

@@ -18,7 +18,13 @@ from django.http import HttpResponse, StreamingHttpResponse
 from django.utils.datastructures import MultiValueDict
 from rest_framework.request import Request
 
-from api.answers import event_stream_response, stored_response, stream_idempotency_refused
+from api.answers import (
+    CallAnswer,
+    call_answer,
+    event_stream_response,
+    stored_response,
+    stream_idempotency_refused,
+)
 from api.metering import balance_precheck, connection_release, metered_begin, metered_call
 from api.usage import UsageScope, usage_scope
 from billing.idempotency import StoredResponse, idempotent_execute
@@ -60,6 +66,30 @@ def image_call_handle(*, request: Request, operation: Operation) -> HttpResponse
     if isinstance(stored, StreamedCall):
         return event_stream_response(stored.events)
     return stored_response(stored)
+
+
+def image_generation_answer(
+    *,
+    credential: Credential,
+    data: dict[str, Any],
+    request_id: str,
+    idempotency_key: str | None = None,
+    path: str = "",
+) -> CallAnswer:
+    """One billed generation, not streamed, its answer as data for a caller that shows it (the
+    console's playground); raises ApiError on any refusal or failure, as image_call_run does. `data`
+    does not ask for a stream (a stream has no answer to return)."""
+    stored = image_call_run(
+        credential=credential,
+        operation="generate",
+        data=data,
+        files=None,
+        request_id=request_id,
+        idempotency_key=idempotency_key,
+        path=path,
+    )
+    assert isinstance(stored, StoredResponse), "a generation asking for a stream has no answer as data"
+    return call_answer(stored)
 
 
 def image_call_run(

@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from billing.models import LedgerEntry, UsageRecord
+from billing.models import IdempotencyRecord, LedgerEntry, UsageRecord
 from tests.factories import text_model_make
 
 
@@ -69,6 +69,26 @@ def test_without_script_it_answers_on_a_page_of_its_own_billed_once(alice_client
 
     assert again["Location"] == posted["Location"]
     assert _charges(alice) == [-record.amount]
+
+
+def test_a_form_whose_charged_call_lost_its_answer_says_so_when_sent_again(alice_client, alice, demo_chat):
+    fields = _fields(alice_client, demo_chat)
+    posted = alice_client.post("/console/playground/chat/", fields)
+    charged = _charges(alice)
+    # What the form's key keeps when its call was charged and then failed: a 500, replayed.
+    lost = {"error": {"message": "The first request was charged; its answer was lost.", "type": "api_error"}}
+    IdempotencyRecord.objects.filter(account=alice, key=f"console-chat:{fields['form_token']}").update(
+        response_status=500, response_body=json.dumps(lost).encode()
+    )
+
+    again = alice_client.post("/console/playground/chat/", fields)
+
+    assert again.status_code == 500
+    page = again.content.decode()
+    assert "This form&#x27;s call was made and charged, but its answer could not be shown." in page
+    assert "The first request was charged; its answer was lost." in page
+    assert posted["X-Request-Id"] in page  # the charged call's request id
+    assert len(charged) == 1 and _charges(alice) == charged
 
 
 def test_the_stream_endpoint_streams_the_answer_then_shows_its_usage(alice_client, alice, demo_chat):

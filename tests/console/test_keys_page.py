@@ -102,10 +102,10 @@ def test_the_same_key_form_sent_twice_creates_one_key(alice_client, alice, alpha
 
 
 def test_a_secret_left_in_the_session_is_not_shown_after_a_while(alice_client, alpha_group, monkeypatch):
-    from console import views
+    from console.views import keys as key_views
 
     alice_client.post("/console/keys/", {"group": alpha_group.pk})
-    monkeypatch.setattr(views, "NEW_KEY_SHOWN_FOR_SECONDS", -1)
+    monkeypatch.setattr(key_views, "NEW_KEY_SHOWN_FOR_SECONDS", -1)
 
     assert SECRET.search(alice_client.get("/console/keys/").content) is None
 

@@ -9,9 +9,9 @@ from decimal import Decimal
 
 from django.utils import timezone
 
-from billing.models import LedgerEntry, UsageRecord, Wallet
+from billing.models import IdempotencyRecord, LedgerEntry, UsageRecord, Wallet
 from billing.subscriptions import subscription_upsert
-from console.views import HOSTED, PLAYGROUND_RESULT_SESSION
+from console.views.playground_images import HOSTED, PLAYGROUND_RESULT_SESSION
 from images.models import HostedImage
 
 # The result shows hosted images by their signed links on this site; the session keeps references only.
@@ -184,6 +184,30 @@ def test_the_same_playground_form_sent_twice_is_charged_once(alice_client, alice
     assert Wallet.objects.get(account=alice).balance == Decimal("9.85")
     page = alice_client.get(second["Location"]).content.decode()
     assert "charged ¥0.15" in page and HOSTED_SRC.search(page)
+
+
+ANSWER_LOST = {
+    "error": {"message": "The first request was charged; its answer was lost.", "type": "api_error"}
+}
+
+
+def test_a_form_whose_charged_call_lost_its_answer_says_so_when_sent_again(alice_client, alice, alpha_model):
+    token = alice_client.get("/console/playground/").context["form"]["form_token"].value()
+    fields = {"model": alpha_model.pk, "prompt": "a lighthouse", "n": "1", "form_token": token}
+    first = alice_client.post("/console/playground/", fields)
+    # What the form's key keeps when its call was charged and then failed: a 500, replayed.
+    IdempotencyRecord.objects.filter(account=alice, key=f"console-playground:{token}").update(
+        response_status=500, response_body=json.dumps(ANSWER_LOST).encode()
+    )
+
+    again = alice_client.post("/console/playground/", fields)
+
+    assert again.status_code == 500
+    page = again.content.decode()
+    assert "This form&#x27;s call was made and charged, but its answer could not be shown." in page
+    assert "The first request was charged; its answer was lost." in page
+    assert first["X-Request-Id"] in page  # the charged call's request id
+    assert _charges(alice) == [Decimal("-0.15")]
 
 
 def test_each_rendered_form_has_its_own_token(alice_client, alpha_model):

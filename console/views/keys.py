@@ -1,0 +1,121 @@
+"""The API keys page: the account's keys, a new key (its secret shown once) and revoking one."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect
+
+from accounts.models import Account
+from billing.idempotency import StoredResponse, idempotent_execute
+from console import queries
+from console.forms import ApiKeyCreateForm
+from console.views.base import ConsoleView
+from core.errors import Conflict
+from keys.services import ApiKeyGroupNotAllowed, api_key_create, api_key_revoke
+
+NEW_KEY_SESSION = "console.new_key"
+# The key form's token as an idempotency key of the account, apart from any key an API client chooses;
+# one fingerprint for every POST of a form, so a token creates one key whatever the values sent.
+KEY_FORM_KEY_PREFIX = "console-key-form:"
+KEY_FORM_FINGERPRINT = "console-key-form"
+# The secret waits in the (server-side) session for the redirected GET only; one left behind (the
+# redirect never followed) is not shown after this long.
+NEW_KEY_SHOWN_FOR_SECONDS = 300
+
+
+class ApiKeysView(ConsoleView):
+    section = "keys"
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return self._page(form=self._form(), **new_key_take(request=request, account=self.account))
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        form = self._form(data=request.POST)
+        if not form.is_valid():
+            return self._page(form=form, status=400)
+        created: dict[str, Any] = {}
+
+        def produce() -> StoredResponse:
+            api_key, secret = api_key_create(
+                account=self.account,
+                group=form.cleaned_data["group"],
+                label=form.cleaned_data["label"],
+                expires_at=form.expires_at(),
+            )
+            created.update(api_key=api_key, secret=secret)
+            # What the token's record keeps: the key's id, never its secret.
+            body = json.dumps({"api_key": api_key.pk}).encode()
+            return StoredResponse(status=201, body=body, content_type="application/json")
+
+        token = form.cleaned_data["form_token"]
+        try:
+            # The form's token is single-use: of several POSTs of one form (a double click, back and
+            # send, two at once), the one that inserts the token's row creates the key.
+            idempotent_execute(
+                account=self.account,
+                key=f"{KEY_FORM_KEY_PREFIX}{token}" if token else None,
+                fingerprint=KEY_FORM_FINGERPRINT,
+                produce=produce,
+            )
+        except ApiKeyGroupNotAllowed:
+            # The form offers allowed groups only; an operator took this one away since.
+            form.add_error("group", "Your account may no longer use this group.")
+            return self._page(form=form, status=400)
+        except Conflict as conflict:
+            if conflict.code != "idempotency_key_in_use":
+                raise
+        if not created:
+            # The same form sent again: its key exists (or is being made); the list shows it.
+            return redirect("console:keys")
+        new_key_keep(request=request, api_key_id=created["api_key"].pk, secret=created["secret"])
+        # POST-redirect-GET: a reload of the page shows the list, it does not create another key.
+        return redirect("console:keys")
+
+    def _form(self, data=None) -> ApiKeyCreateForm:
+        return ApiKeyCreateForm(data, groups=queries.key_groups_for_account(account=self.account))
+
+    def _page(self, *, form: ApiKeyCreateForm, status: int = 200, **extra: Any) -> HttpResponse:
+        keys = queries.api_keys_for_account(account=self.account)
+        return self.render("console/keys.html", {"form": form, "keys": keys, **extra}, status=status)
+
+
+def new_key_keep(*, request: HttpRequest, api_key_id: int, secret: str) -> None:
+    """Keep a new key's secret for the next GET of the keys page, which shows it once."""
+    request.session[NEW_KEY_SESSION] = {"id": api_key_id, "secret": secret, "at": time.time()}
+
+
+def new_key_take(*, request: HttpRequest, account: Account) -> dict[str, Any]:
+    """The new key and its secret, taken out of the session: the next GET does not show it again."""
+    kept = request.session.pop(NEW_KEY_SESSION, None)
+    if not kept or time.time() - kept.get("at", 0) > NEW_KEY_SHOWN_FOR_SECONDS:
+        return {}
+    api_key = queries.api_key_for_account(account=account, api_key_id=kept["id"])
+    if api_key is None:
+        return {}
+    return {"new_key": api_key, "secret": kept["secret"]}
+
+
+class ApiKeyRevokeView(ConsoleView):
+    section = "keys"
+
+    def get(self, request: HttpRequest, api_key_id: int) -> HttpResponse:
+        return self.render("console/key_revoke.html", {"api_key": self._api_key(api_key_id)})
+
+    def post(self, request: HttpRequest, api_key_id: int) -> HttpResponse:
+        api_key = self._api_key(api_key_id)
+        if api_key_revoke(api_key=api_key):
+            messages.success(request, f"The key {api_key} was revoked; calls with it now fail.")
+        else:
+            messages.info(request, f"The key {api_key} was already revoked.")
+        return redirect("console:keys")
+
+    def _api_key(self, api_key_id: int):
+        api_key = queries.api_key_for_account(account=self.account, api_key_id=api_key_id)
+        if api_key is None:
+            raise Http404("No such key.")
+        return api_key
