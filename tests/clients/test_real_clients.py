@@ -1,0 +1,319 @@
+"""Real clients against a live gateway on the demo upstream, set up as `make run` sets it up
+(config/demo.toml, the demo text key): Claude Code and Codex CLI run the recipes of docs/text.md
+word for word; the openai and anthropic SDKs, LangChain and the OpenAI Agents SDK run a tool loop
+(a call answered with a tool call, the tool's result sent back, a final answer in text).
+
+Every HTTP call a client makes is billed once: one usage record with status 200, one ledger charge
+of its amount, and the wallet down by their sum.
+
+On PostgreSQL the gateway is gunicorn in its own process (the module's rows committed, flushed when
+it ends); on SQLite, as `make run` serves, the test server of pytest-django. The agent CLIs are
+skipped only when they are not installed (`npm ci --prefix tests/clients/node`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from decimal import Decimal
+
+import pytest
+from django.core.cache import cache
+from django.core.management import call_command
+from django.db import connection
+
+from billing.models import LedgerEntry, UsageRecord, Wallet
+from billing.selectors import ledger_check
+from tests.clients import drivers
+from tests.clients.conftest import Demo, demo_build
+from tests.clients.recipes import cli_path, cli_run, recipe
+from tests.gunicorn_server import gunicorn_serving
+
+ON_POSTGRES = connection.vendor == "postgresql"
+
+pytestmark = pytest.mark.django_db
+
+DEMO_REPLY = "Demo reply"  # how the demo upstream's answers start (upstreams/providers/demo_text.py)
+
+
+@dataclass
+class Live:
+    url: str  # the gateway's root
+    demo: Demo
+
+
+@pytest.fixture(scope="module")
+def _gunicorn(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[Live | None]:
+    """PostgreSQL: the demo configuration committed and gunicorn serving it, for the whole module."""
+    if not ON_POSTGRES:
+        yield None
+        return
+    with django_db_blocker.unblock():
+        cache.clear()
+        try:
+            folder = tmp_path_factory.mktemp("clients")
+            demo = demo_build(folder / ".demo-keys")
+            with gunicorn_serving(log_path=folder / "gunicorn.log") as url:
+                yield Live(url=url, demo=demo)
+        finally:
+            call_command("flush", verbosity=0, interactive=False, reset_sequences=False)
+            cache.clear()
+
+
+@pytest.fixture
+def live(request, _gunicorn, tmp_path) -> Live:
+    if _gunicorn is not None:
+        cache.clear()  # the demo group's 60 calls a minute count per test
+        return _gunicorn
+    server = request.getfixturevalue("live_server")  # flushes the tables after the test
+    cache.clear()
+    return Live(url=server.url, demo=demo_build(tmp_path / ".demo-keys"))
+
+
+class Billing:
+    """The usage records and charges made from the moment it is built."""
+
+    def __init__(self, live: Live) -> None:
+        self.account = live.demo.account
+        last = UsageRecord.objects.order_by("-id").first()
+        self.after_id = last.id if last else 0
+        self.balance = Wallet.objects.get(account=self.account).balance
+
+    def records(self, *, expected: int | None = None) -> list[UsageRecord]:
+        """The new usage records; waits (2 s at most) for `expected` of them, since a server may write
+        a streamed call's record as its answer ends."""
+        deadline = time.monotonic() + 2
+        while True:
+            found = list(
+                UsageRecord.objects.filter(id__gt=self.after_id, account=self.account).order_by("id")
+            )
+            if expected is None or len(found) >= expected or time.monotonic() > deadline:
+                return found
+            time.sleep(0.05)
+
+    def records_settled(self) -> list[UsageRecord]:
+        """The new usage records once none has come for half a second (5 s at most): a CLI may exit
+        before the server has written the record of its last streamed call."""
+        deadline = time.monotonic() + 5
+        found = self.records()
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            again = self.records()
+            if len(again) == len(found):
+                break
+            found = again
+        return found
+
+    def assert_each_call_billed_once(
+        self, *, calls: int, endpoints: set[str], model: str | None, free: int = 0
+    ) -> list[UsageRecord]:
+        """`calls` billed calls on `endpoints` of `model` (None: any), and `free` count_tokens calls
+        recorded uncharged; returns all their records in order."""
+        everything = self.records(expected=calls + free)
+        assert len(everything) == calls + free, [(r.endpoint, r.status, r.error_code) for r in everything]
+        counts = [r for r in everything if r.endpoint == "messages.count_tokens"]
+        assert [(r.status, r.amount) for r in counts] == [(200, 0)] * free
+        records = [r for r in everything if r.endpoint != "messages.count_tokens"]
+        assert {r.endpoint for r in records} <= endpoints
+        assert all(r.status == 200 and model in (None, r.model_id) and r.amount > 0 for r in records), [
+            (r.endpoint, r.status, r.error_code, r.amount) for r in records
+        ]
+        charges = LedgerEntry.objects.filter(reference__in=[r.request_id for r in records])
+        assert sorted((c.reference, c.kind, c.amount) for c in charges) == sorted(
+            (r.request_id, LedgerEntry.Kind.CHARGE, -r.amount) for r in records
+        )
+        wallet = Wallet.objects.get(account=self.account)
+        assert wallet.balance == self.balance - sum((r.amount for r in records), Decimal(0))
+        assert wallet.held == 0
+        assert ledger_check() == []
+        return everything
+
+
+def _installed(name: str) -> None:
+    if not cli_path(name).exists():
+        pytest.skip(f"{name} is not installed: run `npm ci --prefix tests/clients/node`")
+
+
+# --- agent CLIs, as docs/text.md says to run them ---------------------------------------------------
+
+
+def test_claude_code_answers_through_the_gateway_and_each_call_is_billed_once(live, tmp_path):
+    _installed("claude")
+    billing = Billing(live)
+    (tmp_path / "home").mkdir()
+    (tmp_path / "project").mkdir()
+
+    done = cli_run(
+        "Claude Code", base_url=live.url, key=live.demo.key, home=tmp_path / "home", cwd=tmp_path / "project"
+    )
+
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
+    assert DEMO_REPLY in done.stdout
+    records = billing.records_settled()
+    assert records, "Claude Code made no call the gateway recorded"
+    billing.assert_each_call_billed_once(calls=len(records), endpoints={"messages"}, model="demo-claude")
+
+
+def test_codex_exec_answers_through_the_gateway_and_each_call_is_billed_once(live, tmp_path):
+    _installed("codex")
+    billing = Billing(live)
+    (tmp_path / "home").mkdir()
+    (tmp_path / "project").mkdir()
+
+    done = cli_run(
+        "Codex CLI", base_url=live.url, key=live.demo.key, home=tmp_path / "home", cwd=tmp_path / "project"
+    )
+
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
+    assert DEMO_REPLY in done.stdout
+    records = billing.records_settled()
+    assert records, "Codex made no call the gateway recorded"
+    billing.assert_each_call_billed_once(calls=len(records), endpoints={"responses"}, model="demo-chat")
+
+
+def test_the_recipes_are_read_from_the_doc():
+    """The recipes the CLIs run are the doc's, with the live address and key in its placeholders."""
+    claude = recipe("Claude Code", base_url="http://gw.test", key="sk-live")
+    codex = recipe("Codex CLI", base_url="http://gw.test", key="sk-live")
+    openai_style = recipe("OpenAI-style clients", base_url="http://gw.test", key="sk-live")
+
+    assert claude.env["ANTHROPIC_BASE_URL"] == "http://gw.test"
+    assert claude.env["ANTHROPIC_API_KEY"] == "sk-live"
+    assert {"DISABLE_TELEMETRY", "DISABLE_AUTOUPDATER", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"} <= set(
+        claude.env
+    )
+    assert claude.env["ANTHROPIC_DEFAULT_HAIKU_MODEL"] == "demo-claude"
+    assert claude.argv[0] == "claude" and claude.argv[-2:] == ["--model", "demo-claude"]
+    assert 'base_url = "http://gw.test/v1"' in codex.config_toml
+    assert 'wire_api = "responses"' in codex.config_toml
+    assert codex.env == {"GATEWAY_API_KEY": "sk-live"}
+    assert codex.argv[:2] == ["codex", "exec"]
+    assert openai_style.env["OPENAI_BASE_URL"] == "http://gw.test/v1"
+    assert openai_style.env["ANTHROPIC_BASE_URL"] == "http://gw.test"
+
+
+def test_the_sdks_reach_the_gateway_with_the_doc_s_environment_alone(live, monkeypatch):
+    """The "OpenAI-style clients" recipe: its variables set, every client built without arguments."""
+    import anthropic
+    import openai
+    from agents import Agent, Runner, set_tracing_disabled
+    from langchain_anthropic import ChatAnthropic
+    from langchain_openai import ChatOpenAI
+
+    for name in ("OPENAI_API_BASE", "ANTHROPIC_API_URL", "ANTHROPIC_AUTH_TOKEN", "OPENAI_ORG_ID"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in recipe("OpenAI-style clients", base_url=live.url, key=live.demo.key).env.items():
+        monkeypatch.setenv(name, value)
+    set_tracing_disabled(True)
+    billing = Billing(live)
+    hello = [{"role": "user", "content": "Hello"}]
+
+    answers = [
+        openai.OpenAI().chat.completions.create(model="demo-chat", messages=hello).choices[0].message.content,
+        anthropic.Anthropic()
+        .messages.create(model="demo-claude", max_tokens=100, messages=hello)
+        .content[0]
+        .text,
+        ChatOpenAI(model="demo-chat").invoke("Hello").text,
+        ChatAnthropic(model="demo-claude").invoke("Hello").text,
+        Runner.run_sync(Agent(name="Greeter", model="demo-chat"), "Hello").final_output,
+    ]
+
+    assert all(answer.startswith(DEMO_REPLY) for answer in answers), answers
+    records = billing.assert_each_call_billed_once(
+        calls=5, endpoints={"chat.completions", "messages", "responses"}, model=None
+    )
+    assert [(r.endpoint, r.model_id) for r in records] == [
+        ("chat.completions", "demo-chat"),
+        ("messages", "demo-claude"),
+        ("chat.completions", "demo-chat"),
+        ("messages", "demo-claude"),
+        ("responses", "demo-chat"),
+    ]
+
+
+# --- Python clients: a tool loop each ---------------------------------------------------------------
+
+
+def _check_loop(result: drivers.LoopResult) -> None:
+    assert result.tool_calls >= 1, "the model never called the tool"
+    assert result.calls == result.tool_calls + 1
+    assert result.answer.startswith(DEMO_REPLY), result.answer
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_openai_sdk_chat_completions_tool_loop_is_billed_per_call(live, stream):
+    billing = Billing(live)
+
+    result = drivers.openai_chat_tool_loop(f"{live.url}/v1", live.demo.key, "demo-chat", stream=stream)
+
+    _check_loop(result)
+    billing.assert_each_call_billed_once(
+        calls=result.calls, endpoints={"chat.completions"}, model="demo-chat"
+    )
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_openai_sdk_responses_tool_loop_is_billed_per_call(live, stream):
+    billing = Billing(live)
+
+    result = drivers.openai_responses_tool_loop(f"{live.url}/v1", live.demo.key, "demo-chat", stream=stream)
+
+    _check_loop(result)
+    billing.assert_each_call_billed_once(calls=result.calls, endpoints={"responses"}, model="demo-chat")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_anthropic_sdk_tool_loop_is_billed_per_call_and_count_tokens_is_free(live, stream):
+    billing = Billing(live)
+
+    result = drivers.anthropic_tool_loop(live.url, live.demo.key, "demo-claude", stream=stream)
+    counted = drivers.anthropic_count_tokens(live.url, live.demo.key, "demo-claude")
+
+    _check_loop(result)
+    assert counted > 0
+    records = billing.assert_each_call_billed_once(
+        calls=result.calls, endpoints={"messages"}, model="demo-claude", free=1
+    )
+    assert [r.endpoint for r in records] == ["messages"] * result.calls + ["messages.count_tokens"]
+
+
+def test_langchain_openai_tool_loop_on_chat_completions_and_responses(live):
+    billing = Billing(live)
+
+    chat = drivers.langchain_openai_tool_loop(f"{live.url}/v1", live.demo.key, "demo-chat")
+    responses = drivers.langchain_openai_tool_loop(
+        f"{live.url}/v1", live.demo.key, "demo-chat", responses_api=True
+    )
+
+    _check_loop(chat)
+    _check_loop(responses)
+    records = billing.assert_each_call_billed_once(
+        calls=chat.calls + responses.calls, endpoints={"chat.completions", "responses"}, model="demo-chat"
+    )
+    assert [r.endpoint for r in records] == ["chat.completions"] * chat.calls + [
+        "responses"
+    ] * responses.calls
+
+
+def test_langchain_anthropic_tool_loop_is_billed_per_call(live):
+    billing = Billing(live)
+
+    result = drivers.langchain_anthropic_tool_loop(live.url, live.demo.key, "demo-claude")
+
+    _check_loop(result)
+    billing.assert_each_call_billed_once(calls=result.calls, endpoints={"messages"}, model="demo-claude")
+
+
+@pytest.mark.parametrize("chat_completions", [False, True], ids=["responses", "chat"])
+def test_openai_agents_sdk_runs_its_tool_and_is_billed_per_call(live, chat_completions):
+    billing = Billing(live)
+
+    result = drivers.agents_tool_loop(
+        f"{live.url}/v1", live.demo.key, "demo-chat", chat_completions=chat_completions
+    )
+
+    _check_loop(result)
+    endpoint = "chat.completions" if chat_completions else "responses"
+    billing.assert_each_call_billed_once(calls=result.calls, endpoints={endpoint}, model="demo-chat")
