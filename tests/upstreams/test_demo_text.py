@@ -633,12 +633,12 @@ NOT_A_SCHEMA = {"type": "function", "function": {"name": "f", "parameters": 3}}
         (CHAT_COMPLETIONS, {**CHAT, "tools": [NOT_A_SCHEMA]}, "tools[0]", None),
         (CHAT_COMPLETIONS, {**CHAT, "n": 0}, "n", None),
         (MESSAGES, message_call(tool_choice={"type": "any"}, tools=[]), None, None),
-        (MESSAGES, {**MESSAGE, "messages": [{"role": "system", "content": "x"}]}, None, None),
+        (MESSAGES, {**MESSAGE, "messages": [{"role": "tool", "content": "x"}]}, None, None),
     ],
     ids=[
         "chat-no-messages", "responses-no-input", "messages-no-max-tokens", "count-no-messages",
         "chat-empty-messages", "chat-unknown-forced-tool", "chat-schema-not-object", "chat-n-zero",
-        "messages-any-without-tools", "messages-system-role",
+        "messages-any-without-tools", "messages-tool-role",
     ],
 )  # fmt: skip
 def test_it_refuses_what_the_real_apis_refuse_in_their_shape(demo_upstream, operation, body, param, message):
@@ -651,3 +651,26 @@ def test_it_refuses_what_the_real_apis_refuse_in_their_shape(demo_upstream, oper
         assert (payload["error"]["type"], payload["error"]["param"]) == ("invalid_request_error", param)
     if message is not None:
         assert payload["error"]["message"] == message
+
+
+def test_a_system_message_among_anthropic_messages_is_answered(demo_upstream):
+    body = {
+        **MESSAGE,
+        "messages": [{"role": "system", "content": "Be kind."}, {"role": "user", "content": "Hi"}],
+    }
+
+    message = anthropic.types.Message.model_validate(answer(demo_upstream, MESSAGES, body))
+
+    assert message.content[0].text.startswith('Demo reply to: "Hi"')
+
+
+def test_only_the_last_text_of_the_callers_message_can_name_a_tool(demo_upstream):
+    """Agent clients put reminders that list their tools before the prompt in the same message."""
+    reminder = {"type": "text", "text": "<reminder>Tools: note, get_weather</reminder>"}
+    listed = message_call(
+        messages=[{"role": "user", "content": [reminder, {"type": "text", "text": "Hello"}]}]
+    )
+    asked = message_call(messages=[{"role": "user", "content": [reminder, {"type": "text", "text": ASKED}]}])
+
+    assert answer(demo_upstream, MESSAGES, listed)["stop_reason"] == "end_turn"
+    assert answer(demo_upstream, MESSAGES, asked)["content"][0]["name"] == "get_weather"

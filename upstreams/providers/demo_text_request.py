@@ -19,7 +19,8 @@ from typing import Any
 from upstreams.providers.base import CHAT_COMPLETIONS, MESSAGES, MESSAGES_COUNT_TOKENS, RESPONSES
 
 CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
-MESSAGE_ROLES = frozenset({"user", "assistant"})
+# Anthropic's messages: the SDK's MessageParam takes a system message too (Claude Code sends one).
+MESSAGE_ROLES = frozenset({"user", "assistant", "system"})
 MAX_CHOICES = 8  # `n` above this is refused (OpenAI's own bound is 128; the demo keeps answers small)
 MAX_STOP_SEQUENCES = 4  # OpenAI's bound for `stop`
 # A schema asking for more items or characters than this is refused: the demo makes its arguments in
@@ -154,11 +155,13 @@ def _ends_with_tool_result(operation: str, messages: list[Any]) -> bool:
 
 
 def _last_user_text(messages: list[Any]) -> str:
-    """The text of the last message when the caller wrote it (not a tool's result)."""
+    """The last text of the last message when the caller wrote it (not a tool's result): agent
+    clients put reminders that list their tools in earlier parts of the same message."""
     last = messages[-1] if messages else None
     if not isinstance(last, dict) or last.get("role") != "user":
         return ""
-    return " ".join(texts_of(last))
+    texts = texts_of(last)
+    return texts[-1] if texts else ""
 
 
 TEXT_KEYS = ("text", "content", "output")
