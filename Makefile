@@ -30,12 +30,18 @@ format: $(BIN)/.installed
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-test: lint
+# The agent CLIs the client tests run (tests/clients/node, pinned there); without npm those tests skip.
+NODE_CLIENTS := tests/clients/node/node_modules/.package-lock.json
+$(NODE_CLIENTS): tests/clients/node/package-lock.json
+	if command -v npm >/dev/null; then npm ci --prefix tests/clients/node --no-audit --no-fund --loglevel=error; \
+	else echo "npm not found: the agent CLI tests (tests/clients) will skip"; fi
+
+test: lint $(NODE_CLIENTS)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # An empty DATABASE_URL is the development SQLite file (gateway_project/env.py; the tests make their
 # own database); an empty REDIS_URL is the per-process cache.
-test-sqlite: $(BIN)/.installed
+test-sqlite: $(BIN)/.installed $(NODE_CLIENTS)
 	DATABASE_URL= REDIS_URL= $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # `make bench`: the benchmark suite (bench/run.py, ~15 minutes on 2 cores; BENCH_ARGS=--quick for a short run).
