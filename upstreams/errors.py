@@ -42,7 +42,8 @@ _SCRUB_PATTERNS = (
         r"\b(?:api[_-]?key|access[_-]?token|token|secret|password)\s*[:=]\s*[^\s,;\"']+", re.IGNORECASE
     ),
     re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b"),  # IPv4 addresses
-    re.compile(r"\[[0-9a-f:]+\](?::\d+)?", re.IGNORECASE),  # bracketed IPv6 addresses
+    # bracketed IPv6 addresses (two colons at least, so an index such as `messages[1]` stays)
+    re.compile(r"\[[0-9a-f]*:[0-9a-f]*:[0-9a-f:]*\](?::\d+)?", re.IGNORECASE),
     re.compile(r"\b[A-Za-z0-9_\-]{40,}\b"),  # long opaque tokens
 )
 

@@ -56,6 +56,15 @@ def test_a_passed_through_message_loses_keys_urls_hosts_and_addresses(openai_ups
     assert text.startswith("Bad request for key [redacted]")
 
 
+def test_a_passed_through_message_keeps_indexes_and_loses_ipv6_addresses(openai_upstream):
+    message = "messages[1].content[0] is invalid (backend [fd00::3]:8080, [::1])"
+    body = {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}}
+
+    _, answer, _ = answered(openai_upstream, status=400, retryable=False, body=body)
+
+    assert answer["error"]["message"] == "messages[1].content[0] is invalid (backend [redacted], [redacted])"
+
+
 def test_a_passed_through_body_keeps_only_the_known_fields(openai_upstream):
     body = {
         "error": {
