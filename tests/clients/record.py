@@ -51,6 +51,8 @@ def _sanitize(body: dict, replacements: list[tuple[str, str]]) -> dict:
     for old, new in replacements:
         text = text.replace(old, new)
     text = re.sub(r"/tmp/[\w.-]+", CWD_PLACEHOLDER, text)
+    # Claude Code names its memory folder after the working directory, "/" turned into "-".
+    text = re.sub(r"-tmp-igw-record-[\w-]*?-home-project", CWD_PLACEHOLDER.replace("/", "-"), text)
     text = re.sub(r'(device_id\\?"\s*:\s*\\?")[0-9a-f]{64}', r"\g<1>" + "0" * 64, text)
     text = re.sub(
         r'(installation_id\\?"\s*:\s*\\?")[0-9a-f-]{36}', r"\g<1>00000000-0000-0000-0000-000000000000", text
