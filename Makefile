@@ -44,7 +44,7 @@ test: lint $(NODE_CLIENTS)
 test-sqlite: $(BIN)/.installed $(NODE_CLIENTS)
 	DATABASE_URL= REDIS_URL= $(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# `make bench`: the benchmark suite (bench/run.py, ~15 minutes on 2 cores; BENCH_ARGS=--quick for a short run).
+# `make bench`: the benchmark suite (bench/run.py, ~20 minutes on 2 cores; BENCH_ARGS=--quick for a short run).
 bench: $(BIN)/.installed
 	BENCH_VIA_MAKE=1 $(BIN)/python bench/run.py $(BENCH_ARGS)
 
