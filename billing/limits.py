@@ -185,10 +185,6 @@ class _LocalSlots:
             del self._slots[key]
             return True
 
-    def clear(self) -> None:
-        with self._lock:
-            self._slots.clear()
-
 
 _local_slots = _LocalSlots()
 
@@ -282,8 +278,3 @@ def concurrency_slots_release_owner(*, owner: str) -> int:
         logger.warning("gave back %d concurrency slot(s) of process %s, which died", given_back, owner)
     return given_back
 
-
-def limits_local_clear() -> None:
-    """Drop this process's fallback counters and slots (tests)."""
-    _local.clear()
-    _local_slots.clear()

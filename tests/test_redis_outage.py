@@ -39,9 +39,7 @@ def alpha_group(db):
 @pytest.fixture
 def own_redis():
     with redis_process() as server, override_settings(REDIS_URL=server.url, CACHES=server.caches()):
-        redis_health.redis_health_reset()
         yield server
-    redis_health.redis_health_reset()
 
 
 @pytest.fixture

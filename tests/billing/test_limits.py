@@ -16,7 +16,6 @@ from billing.limits import (
     concurrency_slot_release,
     concurrency_slots_release_owner,
 )
-from core import redis_health
 from core.errors import RateLimited
 from core.process_identity import process_owner
 from tests.redis_process import redis_process
@@ -32,9 +31,7 @@ def limit_key() -> str:
 @pytest.fixture
 def own_redis():
     with redis_process() as server, override_settings(REDIS_URL=server.url, CACHES=server.caches()):
-        redis_health.redis_health_reset()
         yield server
-    redis_health.redis_health_reset()
 
 
 def take_after_expiry(limit_key: str):
