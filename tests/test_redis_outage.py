@@ -44,7 +44,7 @@ def own_redis():
 
 @pytest.fixture
 def limit_key() -> str:
-    """A credential of this test alone: the per-process counters and slots outlive a test."""
+    """A credential of this test alone, whatever the other tests counted."""
     return f"api_key:outage-{uuid.uuid4().hex}"
 
 
