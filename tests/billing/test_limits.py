@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from contextlib import ExitStack
 
 import pytest
 import redis
@@ -43,47 +44,30 @@ def take_after_expiry(limit_key: str):
     return first, second
 
 
-def test_a_late_release_does_not_free_the_slot_another_call_took_on_redis(own_redis, limit_key):
-    first, second = take_after_expiry(limit_key)
-    assert not first.local
+@pytest.mark.parametrize("where", ["redis", "this_process", "this_process_while_redis_is_down"])
+def test_a_late_release_does_not_free_the_slot_another_call_took(where, request, limit_key):
+    """The first call's release comes after its lease expired and a second call took the slot: the
+    slot stays the second call's until that call gives it back."""
+    with ExitStack() as stack:
+        if where == "this_process":
+            stack.enter_context(override_settings(REDIS_URL="", CACHES=LOCMEM))
+        else:
+            server = request.getfixturevalue("own_redis")
+            if where == "this_process_while_redis_is_down":
+                server.stop()
+        first, second = take_after_expiry(limit_key)
+        assert first.local is (where != "redis")
 
-    concurrency_slot_release(slot=first)
+        concurrency_slot_release(slot=first)
 
-    direct = redis.Redis.from_url(own_redis.url)
-    assert direct.get(second.key) == second.token.encode()
-    with pytest.raises(RateLimited):
-        concurrency_slot_acquire(limit_key=limit_key, limit=1)
-    concurrency_slot_release(slot=second)
-    assert direct.get(second.key) is None
-    assert concurrency_slot_acquire(limit_key=limit_key, limit=1) is not None
-
-
-@override_settings(REDIS_URL="", CACHES=LOCMEM)
-def test_a_late_release_does_not_free_the_slot_another_call_took_on_this_process(limit_key):
-    first, second = take_after_expiry(limit_key)
-    assert first.local
-
-    concurrency_slot_release(slot=first)
-
-    with pytest.raises(RateLimited):
-        concurrency_slot_acquire(limit_key=limit_key, limit=1)
-    concurrency_slot_release(slot=second)
-    assert concurrency_slot_acquire(limit_key=limit_key, limit=1) is not None
-
-
-def test_a_late_release_does_not_free_the_slot_another_call_took_while_redis_is_down(
-    own_redis, limit_key
-):
-    own_redis.stop()
-    first, second = take_after_expiry(limit_key)
-    assert first.local
-
-    concurrency_slot_release(slot=first)
-
-    with pytest.raises(RateLimited):
-        concurrency_slot_acquire(limit_key=limit_key, limit=1)
-    concurrency_slot_release(slot=second)
-    assert concurrency_slot_acquire(limit_key=limit_key, limit=1) is not None
+        if where == "redis":
+            assert redis.Redis.from_url(server.url).get(second.key) == second.token.encode()
+        with pytest.raises(RateLimited):
+            concurrency_slot_acquire(limit_key=limit_key, limit=1)
+        concurrency_slot_release(slot=second)
+        if where == "redis":
+            assert redis.Redis.from_url(server.url).get(second.key) is None
+        assert concurrency_slot_acquire(limit_key=limit_key, limit=1) is not None
 
 
 def test_a_dead_processes_slots_are_given_back_and_no_other(own_redis, limit_key):
