@@ -16,7 +16,6 @@ from django.utils import timezone
 from billing.holds import holds_release_stale
 from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
 from billing.selectors import ledger_check
-from core import redis_health
 from keys.services import api_key_create
 from tests.factories import alpha_group_make, image_model_make
 from tests.postgres_backends import backends_terminate
@@ -50,7 +49,6 @@ def generate(client, key):
 
 def test_it_leases_a_concurrency_slot_for_far_less_than_a_hold(client, key, fake_upstream):
     with redis_process() as server, override_settings(REDIS_URL=server.url, CACHES=server.caches()):
-        redis_health.redis_health_reset()
         fake_upstream.script(GEN, {"delay": 0.6})
         seen: list[int] = []
 
