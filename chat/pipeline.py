@@ -26,8 +26,9 @@ from api.answers import (
     stored_response,
     stream_idempotency_refused,
 )
-from api.metering import connection_release, metered_begin, metered_call
+from api.metering import metered_begin, metered_call
 from api.stream_loop import CallerSocket, caller_socket
+from api.upstream_call import upstream_attempts_run
 from api.usage import UsageScope, usage_scope
 from billing.idempotency import StoredResponse, idempotent_execute
 from billing.limits import rate_limit_hit
@@ -40,10 +41,8 @@ from chat.validation import TextBody, input_ceiling_tokens, output_limit_validat
 from core.errors import UpstreamFailed
 from core.metrics import stream_counted
 from keys.credentials import Credential
-from upstreams.errors import upstream_error_to_api_error
 from upstreams.providers import adapter_for
 from upstreams.providers.base import TextReply, TextRequest
-from upstreams.resilience import upstream_call_resilient
 from upstreams.snapshots import UpstreamSnapshot
 
 logger = logging.getLogger("gateway.text")
@@ -201,16 +200,13 @@ def _call(
     success, or its 4xx about the request (passed through), read whole."""
 
     def attempt(upstream: UpstreamSnapshot, deadline: float) -> TextReply:
-        usage.set_upstream(upstream.name)
-        adapter = adapter_for(upstream, deadline=deadline)
-        connection_release()  # nothing below needs the database until capture
-        return adapter.call(request.operation, request)
+        return adapter_for(upstream, deadline=deadline).call(request.operation, request)
 
-    return upstream_call_resilient(
+    return upstream_attempts_run(
+        usage=usage,
         upstreams=resolved.upstreams,
         attempt=attempt,
         request_id=request.request_id,
-        classify=lambda error, failed: upstream_error_to_api_error(error=error, upstream=failed),
     )
 
 

@@ -36,8 +36,9 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
-from api.metering import MeteredCall, connection_release
+from api.metering import MeteredCall
 from api.stream_loop import CALLER_GONE, TIMED_OUT, CallerSocket, stream_loop_relay
+from api.upstream_call import upstream_attempts_run
 from api.usage import UsageScope
 from chat.access import ResolvedTextModel
 from chat.answers import refusal_passthrough, tokens_charge
@@ -46,7 +47,6 @@ from core.errors import ApiError, InternalError, UpstreamFailed, compatible_body
 from upstreams.errors import UpstreamError, upstream_error_to_api_error
 from upstreams.providers import adapter_for
 from upstreams.providers.base import SSEEvent, TextReply, TextRequest
-from upstreams.resilience import upstream_call_resilient
 from upstreams.snapshots import UpstreamSnapshot
 from upstreams.sse import SSEDirect
 from upstreams.transport import upstream_read_timed_out
@@ -116,8 +116,6 @@ def stream_open(
     request is the caller's error, with the upstream's status and shape."""
 
     def attempt(upstream: UpstreamSnapshot, deadline: float) -> tuple[TextReply, SSEEvent | None]:
-        usage.set_upstream(upstream.name)
-        connection_release()  # a stream can take minutes: it holds no database connection meanwhile
         reply = adapter_for(upstream, deadline=None).call(request.operation, request)
         if not 200 <= reply.status < 300 or reply.events is None:
             return reply, None
@@ -131,11 +129,11 @@ def stream_open(
             raise
         return reply, first
 
-    (reply, first), upstream = upstream_call_resilient(
+    (reply, first), upstream = upstream_attempts_run(
+        usage=usage,
         upstreams=resolved.upstreams,
         attempt=attempt,
         request_id=request.request_id,
-        classify=lambda error, failed: upstream_error_to_api_error(error=error, upstream=failed),
     )
     if first is None:
         reply.close()

@@ -25,7 +25,8 @@ from api.answers import (
     stored_response,
     stream_idempotency_refused,
 )
-from api.metering import balance_precheck, connection_release, metered_begin, metered_call
+from api.metering import balance_precheck, metered_begin, metered_call
+from api.upstream_call import upstream_attempts_run
 from api.usage import UsageScope, usage_scope
 from billing.idempotency import StoredResponse, idempotent_execute
 from core.metrics import stream_counted
@@ -45,7 +46,6 @@ from upstreams.errors import upstream_error_to_api_error
 from upstreams.models import Upstream
 from upstreams.providers import adapter_for
 from upstreams.providers.base import ImageRequest, ImageResult, UpstreamError
-from upstreams.resilience import upstream_call_resilient
 from upstreams.routing import upstreams_for_model
 
 Operation = Literal["generate", "edit"]
@@ -246,18 +246,15 @@ def _call_upstream(
     """Call the model's upstreams with retries and failover, then render the answer for the caller."""
 
     def attempt(upstream: Upstream, deadline: float) -> ImageResult:
-        usage.set_upstream(upstream.name)
-        adapter = adapter_for(upstream, deadline=deadline)
-        connection_release()  # nothing below needs the database until capture
-        return adapter.image_call(upstream_request)
+        return adapter_for(upstream, deadline=deadline).image_call(upstream_request)
 
-    result, upstream = upstream_call_resilient(
+    result, upstream = upstream_attempts_run(
+        usage=usage,
         upstreams=upstreams_for_model(
             model_label=resolved.image_model.model_label, model_pk=resolved.image_model.pk
         ),
         attempt=attempt,
         request_id=upstream_request.request_id,
-        classify=lambda error, failed: upstream_error_to_api_error(error=error, upstream=failed),
     )
     try:
         # Not retried elsewhere: the upstream already made (and billed) these images.
