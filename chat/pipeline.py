@@ -9,7 +9,6 @@ request in the upstream's own shape and status. docs/text.md describes the rules
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from contextlib import ExitStack
@@ -23,6 +22,7 @@ from api.answers import (
     CallAnswer,
     call_answer,
     event_stream_response,
+    request_fingerprint,
     stored_response,
     stream_idempotency_refused,
 )
@@ -166,7 +166,9 @@ def text_call_run(
             key=idempotency_key,
             reference=request_id,
             fingerprint=(
-                _fingerprint(family=family, resolved=resolved, raw=raw) if idempotency_key is not None else ""
+                request_fingerprint(path=family.path, group_id=resolved.group.pk, content=(raw,))
+                if idempotency_key is not None
+                else ""
             ),
             produce=lambda: _produce(
                 usage=usage,
@@ -257,10 +259,3 @@ def _produce(
         call=call,
         charge=charge,
     )
-
-
-def _fingerprint(*, family: Family, resolved: ResolvedTextModel, raw: bytes) -> str:
-    """What makes two requests "the same" for Idempotency-Key: endpoint, group and the body's bytes."""
-    digest = hashlib.sha256(f"{family.path} {resolved.group.pk}\n".encode())
-    digest.update(raw)
-    return digest.hexdigest()
