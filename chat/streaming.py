@@ -36,6 +36,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
+from api.answers import stream_client_gone, stream_owned_close
 from api.metering import MeteredCall
 from api.stream_loop import CALLER_GONE, TIMED_OUT, CallerSocket, stream_loop_relay
 from api.upstream_call import upstream_attempts_run
@@ -205,10 +206,7 @@ def text_stream_relay(
             after.callback(_reply_end, reply)  # once the caller has the end of the answer
         else:
             reply.close()
-        if failure is None:
-            owned.close()
-        else:
-            owned.__exit__(type(failure), failure, failure.__traceback__)
+        stream_owned_close(owned, failure)
 
     def settle() -> None:
         meter.capture(amount=tokens_charge(usage=usage, resolved=resolved, tokens=tracker.tokens))
@@ -220,7 +218,7 @@ def text_stream_relay(
             _drain(reply=reply, tracker=tracker, timeout=timeout)
         if tracker.complete and tracker.error is None and not meter.resolved:
             settle()
-        finish(None if tracker.complete else _client_gone())
+        finish(None if tracker.complete else stream_client_gone())
 
     batch: list[bytes] = []  # events read together, sent together
     carried: list[SSEEvent] = []  # read by the loop after the final event, to relay after the capture
@@ -377,12 +375,3 @@ def _converted(error: UpstreamError, upstream: UpstreamSnapshot) -> ApiError:
             code=STREAM_CUT,
         )
     return upstream_error_to_api_error(error=error, upstream=upstream)
-
-
-def _client_gone() -> ApiError:
-    return ApiError(
-        "The client closed the stream before it was complete.",
-        status=499,
-        type="invalid_request_error",
-        code="client_closed_request",
-    )

@@ -17,6 +17,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
+from api.answers import stream_client_gone, stream_owned_close
 from api.metering import MeteredCall
 from api.upstream_call import upstream_attempts_run
 from api.usage import UsageScope
@@ -64,10 +65,7 @@ def stream_relay(
         if finished:
             return
         finished = True
-        if failure is None:
-            owned.close()
-        else:
-            owned.__exit__(type(failure), failure, failure.__traceback__)
+        stream_owned_close(owned, failure)
 
     try:
         first, events, upstream = _open_stream(
@@ -93,7 +91,7 @@ def stream_relay(
             completed += _drain(events)
             if completed >= upstream_request.n:
                 meter.capture()
-        finish(None if completed >= upstream_request.n else _client_gone())
+        finish(None if completed >= upstream_request.n else stream_client_gone())
         raise
     except (ApiError, UpstreamError) as exc:
         meter.release()
@@ -108,15 +106,6 @@ def stream_relay(
         yield sse("error", {"type": "error", **compatible_body(internal, request_id=usage.request_id)})
     finally:
         finish(None)  # no-op unless a path above did not settle (e.g. a failure inside finish)
-
-
-def _client_gone() -> ApiError:
-    return ApiError(
-        "The client closed the stream before it was complete.",
-        status=499,
-        type="invalid_request_error",
-        code="client_closed_request",
-    )
 
 
 def _converted(error: UpstreamError, upstream: Upstream | None) -> ApiError:
