@@ -224,7 +224,6 @@ def metered_call(
     meter = metered_begin(
         usage=usage, credential=credential, group=group, model_id=model_id, price=price, now=now
     )
-    connection_release()  # the upstream call needs no database connection
     try:
         try:
             result = call()

@@ -9,7 +9,6 @@ request in the upstream's own shape and status. docs/text.md describes the rules
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from contextlib import ExitStack
@@ -23,11 +22,13 @@ from api.answers import (
     CallAnswer,
     call_answer,
     event_stream_response,
+    request_fingerprint,
     stored_response,
     stream_idempotency_refused,
 )
-from api.metering import connection_release, metered_begin, metered_call
+from api.metering import metered_begin, metered_call
 from api.stream_loop import CallerSocket, caller_socket
+from api.upstream_call import upstream_attempts_run
 from api.usage import UsageScope, usage_scope
 from billing.idempotency import StoredResponse, idempotent_execute
 from billing.limits import rate_limit_hit
@@ -40,10 +41,8 @@ from chat.validation import TextBody, input_ceiling_tokens, output_limit_validat
 from core.errors import UpstreamFailed
 from core.metrics import stream_counted
 from keys.credentials import Credential
-from upstreams.errors import upstream_error_to_api_error
 from upstreams.providers import adapter_for
 from upstreams.providers.base import TextReply, TextRequest
-from upstreams.resilience import upstream_call_resilient
 from upstreams.snapshots import UpstreamSnapshot
 
 logger = logging.getLogger("gateway.text")
@@ -167,7 +166,9 @@ def text_call_run(
             key=idempotency_key,
             reference=request_id,
             fingerprint=(
-                _fingerprint(family=family, resolved=resolved, raw=raw) if idempotency_key is not None else ""
+                request_fingerprint(path=family.path, group_id=resolved.group.pk, content=(raw,))
+                if idempotency_key is not None
+                else ""
             ),
             produce=lambda: _produce(
                 usage=usage,
@@ -201,16 +202,13 @@ def _call(
     success, or its 4xx about the request (passed through), read whole."""
 
     def attempt(upstream: UpstreamSnapshot, deadline: float) -> TextReply:
-        usage.set_upstream(upstream.name)
-        adapter = adapter_for(upstream, deadline=deadline)
-        connection_release()  # nothing below needs the database until capture
-        return adapter.call(request.operation, request)
+        return adapter_for(upstream, deadline=deadline).call(request.operation, request)
 
-    return upstream_call_resilient(
+    return upstream_attempts_run(
+        usage=usage,
         upstreams=resolved.upstreams,
         attempt=attempt,
         request_id=request.request_id,
-        classify=lambda error, failed: upstream_error_to_api_error(error=error, upstream=failed),
     )
 
 
@@ -261,10 +259,3 @@ def _produce(
         call=call,
         charge=charge,
     )
-
-
-def _fingerprint(*, family: Family, resolved: ResolvedTextModel, raw: bytes) -> str:
-    """What makes two requests "the same" for Idempotency-Key: endpoint, group and the body's bytes."""
-    digest = hashlib.sha256(f"{family.path} {resolved.group.pk}\n".encode())
-    digest.update(raw)
-    return digest.hexdigest()

@@ -36,8 +36,10 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
-from api.metering import MeteredCall, connection_release
+from api.answers import stream_client_gone, stream_owned_close
+from api.metering import MeteredCall
 from api.stream_loop import CALLER_GONE, TIMED_OUT, CallerSocket, stream_loop_relay
+from api.upstream_call import upstream_attempts_run
 from api.usage import UsageScope
 from chat.access import ResolvedTextModel
 from chat.answers import refusal_passthrough, tokens_charge
@@ -46,7 +48,6 @@ from core.errors import ApiError, InternalError, UpstreamFailed, compatible_body
 from upstreams.errors import UpstreamError, upstream_error_to_api_error
 from upstreams.providers import adapter_for
 from upstreams.providers.base import SSEEvent, TextReply, TextRequest
-from upstreams.resilience import upstream_call_resilient
 from upstreams.snapshots import UpstreamSnapshot
 from upstreams.sse import SSEDirect
 from upstreams.transport import upstream_read_timed_out
@@ -116,8 +117,6 @@ def stream_open(
     request is the caller's error, with the upstream's status and shape."""
 
     def attempt(upstream: UpstreamSnapshot, deadline: float) -> tuple[TextReply, SSEEvent | None]:
-        usage.set_upstream(upstream.name)
-        connection_release()  # a stream can take minutes: it holds no database connection meanwhile
         reply = adapter_for(upstream, deadline=None).call(request.operation, request)
         if not 200 <= reply.status < 300 or reply.events is None:
             return reply, None
@@ -131,11 +130,11 @@ def stream_open(
             raise
         return reply, first
 
-    (reply, first), upstream = upstream_call_resilient(
+    (reply, first), upstream = upstream_attempts_run(
+        usage=usage,
         upstreams=resolved.upstreams,
         attempt=attempt,
         request_id=request.request_id,
-        classify=lambda error, failed: upstream_error_to_api_error(error=error, upstream=failed),
     )
     if first is None:
         reply.close()
@@ -207,10 +206,7 @@ def text_stream_relay(
             after.callback(_reply_end, reply)  # once the caller has the end of the answer
         else:
             reply.close()
-        if failure is None:
-            owned.close()
-        else:
-            owned.__exit__(type(failure), failure, failure.__traceback__)
+        stream_owned_close(owned, failure)
 
     def settle() -> None:
         meter.capture(amount=tokens_charge(usage=usage, resolved=resolved, tokens=tracker.tokens))
@@ -222,7 +218,7 @@ def text_stream_relay(
             _drain(reply=reply, tracker=tracker, timeout=timeout)
         if tracker.complete and tracker.error is None and not meter.resolved:
             settle()
-        finish(None if tracker.complete else _client_gone())
+        finish(None if tracker.complete else stream_client_gone())
 
     batch: list[bytes] = []  # events read together, sent together
     carried: list[SSEEvent] = []  # read by the loop after the final event, to relay after the capture
@@ -379,12 +375,3 @@ def _converted(error: UpstreamError, upstream: UpstreamSnapshot) -> ApiError:
             code=STREAM_CUT,
         )
     return upstream_error_to_api_error(error=error, upstream=upstream)
-
-
-def _client_gone() -> ApiError:
-    return ApiError(
-        "The client closed the stream before it was complete.",
-        status=499,
-        type="invalid_request_error",
-        code="client_closed_request",
-    )

@@ -7,9 +7,8 @@ and every billed endpoint runs the same sequence (docs/architecture.md).
 
 from __future__ import annotations
 
-import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from typing import Any, Literal
 
@@ -22,10 +21,12 @@ from api.answers import (
     CallAnswer,
     call_answer,
     event_stream_response,
+    request_fingerprint,
     stored_response,
     stream_idempotency_refused,
 )
-from api.metering import balance_precheck, connection_release, metered_begin, metered_call
+from api.metering import balance_precheck, metered_begin, metered_call
+from api.upstream_call import upstream_attempts_run
 from api.usage import UsageScope, usage_scope
 from billing.idempotency import StoredResponse, idempotent_execute
 from core.metrics import stream_counted
@@ -45,7 +46,6 @@ from upstreams.errors import upstream_error_to_api_error
 from upstreams.models import Upstream
 from upstreams.providers import adapter_for
 from upstreams.providers.base import ImageRequest, ImageResult, UpstreamError
-from upstreams.resilience import upstream_call_resilient
 from upstreams.routing import upstreams_for_model
 
 Operation = Literal["generate", "edit"]
@@ -174,7 +174,7 @@ def image_call_run(
             # Only a keyed request is compared with the one that claimed its key: without a key, neither
             # the body nor the uploaded files (megabytes for an edit) are hashed.
             fingerprint=(
-                _fingerprint(path=path, resolved=resolved, data=data, files=files)
+                request_fingerprint(path=path, group_id=resolved.group.pk, content=_content(data, files))
                 if idempotency_key is not None
                 else ""
             ),
@@ -246,18 +246,15 @@ def _call_upstream(
     """Call the model's upstreams with retries and failover, then render the answer for the caller."""
 
     def attempt(upstream: Upstream, deadline: float) -> ImageResult:
-        usage.set_upstream(upstream.name)
-        adapter = adapter_for(upstream, deadline=deadline)
-        connection_release()  # nothing below needs the database until capture
-        return adapter.image_call(upstream_request)
+        return adapter_for(upstream, deadline=deadline).image_call(upstream_request)
 
-    result, upstream = upstream_call_resilient(
+    result, upstream = upstream_attempts_run(
+        usage=usage,
         upstreams=upstreams_for_model(
             model_label=resolved.image_model.model_label, model_pk=resolved.image_model.pk
         ),
         attempt=attempt,
         request_id=upstream_request.request_id,
-        classify=lambda error, failed: upstream_error_to_api_error(error=error, upstream=failed),
     )
     try:
         # Not retried elsewhere: the upstream already made (and billed) these images.
@@ -275,21 +272,18 @@ def _call_upstream(
     return result_body(rendered=rendered)
 
 
-def _fingerprint(*, path: str, resolved: ResolvedModel, data: Any, files: MultiValueDict | None) -> str:
-    """What makes two requests "the same" for Idempotency-Key: path, group, every field and file."""
-    digest = hashlib.sha256()
-    digest.update(f"{path} {resolved.group.pk}\n".encode())
+def _content(data: Any, files: MultiValueDict | None) -> Iterator[bytes]:
+    """An image request's content for its fingerprint: every field, then every file's bytes (each
+    upload is rewound after it is read)."""
     if not hasattr(data, "getlist"):  # a JSON body
-        digest.update(json.dumps(data, sort_keys=True, default=str).encode())
+        yield json.dumps(data, sort_keys=True, default=str).encode()
     else:  # form fields, then the files' bytes
         for key in sorted(data.keys()):
             for value in data.getlist(key):
                 if not isinstance(value, UploadedFile):
-                    digest.update(f"{key}={value}\n".encode())
+                    yield f"{key}={value}\n".encode()
     for key in sorted(files.keys()) if files else ():
         for upload in files.getlist(key):
-            digest.update(f"{key}:".encode())
-            for chunk in upload.chunks():
-                digest.update(chunk)
+            yield f"{key}:".encode()
+            yield from upload.chunks()
             upload.seek(0)
-    return digest.hexdigest()

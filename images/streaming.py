@@ -17,7 +17,9 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
-from api.metering import MeteredCall, connection_release
+from api.answers import stream_client_gone, stream_owned_close
+from api.metering import MeteredCall
+from api.upstream_call import upstream_attempts_run
 from api.usage import UsageScope
 from core.errors import ApiError, InternalError, UpstreamFailed, compatible_body
 from images.access import ResolvedModel
@@ -25,7 +27,6 @@ from upstreams.errors import upstream_error_to_api_error
 from upstreams.models import Upstream
 from upstreams.providers import adapter_for
 from upstreams.providers.base import IMAGES_STREAM, ImageRequest, StreamEvent, UpstreamError
-from upstreams.resilience import upstream_call_resilient
 from upstreams.routing import upstreams_for_model
 
 logger = logging.getLogger("gateway.stream")
@@ -64,10 +65,7 @@ def stream_relay(
         if finished:
             return
         finished = True
-        if failure is None:
-            owned.close()
-        else:
-            owned.__exit__(type(failure), failure, failure.__traceback__)
+        stream_owned_close(owned, failure)
 
     try:
         first, events, upstream = _open_stream(
@@ -93,7 +91,7 @@ def stream_relay(
             completed += _drain(events)
             if completed >= upstream_request.n:
                 meter.capture()
-        finish(None if completed >= upstream_request.n else _client_gone())
+        finish(None if completed >= upstream_request.n else stream_client_gone())
         raise
     except (ApiError, UpstreamError) as exc:
         meter.release()
@@ -110,15 +108,6 @@ def stream_relay(
         finish(None)  # no-op unless a path above did not settle (e.g. a failure inside finish)
 
 
-def _client_gone() -> ApiError:
-    return ApiError(
-        "The client closed the stream before it was complete.",
-        status=499,
-        type="invalid_request_error",
-        code="client_closed_request",
-    )
-
-
 def _converted(error: UpstreamError, upstream: Upstream | None) -> ApiError:
     if upstream is None:
         return UpstreamFailed("The model's provider failed.", code="upstream_error")
@@ -131,8 +120,6 @@ def _open_stream(
     """Fail over between upstreams until one has sent its first event."""
 
     def attempt(upstream: Upstream, deadline: float) -> tuple[StreamEvent, Iterator[StreamEvent]]:
-        usage.set_upstream(upstream.name)
-        connection_release()  # a stream can take minutes: it holds no database connection meanwhile
         events = adapter_for(upstream, deadline=None).call(IMAGES_STREAM, upstream_request)
         try:
             first = next(events)
@@ -140,13 +127,13 @@ def _open_stream(
             raise UpstreamError("the upstream's stream was empty", status=502, retryable=True) from None
         return first, events
 
-    (first, events), upstream = upstream_call_resilient(
+    (first, events), upstream = upstream_attempts_run(
+        usage=usage,
         upstreams=upstreams_for_model(
             model_label=resolved.image_model.model_label, model_pk=resolved.image_model.pk
         ),
         attempt=attempt,
         request_id=upstream_request.request_id,
-        classify=lambda error, failed: upstream_error_to_api_error(error=error, upstream=failed),
     )
     return first, events, upstream
 
