@@ -277,4 +277,3 @@ def concurrency_slots_release_owner(*, owner: str) -> int:
     if given_back:
         logger.warning("gave back %d concurrency slot(s) of process %s, which died", given_back, owner)
     return given_back
-

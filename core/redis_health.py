@@ -118,4 +118,3 @@ def redis_guarded_now(operation: Callable[[], T]) -> T:
         raise RedisUnavailable(str(error)) from error
     redis_success_record()
     return result
-

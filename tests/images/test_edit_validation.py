@@ -322,7 +322,5 @@ def test_an_upload_within_the_limits_parses_and_validates(alpha_model):
         "/v1/images/edits",
         data={"prompt": "p", "n": "2", "image": SimpleUploadedFile("x.png", data, "image/png")},
     )
-    params, images, mask = edit_validate(
-        data=request.POST, files=request.FILES, image_model=alpha_model
-    )
+    params, images, mask = edit_validate(data=request.POST, files=request.FILES, image_model=alpha_model)
     assert (params.n, images, mask) == (2, (data,), None)
