@@ -243,13 +243,12 @@ DATABASES = {
     "default": {
         **_DATABASE,
         "OPTIONS": _DATABASE_OPTIONS,
-        # Pooled: the pool keeps the connections. No "SELECT 1" per loan (a round trip, twice per call:
-        # the connection is given back during the upstream call). A connection broken while idle
-        # (PostgreSQL restarted) fails the one request that gets it, before anything is charged or after
-        # (then its hold expires uncharged), and the pool discards it; pooled connections are also
-        # replaced after an hour (psycopg_pool's max_lifetime).
+        # Pooled: the pool keeps the connections and checks each one it lends (psycopg_pool's `check`,
+        # an empty query), so a connection PostgreSQL ended while it was idle (a restart) is replaced
+        # before any query of a request meets it; pooled connections are also replaced after an hour
+        # (psycopg_pool's max_lifetime). Unpooled: Django checks a persistent connection per request.
         "CONN_MAX_AGE": 0 if _POOLED else DATABASE_CONN_MAX_AGE,
-        "CONN_HEALTH_CHECKS": not _POOLED,
+        "CONN_HEALTH_CHECKS": True,
     }
 }
 
