@@ -226,6 +226,7 @@ def metered_call(
     )
     try:
         try:
+            connection_release()  # `call` needs no database connection until the capture
             result = call()
         except BaseException:
             meter.release()
