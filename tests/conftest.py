@@ -7,13 +7,12 @@ from decimal import Decimal
 
 import pytest
 import requests
-from django.core.cache.backends.locmem import LocMemCache
 
 from accounts.services import account_create, account_set_groups
-from billing import limits
 from billing.ledger import wallet_top_up
-from core import redis_health
+from billing.limits import limits_local_clear
 from core.config_cache import config_caches_clear
+from core.redis_health import redis_health_reset
 from groups.services import group_upsert
 from images.services import image_model_upsert
 from tests.factories import alpha_group_make, image_model_make, upstream_make
@@ -22,17 +21,16 @@ from upstreams.services import upstream_upsert
 
 
 @pytest.fixture(autouse=True)
-def _fresh_config_caches(monkeypatch):
+def _fresh_config_caches():
     """Each test starts with empty per-process caches: rolled-back rows fire no invalidation, and the
-    fixtures reuse ids (group 1, 2) from test to test. Redis counts as reachable, and the limits'
-    per-process counters and slots (used without Redis or while it is down) are new."""
+    fixtures reuse ids (group 1, 2) from test to test."""
     config_caches_clear()
-    monkeypatch.setattr(redis_health, "_failed_at", None)
-    monkeypatch.setattr(redis_health, "_degraded_since", None)
-    monkeypatch.setattr(limits, "_local", LocMemCache("igw-limits-test", {}))
-    monkeypatch.setattr(limits, "_local_slots", limits._LocalSlots())
+    redis_health_reset()
+    limits_local_clear()
     yield
     config_caches_clear()
+    redis_health_reset()
+    limits_local_clear()
 
 
 @pytest.fixture

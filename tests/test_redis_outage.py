@@ -39,12 +39,14 @@ def alpha_group(db):
 @pytest.fixture
 def own_redis():
     with redis_process() as server, override_settings(REDIS_URL=server.url, CACHES=server.caches()):
+        redis_health.redis_health_reset()
         yield server
+    redis_health.redis_health_reset()
 
 
 @pytest.fixture
 def limit_key() -> str:
-    """A credential of this test alone, whatever the other tests counted."""
+    """A credential of this test alone: the per-process counters and slots outlive a test."""
     return f"api_key:outage-{uuid.uuid4().hex}"
 
 
