@@ -4,6 +4,7 @@ short lease, not a hold's TTL; a call whose database connection broke still gets
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -54,13 +55,19 @@ def test_it_leases_a_concurrency_slot_for_far_less_than_a_hold(client, key, fake
         fake_upstream.script(GEN, {"delay": 0.6})
         seen: list[int] = []
 
-        def look() -> None:
-            direct = redis.Redis.from_url(server.url)
-            seen.extend(direct.ttl(name) for name in direct.keys("*concurrency*"))
+        answered = threading.Event()
 
-        looker = threading.Timer(0.3, look)
+        def look() -> None:
+            """The slot's lease, looked at while the call is in flight (its upstream takes 0.6 s)."""
+            direct = redis.Redis.from_url(server.url)
+            while not seen and not answered.is_set():
+                seen.extend(direct.ttl(name) for name in direct.keys("*concurrency*"))
+                time.sleep(0.01)
+
+        looker = threading.Thread(target=look)
         looker.start()
         assert generate(client, key).status_code == 200
+        answered.set()
         looker.join()
 
     assert len(seen) == 1
