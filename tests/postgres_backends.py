@@ -17,13 +17,11 @@ def _side_connection() -> psycopg.Connection:
 
 
 def backends_terminate(*, pid: int | None = None) -> None:
-    """End one backend (`pid`), or every backend of the test database but this side connection's.
-    The whole database's are waited for (up to 5 s each), as a restart ends every session before the
-    server takes new ones: a client then finds each old connection closed, never half-ended."""
+    """End one backend (`pid`), or every backend of the test database but this side connection's."""
     with _side_connection() as conn:
         if pid is None:
             conn.execute(
-                "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                 " WHERE datname = current_database() AND pid <> pg_backend_pid()"
             )
         else:
