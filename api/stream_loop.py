@@ -20,7 +20,7 @@ the body. So only the middle of a stream's body bypasses gunicorn's writer, and 
 are framed as gunicorn frames them.
 
 What this relies on outside public APIs (docs/architecture.md, "The complexity budget"), checked by
-tests/test_stream_loop.py, which fails if a release changes it:
+tests/api/test_stream_loop.py, which fails if a release changes it:
 - gunicorn puts the caller's socket in the WSGI environ as `gunicorn.socket`;
 - gunicorn sends a response without Content-Length to an HTTP/1.1 request chunked ("%X\\r\\n" data
   "\\r\\n" per write, gunicorn.http.wsgi.Response.is_chunked), and to HTTP/1.0 as it is, closing the

@@ -2,7 +2,7 @@
 
 psycopg needs nothing from the project for gevent: from 3.2 on, once gevent has patched `select`,
 psycopg waits for its socket through the patched `select` instead of in C, so a query in one greenlet
-lets the others run (tests/test_db_wait.py).
+lets the others run (tests/core/test_db_wait.py).
 """
 
 from __future__ import annotations

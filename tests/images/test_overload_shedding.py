@@ -19,8 +19,8 @@ import pytest
 from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
 from core.overload import REMEMBERED_SECONDS, worker_lag
 from keys.services import api_key_create
+from tests.api.test_metrics import TOKEN, scrape
 from tests.factories import image_model_make
-from tests.test_metrics import TOKEN, scrape
 
 pytestmark = pytest.mark.django_db
 

@@ -1,0 +1,344 @@
+"""The text endpoints through the Django test client, with the upstreams behind `responses`: what is
+forwarded, what the caller gets, and that the wallet moves by exactly the cost of the usage reported."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pytest
+
+from accounts.services import account_set_groups
+from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
+from billing.selectors import ledger_check
+from keys.services import oauth_token_create
+from tests.chat.conftest import ANTHROPIC_BASE, OPENAI_BASE, PROVIDER_KEY, sent_json
+
+pytestmark = pytest.mark.django_db
+
+CHAT_URL = f"{OPENAI_BASE}/chat/completions"
+RESPONSES_URL = f"{OPENAI_BASE}/responses"
+MESSAGES_URL = f"{ANTHROPIC_BASE}/messages"
+COUNT_URL = f"{ANTHROPIC_BASE}/messages/count_tokens"
+
+
+def balance(account) -> Decimal:
+    return Wallet.objects.get(account=account).balance
+
+
+def post(client, path, body, key, **headers):
+    return client.post(
+        path,
+        data=json.dumps(body),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {key}", **headers},
+    )
+
+
+def chat_completion(*, prompt=1200, cached=200, completion=345, content="Hello!"):
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": "vendor-chat-1",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+        ],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached},
+            "completion_tokens_details": {"reasoning_tokens": 100},
+        },
+    }
+
+
+def test_it_forwards_the_body_with_only_the_model_replaced_and_charges_the_exact_cost(
+    client, upstream, chat_model, tara, tara_key
+):
+    upstream.post(CHAT_URL, json=chat_completion())
+    body = {
+        "model": "alpha-chat",
+        "messages": [{"role": "user", "content": "Hi"}],
+        "temperature": 0.2,
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+        "future_field": {"nested": [1, 2, 3]},
+        "max_completion_tokens": 500,
+    }
+    response = post(client, "/v1/chat/completions", body, tara_key)
+
+    assert response.status_code == 200
+    assert response.json()["choices"][0]["message"]["content"] == "Hello!"
+    sent = sent_json(upstream.calls[0])
+    assert sent == {**body, "model": "vendor-chat-1"}
+    assert upstream.calls[0].request.headers["Authorization"] == f"Bearer {PROVIDER_KEY}"
+    # (1200 - 200) x ¥2 + 200 x ¥0.50 + 345 x ¥8, per million tokens
+    cost = Decimal("0.00486")
+    assert balance(tara) == Decimal("1.00") - cost
+    record = UsageRecord.objects.get(endpoint="chat.completions")
+    assert (record.status, record.amount, record.model_id, record.upstream) == (
+        200,
+        cost,
+        "alpha-chat",
+        "openai-main",
+    )
+    assert (record.input_tokens, record.cached_tokens, record.cache_write_tokens, record.output_tokens) == (
+        1000,
+        200,
+        0,
+        345,
+    )
+    hold = Hold.objects.get(reference=record.request_id)
+    assert hold.captured_amount == cost and hold.amount > cost
+    assert Wallet.objects.get(account=tara).held == 0
+    assert ledger_check() == []
+
+
+def test_a_tiny_call_costs_its_exact_fraction_of_a_fen(client, upstream, chat_model, tara, tara_key):
+    upstream.post(CHAT_URL, json=chat_completion(prompt=12, cached=0, completion=0))
+    response = post(client, "/v1/chat/completions", {"model": "alpha-chat", "messages": []}, tara_key)
+
+    assert response.status_code == 200
+    assert balance(tara) == Decimal("1.00") - Decimal("0.000024")
+    assert LedgerEntry.objects.get(kind="charge").amount == Decimal("-0.000024")
+
+
+def test_responses_are_billed_from_their_usage(client, upstream, chat_model, tara, tara_key):
+    upstream.post(
+        RESPONSES_URL,
+        json={
+            "id": "resp_1",
+            "object": "response",
+            "status": "completed",
+            "output": [],
+            "usage": {
+                "input_tokens": 500,
+                "input_tokens_details": {"cached_tokens": 100},
+                "output_tokens": 50,
+                "output_tokens_details": {"reasoning_tokens": 20},
+                "total_tokens": 550,
+            },
+        },
+    )
+    response = post(
+        client, "/v1/responses", {"model": "alpha-chat", "input": "Hi", "max_output_tokens": 64}, tara_key
+    )
+
+    assert response.status_code == 200
+    assert sent_json(upstream.calls[0])["model"] == "vendor-chat-1"
+    # 400 x 2 + 100 x 0.5 + 50 x 8 = 1250 per million
+    assert balance(tara) == Decimal("1.00") - Decimal("0.00125")
+
+
+def test_messages_go_to_anthropic_with_its_headers_and_are_billed_with_cache_tokens(
+    client, upstream, claude_model, tara, tara_key
+):
+    upstream.post(
+        MESSAGES_URL,
+        json={
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "vendor-claude-1",
+            "content": [{"type": "text", "text": "Hi there"}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": 100,
+                "cache_read_input_tokens": 1000,
+                "cache_creation_input_tokens": 200,
+                "output_tokens": 30,
+            },
+        },
+    )
+    response = client.post(
+        "/v1/messages",
+        data=json.dumps(
+            {"model": "alpha-claude", "max_tokens": 256, "messages": [{"role": "user", "content": "Hi"}]}
+        ),
+        content_type="application/json",
+        headers={"x-api-key": tara_key, "anthropic-beta": "prompt-caching-2024-07-31"},
+    )
+
+    assert response.status_code == 200, response.content
+    request = upstream.calls[0].request
+    assert request.headers["x-api-key"] == PROVIDER_KEY
+    assert "Authorization" not in request.headers
+    assert request.headers["anthropic-version"] == "2023-06-01"
+    assert request.headers["anthropic-beta"] == "prompt-caching-2024-07-31"
+    # 100 x 3 + 1000 x 0.30 + 200 x 3.75 + 30 x 15 = 1800 per million
+    assert balance(tara) == Decimal("1.00") - Decimal("0.0018")
+    record = UsageRecord.objects.get(endpoint="messages")
+    assert (record.input_tokens, record.cached_tokens, record.cache_write_tokens, record.output_tokens) == (
+        100,
+        1000,
+        200,
+        30,
+    )
+
+
+def test_count_tokens_is_free_but_answered(client, upstream, claude_model, tara, tara_key):
+    upstream.post(COUNT_URL, json={"input_tokens": 42})
+    response = client.post(
+        "/v1/messages/count_tokens",
+        data=json.dumps({"model": "alpha-claude", "messages": [{"role": "user", "content": "Hi"}]}),
+        content_type="application/json",
+        headers={"x-api-key": tara_key, "anthropic-version": "2023-06-01"},
+    )
+
+    assert response.status_code == 200
+    assert response.json() == {"input_tokens": 42}
+    assert balance(tara) == Decimal("1.00")
+    assert not Hold.objects.exists()
+    assert UsageRecord.objects.get(endpoint="messages.count_tokens").amount == 0
+
+
+def test_an_upstream_refusal_passes_through_with_its_status_and_costs_nothing(
+    client, upstream, chat_model, tara, tara_key
+):
+    upstream.post(
+        CHAT_URL,
+        status=400,
+        json={
+            "error": {
+                "message": "Unknown parameter: 'foo'.",
+                "type": "invalid_request_error",
+                "param": "foo",
+                "code": "unknown_parameter",
+            }
+        },
+    )
+    response = post(
+        client, "/v1/chat/completions", {"model": "alpha-chat", "messages": [], "foo": 1}, tara_key
+    )
+
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == "Unknown parameter: 'foo'."
+    assert response.json()["error"]["code"] == "unknown_parameter"
+    assert balance(tara) == Decimal("1.00")
+    assert Wallet.objects.get(account=tara).held == 0
+    record = UsageRecord.objects.get()
+    # The record says why the call failed: the upstream's own code, for the usage page and CSV.
+    assert (record.status, record.error_code, record.amount) == (400, "unknown_parameter", 0)
+
+
+def test_a_refusal_without_a_code_is_recorded_with_the_upstreams_error_type(
+    client, upstream, chat_model, tara, tara_key
+):
+    upstream.post(
+        CHAT_URL,
+        status=422,
+        json={"error": {"message": "Bad messages.", "type": "invalid_messages", "param": None, "code": None}},
+    )
+    response = post(client, "/v1/chat/completions", {"model": "alpha-chat", "messages": []}, tara_key)
+
+    assert response.status_code == 422
+    assert response.json()["error"]["type"] == "invalid_messages"
+    assert response.json()["error"]["code"] is None  # passed through as the upstream gave it
+    record = UsageRecord.objects.get()
+    assert (record.status, record.error_code) == (422, "invalid_messages")
+    assert balance(tara) == Decimal("1.00")
+
+
+def test_an_anthropic_refusal_passes_through_in_anthropics_shape(
+    client, upstream, claude_model, tara, tara_key
+):
+    upstream.post(
+        MESSAGES_URL,
+        status=400,
+        json={
+            "type": "error",
+            "error": {"type": "invalid_request_error", "message": "messages: field required"},
+        },
+    )
+    response = post(client, "/v1/messages", {"model": "alpha-claude", "max_tokens": 5}, tara_key)
+
+    assert response.status_code == 400
+    assert response.json() == {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": "messages: field required"},
+    }
+    assert balance(tara) == Decimal("1.00")
+    record = UsageRecord.objects.get()
+    assert (record.status, record.error_code) == (400, "invalid_request_error")  # Anthropic's error type
+
+
+def test_upstream_rate_limit_headers_are_not_passed_to_the_caller(
+    client, upstream, chat_model, tara, tara_key
+):
+    upstream.post(
+        CHAT_URL,
+        json=chat_completion(),
+        headers={"x-ratelimit-remaining-requests": "99", "anthropic-ratelimit-tokens-remaining": "5"},
+    )
+    response = post(client, "/v1/chat/completions", {"model": "alpha-chat", "messages": []}, tara_key)
+
+    assert response.status_code == 200
+    assert not [name for name in response.headers if "ratelimit" in name.lower()]
+
+
+def test_a_model_is_refused_on_an_endpoint_its_upstream_does_not_serve(
+    client, upstream, chat_model, claude_model, tara, tara_key
+):
+    response = post(client, "/v1/messages", {"model": "alpha-chat", "max_tokens": 5}, tara_key)
+
+    assert response.status_code == 400
+    assert response.json()["type"] == "error"
+    message = response.json()["error"]["message"]
+    assert "/v1/chat/completions" in message and "/v1/responses" in message
+    assert len(upstream.calls) == 0
+
+
+def test_server_errors_are_retried_and_failures_cost_nothing(
+    client, upstream, chat_model, tara, tara_key, settings
+):
+    settings.GATEWAY_RETRY = {**settings.GATEWAY_RETRY, "base_delay": 0.0, "max_retries": 1}
+    upstream.post(CHAT_URL, status=500, json={"error": {"message": "boom"}})
+    upstream.post(CHAT_URL, status=500, json={"error": {"message": "boom"}})
+    response = post(
+        client,
+        "/v1/chat/completions",
+        {"model": "alpha-chat", "messages": []},
+        tara_key,
+        **{"X-Request-Id": "req-fail-1"},
+    )
+
+    assert response.status_code == 502
+    assert len(upstream.calls) == 2
+    assert balance(tara) == Decimal("1.00")
+    assert Hold.objects.get(reference="req-fail-1").status == "released"
+    assert UsageRecord.objects.get(request_id="req-fail-1").amount == 0
+
+
+def test_an_idempotency_key_replays_the_answer_and_charges_once(client, upstream, chat_model, tara, tara_key):
+    upstream.post(CHAT_URL, json=chat_completion())
+    body = {"model": "alpha-chat", "messages": [{"role": "user", "content": "Hi"}]}
+    first = post(client, "/v1/chat/completions", body, tara_key, **{"Idempotency-Key": "k-1"})
+    again = post(client, "/v1/chat/completions", body, tara_key, **{"Idempotency-Key": "k-1"})
+
+    assert first.status_code == again.status_code == 200
+    assert again.json() == first.json()
+    assert len(upstream.calls) == 1
+    assert LedgerEntry.objects.filter(kind="charge").count() == 1
+    assert balance(tara) == Decimal("1.00") - Decimal("0.00486")
+
+
+def test_an_oauth_token_selects_the_group_with_a_prefixed_model(
+    client, upstream, chat_model, tara, chat_group, alpha_group
+):
+    account_set_groups(account=tara, allowed_groups=[alpha_group, chat_group], current_group=alpha_group)
+    alpha_group.allow_group_override = True
+    alpha_group.save()
+    _, token = oauth_token_create(account=tara, scopes=["models:invoke"], expires_in_seconds=600)
+    upstream.post(CHAT_URL, json=chat_completion())
+
+    unprefixed = post(client, "/v1/chat/completions", {"model": "alpha-chat", "messages": []}, token)
+    prefixed = post(
+        client, "/v1/chat/completions", {"model": f"{chat_group.pk}:alpha-chat", "messages": []}, token
+    )
+
+    assert unprefixed.status_code == 403  # its current group (Alpha-Image) has no such model
+    assert prefixed.status_code == 200
+    assert sent_json(upstream.calls[0])["model"] == "vendor-chat-1"
+    assert UsageRecord.objects.get(status=200).group_id == chat_group.pk
