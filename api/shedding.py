@@ -3,10 +3,12 @@
 A call that arrives while the process is seconds behind (core/overload.py) would wait those seconds
 before anything of it runs, and its caller would see nothing meanwhile. With GATEWAY_SHED_LAG_SECONDS
 set, such a call is answered 503 `overloaded` with Retry-After at once instead: before authentication
-and before anything is reserved, so it is never billed, and counted (`gateway_calls_shed`). Behind
-deploy/nginx.conf it is then tried on another node. Only new `/v1` POST calls are shed: the calls and
-streams in flight go on, and reads (`GET /v1/models`, `/v1/me`), the probes, the console and the
-admin are served as before.
+and before anything is reserved, so it is never billed, and counted (`gateway_calls_shed`). The answer
+names nginx's `@shed` location in `X-Accel-Redirect`: behind deploy/nginx.conf the call is sent on to
+a node that has not shed it, and the header never reaches the client (nginx hides X-Accel-*
+headers); a client calling a node directly gets the 503 and may ignore the header. Only new `/v1`
+POST calls are shed: the calls and streams in flight go on, and reads (`GET /v1/models`, `/v1/me`),
+the probes, the console and the admin are served as usual.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from core.metrics import call_shed
 from core.overload import worker_lag
 
 API_PREFIX = "/v1/"
+# deploy/nginx.conf's named location that sends a shed call on to another node.
+SHED_REDIRECT = "@shed"
 
 
 class OverloadSheddingMiddleware:
@@ -37,5 +41,7 @@ class OverloadSheddingMiddleware:
                     "The gateway is overloaded and did not start this call; nothing was charged. "
                     "Retry it shortly."
                 )
-                return error_response(error, request=request)
+                response = error_response(error, request=request)
+                response["X-Accel-Redirect"] = SHED_REDIRECT
+                return response
         return self.get_response(request)

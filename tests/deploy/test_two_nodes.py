@@ -63,10 +63,16 @@ class Cluster:
 
 @contextmanager
 def cluster_serving(
-    tmp_path: Path, key: str, *, database_url: str, proxy: bool, prepared_statements: bool = True
+    tmp_path: Path,
+    key: str,
+    *,
+    database_url: str,
+    proxy: bool,
+    prepared_statements: bool = True,
+    node_env: dict[str, dict[str, str]] | None = None,
 ) -> Iterator[Cluster]:
-    """Nodes A and B (each one gevent worker, its access log in tmp_path/node-X.access.log), and nginx in
-    front of both when `proxy`."""
+    """Nodes A and B (each one gevent worker, its access log in tmp_path/node-X.access.log, its own
+    settings from `node_env["a"]`/`["b"]`), and nginx in front of both when `proxy`."""
     env = {
         "DATABASE_URL": database_url,
         "GUNICORN_WORKER_CLASS": "",  # gevent, as deployed on PostgreSQL
@@ -82,7 +88,11 @@ def cluster_serving(
             stack.enter_context(
                 gunicorn_serving(
                     log_path=tmp_path / f"node-{name}.log",
-                    env={**env, "GUNICORN_ACCESSLOG": str(tmp_path / f"node-{name}.access.log")},
+                    env={
+                        **env,
+                        "GUNICORN_ACCESSLOG": str(tmp_path / f"node-{name}.access.log"),
+                        **(node_env or {}).get(name, {}),
+                    },
                 )
             )
             for name in ("a", "b")
@@ -255,10 +265,12 @@ def race_on_one_balance(cluster: Cluster, bob, *, calls: int, affordable: int, v
     assert ledger_check() == []
 
 
-def calls_served(tmp_path: Path) -> list[int]:
-    """Image calls in each node's access log (written once each answer is sent)."""
+def calls_served(tmp_path: Path, *, status: int | None = None) -> list[int]:
+    """Image calls in each node's access log (written once each answer is sent), those answered
+    `status` only when given."""
     time.sleep(0.2)
-    return [(tmp_path / f"node-{name}.access.log").read_text().count(f" {GEN} ") for name in ("a", "b")]
+    needle = f" {GEN} " if status is None else f' {GEN} HTTP/1.1" {status} '
+    return [(tmp_path / f"node-{name}.access.log").read_text().count(needle) for name in ("a", "b")]
 
 
 @needs_nginx
@@ -287,3 +299,64 @@ def test_both_nodes_bill_through_pgbouncer_in_transaction_mode(key, bob, fake_up
         race_on_one_balance(serving, bob, calls=24, affordable=5, via_proxy=False)
         assert calls_served(tmp_path) == [13, 13]
     assert UsageRecord.objects.filter(status=200).count() == 2 + 5
+
+
+# A node whose worker is always behind: any lag at all is over this limit (the lag sampler starts
+# with the node's first POST, which it therefore serves; every later one is shed).
+ALWAYS_BEHIND = {"GATEWAY_SHED_LAG_SECONDS": "0.000000001"}
+
+
+def node_behind(node: str) -> None:
+    """Start the node's lag sampler with a first POST, then check that it sheds calls made to it."""
+    requests.post(f"{node}{GEN}", json={}, timeout=10)  # 401, and the sampler runs from now on
+    time.sleep(0.2)
+    shed = requests.post(f"{node}{GEN}", json={}, timeout=10)
+    assert shed.status_code == 503 and shed.json()["error"]["code"] == "overloaded", shed.text
+    assert shed.headers["X-Accel-Redirect"] == "@shed"
+
+
+@needs_nginx
+def test_nginx_sends_a_call_one_node_shed_to_the_other_and_it_is_billed_once(
+    key, alice, fake_upstream, tmp_path
+):
+    balance = Wallet.objects.get(account=alice).balance
+    with cluster_serving(
+        tmp_path, key, database_url=shared_database_url(), proxy=True, node_env={"a": ALWAYS_BEHIND}
+    ) as serving:
+        node_behind(serving.nodes[0])
+        answers = [call(serving.proxy, serving.key, headers={"X-Request-Id": f"shed-{i}"}) for i in range(6)]
+
+        assert [r.status_code for r in answers] == [200] * 6, [r.text for r in answers]
+        assert not any("X-Accel-Redirect" in r.headers for r in answers)
+        # Node A shed the calls nginx gave it first; node B served all six.
+        shed_by_a, _ = calls_served(tmp_path, status=503)
+        assert shed_by_a >= 2  # round robin gives node A some of the six (and the probe's one)
+        assert calls_served(tmp_path, status=200) == [0, 6]
+    charges = LedgerEntry.objects.filter(kind="charge", reference__startswith="shed-")
+    assert sorted(entry.reference for entry in charges) == [f"shed-{i}" for i in range(6)]
+    assert Wallet.objects.get(account=alice).balance == balance - 6 * PRICE
+    assert UsageRecord.objects.filter(status=200).count() == 6
+    assert not Hold.objects.filter(status="open").exists()
+    assert ledger_check() == []
+
+
+@needs_nginx
+def test_a_call_every_node_sheds_reaches_the_client_as_503_unbilled(key, alice, fake_upstream, tmp_path):
+    balance = Wallet.objects.get(account=alice).balance
+    behind = {"a": ALWAYS_BEHIND, "b": ALWAYS_BEHIND}
+    with cluster_serving(
+        tmp_path, key, database_url=shared_database_url(), proxy=True, node_env=behind
+    ) as serving:
+        for node in serving.nodes:
+            node_behind(node)
+        answer = call(serving.proxy, serving.key)
+
+        assert answer.status_code == 503, answer.text
+        assert answer.json()["error"]["code"] == "overloaded"
+        assert answer.headers["Retry-After"] == "1"
+        assert "X-Accel-Redirect" not in answer.headers
+        # nginx's first pick, then two tries from @shed: three 503s besides the two probes', no loop.
+        assert sum(calls_served(tmp_path, status=503)) == 2 + 3
+    assert Wallet.objects.get(account=alice).balance == balance
+    assert not LedgerEntry.objects.filter(kind="charge").exists()
+    assert not UsageRecord.objects.exists()
