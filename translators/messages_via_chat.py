@@ -1,0 +1,547 @@
+"""An Anthropic Messages caller (`/v1/messages`) served by an OpenAI Chat Completions upstream (the
+`openai` and `openai-compatible` kinds): what Claude Code needs to call a DeepSeek, vLLM or GPT model.
+
+Request (Messages → Chat Completions):
+- `system` (a string or text blocks) becomes the first message, role `system`, its blocks joined by
+  a newline; each message's text and image blocks become content parts (an image's base64 source a
+  `data:` URL, a URL source as it is); `tool_use` blocks become the assistant's `tool_calls` and
+  `tool_result` blocks `tool` messages with the same call id, placed before the rest of their user
+  turn, as Chat Completions wants them right after the calls.
+- `tools` become functions (their `input_schema` the parameters); `tool_choice` auto/any/tool/none
+  becomes auto/required/the named function/none, `disable_parallel_tool_use` `parallel_tool_calls:
+  false`.
+- `max_tokens` becomes the upstream's output limit (`max_completion_tokens` for OpenAI itself,
+  `max_tokens` for compatible servers); `stop_sequences` `stop`; `temperature`, `top_p` as they are;
+  `metadata.user_id` `user`; `thinking` (enabled with a budget, or adaptive) `reasoning_effort` for
+  an OpenAI upstream (low under 4,096 budget tokens, medium under 16,384, high above; adaptive is
+  medium), dropped for a compatible server, which may not know the field.
+- Dropped, as hints the upstream cannot use without changing the answer: `top_k`, `cache_control`
+  on any block, `context_management`, `service_tier`, `container`, `mcp_servers`, and thinking blocks
+  in the history (their signatures mean something to Anthropic only).
+- Refused with a 400 naming the field: a document (PDF) or other block the upstream cannot read,
+  a server tool (one without an `input_schema`, such as web search).
+
+Answer (Chat Completions → Messages): the first choice's reasoning text (`reasoning_content`, which
+DeepSeek and vLLM send) as a thinking block with an empty signature, its text as a text block, each
+tool call as a `tool_use` block (arguments that are not a JSON object are given as
+`{"arguments": "<text>"}`); `finish_reason` stop/length/tool_calls/content_filter as `stop_reason`
+end_turn/max_tokens/tool_use/refusal; usage with the cached prompt tokens as cache reads. Streamed,
+each upstream chunk is translated as it arrives into Messages events: `message_start` and a `ping`
+first, `content_block_start`/`_delta`/`_stop` per block (`text_delta`, `thinking_delta`,
+`input_json_delta` for a tool call's argument pieces), then `message_delta` with the stop reason and
+the usage, and `message_stop`. The upstream is always asked for its usage chunk
+(`stream_options.include_usage`), so the stream is billed on what it reports.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+from translators import TranslatedTokens, TranslationRefused
+
+# Anthropic's error types by status (https://docs.anthropic.com/en/api/errors).
+_ERROR_TYPE = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+}
+_STOP_REASON = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "content_filter": "refusal",
+}
+# Anthropic's thinking budget as an OpenAI reasoning effort: the budgets at which effort goes up.
+_EFFORT_BUDGETS = ((4096, "low"), (16384, "medium"))
+_DROPPED_BLOCKS = frozenset({"thinking", "redacted_thinking"})
+
+
+def _text_of(value: Any, *, param: str) -> str:
+    """A string, or the text of a list of text blocks joined by newlines."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        texts = []
+        for index, block in enumerate(value):
+            if (
+                not isinstance(block, dict)
+                or block.get("type") != "text"
+                or not isinstance(block.get("text"), str)
+            ):
+                raise TranslationRefused(
+                    "Only text blocks can be given here on this model.", param=f"{param}[{index}]"
+                )
+            texts.append(block["text"])
+        return "\n".join(texts)
+    raise TranslationRefused("Expected a string or a list of text blocks.", param=param)
+
+
+def _image_part(block: Mapping[str, Any], *, param: str) -> dict[str, Any]:
+    source = block.get("source")
+    if isinstance(source, dict):
+        if source.get("type") == "base64" and isinstance(source.get("data"), str):
+            media_type = (
+                source.get("media_type") if isinstance(source.get("media_type"), str) else "image/png"
+            )
+            return {"type": "image_url", "image_url": {"url": f"data:{media_type};base64,{source['data']}"}}
+        if source.get("type") == "url" and isinstance(source.get("url"), str):
+            return {"type": "image_url", "image_url": {"url": source["url"]}}
+    raise TranslationRefused(
+        "An image block needs a base64 or url source on this model.", param=f"{param}.source"
+    )
+
+
+def _tool_result_content(value: Any, *, param: str) -> str | list[dict[str, Any]]:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        parts: list[dict[str, Any]] = []
+        for index, block in enumerate(value):
+            where = f"{param}[{index}]"
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind == "text" and isinstance(block.get("text"), str):
+                parts.append({"type": "text", "text": block["text"]})
+            elif kind == "image":
+                parts.append(_image_part(block, param=where))
+            else:
+                raise TranslationRefused("A tool result can hold text and images on this model.", param=where)
+        # A text-only result as one string: compatible servers often take nothing else in a tool message.
+        if all(part["type"] == "text" for part in parts):
+            return "\n".join(part["text"] for part in parts)
+        return parts
+    raise TranslationRefused("A tool result's content is a string or a list of blocks.", param=param)
+
+
+def _arguments_of(value: Any) -> str:
+    return json.dumps(value if isinstance(value, dict) else {}, ensure_ascii=False, separators=(",", ":"))
+
+
+def _messages_of(messages: Any) -> list[dict[str, Any]]:
+    if not isinstance(messages, list):
+        raise TranslationRefused("`messages` must be a list.", param="messages")
+    out: list[dict[str, Any]] = []
+    for index, message in enumerate(messages):
+        where = f"messages[{index}]"
+        if not isinstance(message, dict):
+            raise TranslationRefused("Each message is an object.", param=where)
+        role, content = message.get("role"), message.get("content")
+        if role not in ("user", "assistant"):
+            raise TranslationRefused("A message's role is user or assistant.", param=f"{where}.role")
+        if isinstance(content, str):
+            out.append({"role": role, "content": content})
+            continue
+        if not isinstance(content, list):
+            raise TranslationRefused(
+                "A message's content is a string or a list of blocks.", param=f"{where}.content"
+            )
+        parts: list[dict[str, Any]] = []
+        tool_calls: list[dict[str, Any]] = []
+        tool_messages: list[dict[str, Any]] = []
+        for position, block in enumerate(content):
+            at = f"{where}.content[{position}]"
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind == "text" and isinstance(block.get("text"), str):
+                parts.append({"type": "text", "text": block["text"]})
+            elif kind == "image" and role == "user":
+                parts.append(_image_part(block, param=at))
+            elif kind == "tool_use" and role == "assistant":
+                if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
+                    raise TranslationRefused("A tool_use block needs a string id and name.", param=at)
+                tool_calls.append(
+                    {
+                        "id": block["id"],
+                        "type": "function",
+                        "function": {"name": block["name"], "arguments": _arguments_of(block.get("input"))},
+                    }
+                )
+            elif kind == "tool_result" and role == "user":
+                if not isinstance(block.get("tool_use_id"), str):
+                    raise TranslationRefused("A tool_result block needs a string tool_use_id.", param=at)
+                result = _tool_result_content(block.get("content"), param=f"{at}.content")
+                if block.get("is_error") is True and isinstance(result, str):
+                    result = f"Error: {result}" if result else "Error"
+                tool_messages.append(
+                    {"role": "tool", "tool_call_id": block["tool_use_id"], "content": result}
+                )
+            elif kind in _DROPPED_BLOCKS and role == "assistant":
+                continue
+            else:
+                raise TranslationRefused(
+                    f"A {kind!r} block in a {role} message cannot be sent to this model.", param=at
+                )
+        out.extend(tool_messages)
+        if role == "assistant":
+            text = "\n".join(p["text"] for p in parts)
+            assistant: dict[str, Any] = {"role": "assistant", "content": text or None}
+            if tool_calls:
+                assistant["tool_calls"] = tool_calls
+            if assistant["content"] is not None or tool_calls:
+                out.append(assistant)
+        elif parts:
+            only_text = all(part["type"] == "text" for part in parts)
+            out.append(
+                {"role": "user", "content": "\n".join(p["text"] for p in parts) if only_text else parts}
+            )
+    return out
+
+
+def _tools_of(tools: Any) -> list[dict[str, Any]]:
+    if not isinstance(tools, list):
+        raise TranslationRefused("`tools` must be a list.", param="tools")
+    out = []
+    for index, tool in enumerate(tools):
+        where = f"tools[{index}]"
+        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+            raise TranslationRefused("Each tool is an object with a string name.", param=where)
+        schema = tool.get("input_schema")
+        if not isinstance(schema, dict):
+            raise TranslationRefused(
+                f"The server tool {tool.get('type', tool['name'])!r} runs only on Anthropic's own models; "
+                "on this model give tools with an input_schema.",
+                param=where,
+            )
+        function: dict[str, Any] = {"name": tool["name"], "parameters": schema}
+        if isinstance(tool.get("description"), str):
+            function["description"] = tool["description"]
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _tool_choice_of(choice: Any) -> tuple[Any, bool | None]:
+    """The Chat Completions tool_choice and parallel_tool_calls (None: leave it out)."""
+    if not isinstance(choice, dict):
+        raise TranslationRefused("`tool_choice` is an object.", param="tool_choice")
+    kind = choice.get("type")
+    parallel = False if choice.get("disable_parallel_tool_use") is True else None
+    if kind == "auto":
+        return "auto", parallel
+    if kind == "any":
+        return "required", parallel
+    if kind == "none":
+        return "none", None
+    if kind == "tool" and isinstance(choice.get("name"), str):
+        return {"type": "function", "function": {"name": choice["name"]}}, parallel
+    raise TranslationRefused(
+        "`tool_choice.type` is auto, any, tool (with a name) or none.", param="tool_choice"
+    )
+
+
+def _effort_of(thinking: Any) -> str | None:
+    if not isinstance(thinking, dict):
+        return None
+    if thinking.get("type") == "adaptive":
+        return "medium"
+    budget = thinking.get("budget_tokens")
+    if thinking.get("type") != "enabled" or not isinstance(budget, int) or isinstance(budget, bool):
+        return None
+    for below, effort in _EFFORT_BUDGETS:
+        if budget < below:
+            return effort
+    return "high"
+
+
+def _tokens_of(usage: Any) -> TranslatedTokens | None:
+    if not isinstance(usage, dict):
+        return None
+
+    def count(value: Any) -> int:
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+    prompt = count(usage.get("prompt_tokens"))
+    details = usage.get("prompt_tokens_details")
+    cached = min(count(details.get("cached_tokens")) if isinstance(details, dict) else 0, prompt)
+    return TranslatedTokens(
+        input=prompt - cached, cached=cached, output=count(usage.get("completion_tokens"))
+    )
+
+
+def _usage_body(tokens: TranslatedTokens | None) -> dict[str, int]:
+    tokens = tokens or TranslatedTokens()
+    return {
+        "input_tokens": tokens.input,
+        "cache_creation_input_tokens": tokens.cache_write,
+        "cache_read_input_tokens": tokens.cached,
+        "output_tokens": tokens.output,
+    }
+
+
+def _event(name: str, payload: Mapping[str, Any]) -> bytes:
+    data = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    return f"event: {name}\ndata: {data}\n\n".encode()
+
+
+class MessagesViaChat:
+    """One `/v1/messages` call on a Chat Completions upstream. `model` is the model's id as the caller
+    named it (answers carry it); `upstream_model` the upstream's name for it; `openai` is True for
+    OpenAI itself (the `openai` kind), False for a compatible server."""
+
+    def __init__(self, *, model: str, upstream_model: str, openai: bool) -> None:
+        self.model = model
+        self.upstream_model = upstream_model
+        self.openai = openai
+        self.tokens: TranslatedTokens | None = None
+        # Stream state: the message started, the open block (kind and index), the calls seen.
+        self._started = False
+        self._stopped = False
+        self._block: str | None = None
+        self._index = -1
+        self._call_blocks: dict[int, int] = {}
+        self._stop_reason: str | None = None
+        self._id = f"msg_{secrets.token_hex(12)}"
+
+    # The request.
+
+    def request_body(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """The Chat Completions body for the caller's Messages body; raises TranslationRefused."""
+        messages = _messages_of(body.get("messages"))
+        if "system" in body and body["system"] is not None:
+            system = _text_of(body["system"], param="system")
+            if system:
+                messages.insert(0, {"role": "system", "content": system})
+        out: dict[str, Any] = {"model": self.upstream_model, "messages": messages}
+        max_tokens = body.get("max_tokens")
+        if max_tokens is not None:
+            out["max_completion_tokens" if self.openai else "max_tokens"] = max_tokens
+        for name in ("temperature", "top_p"):
+            if body.get(name) is not None:
+                out[name] = body[name]
+        stop = body.get("stop_sequences")
+        if isinstance(stop, list) and stop:
+            out["stop"] = stop
+        if body.get("tools") is not None:
+            tools = _tools_of(body["tools"])
+            if tools:
+                out["tools"] = tools
+        if body.get("tool_choice") is not None:
+            choice, parallel = _tool_choice_of(body["tool_choice"])
+            if "tools" in out or choice == "none":
+                out["tool_choice"] = choice
+            if parallel is not None and "tools" in out:
+                out["parallel_tool_calls"] = parallel
+        metadata = body.get("metadata")
+        if isinstance(metadata, dict) and isinstance(metadata.get("user_id"), str):
+            out["user"] = metadata["user_id"]
+        effort = _effort_of(body.get("thinking"))
+        if effort is not None and self.openai:
+            out["reasoning_effort"] = effort
+        if body.get("stream") is True:
+            out["stream"] = True
+            out["stream_options"] = {"include_usage": True}
+        return out
+
+    # A whole answer.
+
+    def response_body(self, body: Any) -> dict[str, Any]:
+        """The Messages answer for a Chat Completions answer."""
+        choices = body.get("choices") if isinstance(body, dict) else None
+        choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+        message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+        content: list[dict[str, Any]] = []
+        reasoning = message.get("reasoning_content")
+        if isinstance(reasoning, str) and reasoning:
+            content.append({"type": "thinking", "thinking": reasoning, "signature": ""})
+        for field in ("content", "refusal"):
+            if isinstance(message.get(field), str) and message[field]:
+                content.append({"type": "text", "text": message[field]})
+        calls = message.get("tool_calls")
+        for call in calls if isinstance(calls, list) else ():
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict):
+                content.append(
+                    {
+                        "type": "tool_use",
+                        "id": call.get("id")
+                        if isinstance(call.get("id"), str)
+                        else f"toolu_{secrets.token_hex(12)}",
+                        "name": function.get("name") if isinstance(function.get("name"), str) else "",
+                        "input": _input_of(function.get("arguments")),
+                    }
+                )
+        self.tokens = _tokens_of(body.get("usage") if isinstance(body, dict) else None)
+        return {
+            "id": self._id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": content,
+            "stop_reason": _STOP_REASON.get(choice.get("finish_reason"), "end_turn"),
+            "stop_sequence": None,
+            "usage": _usage_body(self.tokens),
+        }
+
+    # A stream, one upstream event at a time.
+
+    def stream_event(self, data: str) -> bytes:
+        """The caller's bytes for one upstream event's data (a chunk, `[DONE]` or an error)."""
+        if self._stopped:
+            return b""
+        if data.strip() == "[DONE]":
+            return self.stream_end()
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            return b""
+        if not isinstance(chunk, dict):
+            return b""
+        if isinstance(chunk.get("error"), dict):
+            self._stopped = True
+            error = chunk["error"]
+            message = (
+                error.get("message") if isinstance(error.get("message"), str) else "The upstream failed."
+            )
+            return _event("error", {"type": "error", "error": {"type": "api_error", "message": message}})
+        out = bytearray(self._start())
+        if chunk.get("usage") is not None:
+            self.tokens = _tokens_of(chunk["usage"]) or self.tokens
+        choices = chunk.get("choices")
+        choice = (
+            choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
+        )
+        if choice is None:
+            return bytes(out)
+        delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+        reasoning = delta.get("reasoning_content")
+        if isinstance(reasoning, str) and reasoning:
+            out += self._open("thinking", {"type": "thinking", "thinking": "", "signature": ""})
+            out += self._delta({"type": "thinking_delta", "thinking": reasoning})
+        for field in ("content", "refusal"):
+            text = delta.get(field)
+            if isinstance(text, str) and text:
+                out += self._open("text", {"type": "text", "text": ""})
+                out += self._delta({"type": "text_delta", "text": text})
+        calls = delta.get("tool_calls")
+        for call in calls if isinstance(calls, list) else ():
+            if isinstance(call, dict):
+                out += self._tool_call_piece(call)
+        reason = choice.get("finish_reason")
+        if isinstance(reason, str):
+            self._stop_reason = _STOP_REASON.get(reason, "end_turn")
+        return bytes(out)
+
+    def stream_end(self) -> bytes:
+        """What ends the caller's stream once the upstream's has ended: the open block's stop, the stop
+        reason with the usage, `message_stop`. Nothing when it has already ended."""
+        if self._stopped:
+            return b""
+        self._stopped = True
+        out = bytearray(self._start())
+        out += self._close()
+        out += _event(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": self._stop_reason or "end_turn", "stop_sequence": None},
+                "usage": _usage_body(self.tokens),
+            },
+        )
+        out += _event("message_stop", {"type": "message_stop"})
+        return bytes(out)
+
+    def _start(self) -> bytes:
+        if self._started:
+            return b""
+        self._started = True
+        message = {
+            "id": self._id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": _usage_body(None),
+        }
+        return _event("message_start", {"type": "message_start", "message": message}) + _event(
+            "ping", {"type": "ping"}
+        )
+
+    def _close(self) -> bytes:
+        if self._block is None:
+            return b""
+        self._block = None
+        return _event("content_block_stop", {"type": "content_block_stop", "index": self._index})
+
+    def _open(self, kind: str, block: Mapping[str, Any]) -> bytes:
+        if self._block == kind:
+            return b""
+        out = self._close()
+        self._block, self._index = kind, self._index + 1
+        return out + _event(
+            "content_block_start",
+            {"type": "content_block_start", "index": self._index, "content_block": block},
+        )
+
+    def _delta(self, delta: Mapping[str, Any]) -> bytes:
+        return _event(
+            "content_block_delta", {"type": "content_block_delta", "index": self._index, "delta": delta}
+        )
+
+    def _tool_call_piece(self, call: Mapping[str, Any]) -> bytes:
+        position = call.get("index") if isinstance(call.get("index"), int) else 0
+        function = call.get("function") if isinstance(call.get("function"), dict) else {}
+        out = bytearray()
+        index = self._call_blocks.get(position)
+        if index is None:
+            block = {
+                "type": "tool_use",
+                "id": call.get("id") if isinstance(call.get("id"), str) else f"toolu_{secrets.token_hex(12)}",
+                "name": function.get("name") if isinstance(function.get("name"), str) else "",
+                "input": {},
+            }
+            out += self._open(f"tool:{position}", block)
+            index = self._call_blocks[position] = self._index
+        arguments = function.get("arguments")
+        if isinstance(arguments, str) and arguments:
+            # A piece of an earlier call after another began (no provider interleaves them, but the
+            # format allows it) goes to that call's block by its index: nothing is dropped.
+            out += _event(
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {"type": "input_json_delta", "partial_json": arguments},
+                },
+            )
+        return bytes(out)
+
+    # Errors.
+
+    def error_body(self, status: int, body: bytes) -> bytes:
+        """The caller's error body for an upstream's error answer: Anthropic's shape, the upstream's
+        message kept."""
+        message = ""
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            parsed = None
+        error = parsed.get("error") if isinstance(parsed, dict) else None
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            message = error["message"]
+        elif isinstance(error, str):
+            message = error
+        if not message:
+            message = body.decode("utf-8", "replace")[:1000] or f"The upstream answered {status}."
+        error_type = _ERROR_TYPE.get(status, "api_error" if status >= 500 else "invalid_request_error")
+        return json.dumps({"type": "error", "error": {"type": error_type, "message": message}}).encode()
+
+
+def _input_of(arguments: Any) -> dict[str, Any]:
+    if isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments)
+        except ValueError:
+            return {"arguments": arguments}
+        return parsed if isinstance(parsed, dict) else {"arguments": arguments}
+    return arguments if isinstance(arguments, dict) else {}
