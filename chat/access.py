@@ -4,9 +4,10 @@ After `keys.group_access.models_invoke_check` (OAuth tokens need `models:invoke`
 `keys.group_access` resolves for the credential (states, `<group_id>:<model>`):
 - the model must be an enabled text model of that group: unknown everywhere 404 `model_not_found`,
   known in another group 403 `model_not_allowed`;
-- its upstreams' kind must serve the endpoint (an `openai` upstream serves chat completions and
-  responses, an `anthropic` one messages and token counting, `demo` all four): else 400
-  `unsupported_endpoint` naming the endpoints the model does serve.
+- its upstreams' kind must serve the endpoint, natively (an `openai` upstream serves chat completions
+  and responses, `openai-compatible` chat completions, an `anthropic` one messages and token
+  counting, `demo` all four) or through a translator (chat/translation.py: messages on a chat
+  completions upstream): else 400 `unsupported_endpoint` naming the endpoints the model does serve.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from dataclasses import dataclass
 from chat.families import FAMILIES, Family
 from chat.selectors import group_text_models_enabled, text_model_ids_enabled
 from chat.snapshots import TextModelSnapshot
+from chat.translation import Translation, translation_for
 from core.errors import MODEL_NOT_ALLOWED, MODEL_NOT_FOUND, InvalidRequest, NotFound, PermissionDenied
 from groups.snapshots import GroupSnapshot
 from keys.credentials import Credential
 from keys.group_access import group_resolve_for_credential, models_invoke_check
-from upstreams.providers import adapter_serves
 from upstreams.routing import upstreams_for_model
 from upstreams.snapshots import UpstreamSnapshot
 
@@ -32,6 +33,7 @@ class ResolvedTextModel:
     group: GroupSnapshot
     text_model: TextModelSnapshot
     upstreams: list[UpstreamSnapshot]  # in the order this call tries them
+    translation: Translation  # how the upstreams serve the caller's family
 
 
 def _shown(name: str) -> str:
@@ -60,14 +62,17 @@ def text_model_resolve(*, credential: Credential, requested_model: str, family: 
             param="model",
         )
     upstreams = upstreams_for_model(model_label=text_model.model_label, model_pk=text_model.pk)
+    translation = Translation(upstream_family=family, translator=None)
     if upstreams:
         kind = upstreams[0].kind  # a text model's upstreams are all of one kind (configuration)
-        if not adapter_serves(kind=kind, operation=family.operation):
-            served = [f.path for f in FAMILIES if adapter_serves(kind=kind, operation=f.operation)]
+        found = translation_for(family=family, kind=kind)
+        if found is None:
+            served = [f.path for f in FAMILIES if translation_for(family=f, kind=kind) is not None]
             raise InvalidRequest(
                 f"The model {_shown(model_name)!r} is not served on {family.path}; use "
                 f"{' or '.join(served) or 'another endpoint'}.",
                 param="model",
                 code=UNSUPPORTED_ENDPOINT,
             )
-    return ResolvedTextModel(group=group, text_model=text_model, upstreams=upstreams)
+        translation = found
+    return ResolvedTextModel(group=group, text_model=text_model, upstreams=upstreams, translation=translation)

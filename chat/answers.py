@@ -11,8 +11,10 @@ from typing import Any
 from api.usage import UsageScope
 from billing.usage import TokenCounts
 from chat.access import ResolvedTextModel
+from chat.families import Family
 from chat.pricing import text_call_cost
-from core.errors import ApiError
+from core.errors import ApiError, PassthroughError
+from translators.messages_via_chat import MessagesViaChat
 from upstreams.errors import UpstreamError, upstream_error_to_api_error
 from upstreams.providers.base import TextReply
 from upstreams.snapshots import UpstreamSnapshot
@@ -38,6 +40,20 @@ def refusal_passthrough(*, reply: TextReply, upstream: UpstreamSnapshot) -> ApiE
         sent=True,
     )
     return upstream_error_to_api_error(error=error, upstream=upstream)
+
+
+def refusal_for_caller(
+    *, reply: TextReply, upstream: UpstreamSnapshot, translator: MessagesViaChat | None, family: Family
+) -> ApiError:
+    """`refusal_passthrough`, in the caller's family's shape when a translator stands between them:
+    the upstream's status and (scrubbed) message kept, the body the translator's."""
+    error = refusal_passthrough(reply=reply, upstream=upstream)
+    if translator is None or not isinstance(error, PassthroughError):
+        return error
+    body = json.loads(translator.error_body(error.status, json.dumps(error.body).encode("utf-8")))
+    return PassthroughError(
+        status=error.status, body=body, message=error.message, shape=family.shape, code=error.code
+    )
 
 
 def tokens_charge(

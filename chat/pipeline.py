@@ -4,7 +4,10 @@ upstream → capture the exact cost → answer. Views stay thin; every text endp
 The body is forwarded as the caller sent it, with only `model` replaced by the model's upstream name
 (and, for a streamed chat completion, `stream_options.include_usage` turned on so the gateway learns
 the usage). The upstream's answer goes back as it came: a success with its own body, a 4xx about the
-request in the upstream's own shape and status. docs/text.md describes the rules.
+request in the upstream's own shape and status. On an upstream that speaks another family, the call's
+translator (chat/translation.py) makes the body sent, the answer and the errors (in the caller's
+family's shape, with the upstream's status and message); the hold's ceiling is computed on the body
+sent. docs/text.md describes the rules.
 """
 
 from __future__ import annotations
@@ -33,14 +36,17 @@ from api.usage import UsageScope, usage_scope
 from billing.idempotency import StoredResponse, idempotent_execute
 from billing.limits import rate_limit_hit
 from chat.access import ResolvedTextModel, text_model_resolve
-from chat.answers import refusal_passthrough, tokens_charge
+from chat.answers import refusal_for_caller, tokens_charge
 from chat.families import CHAT, Family
 from chat.pricing import text_call_ceiling
 from chat.streaming import StreamBody, StreamedTextCall, stream_open, text_stream_relay
+from chat.translation import translator_make
 from chat.validation import TextBody, input_ceiling_tokens, output_limit_validate, text_body_parse
-from core.errors import UpstreamFailed
+from core.errors import InvalidRequest, UpstreamFailed
 from core.metrics import stream_counted
 from keys.credentials import Credential
+from translators import TranslationRefused
+from translators.messages_via_chat import MessagesViaChat
 from upstreams.providers import adapter_for
 from upstreams.providers.base import TextReply, TextRequest
 from upstreams.snapshots import UpstreamSnapshot
@@ -117,20 +123,35 @@ def text_call_run(
         text_model = resolved.text_model
         usage.set_target(group=resolved.group, model_id=text_model.model_id)
         output_limit = output_limit_validate(body=parsed.body, family=family, text_model=text_model)
+        translator = translator_make(
+            translation=resolved.translation,
+            model=text_model.model_id,
+            upstream_model=text_model.upstream_model_name,
+            kind=resolved.upstreams[0].kind if resolved.upstreams else "",
+        )
+        sent = (
+            parsed.body if translator is None else _translated_body(translator=translator, body=parsed.body)
+        )
         text_request = TextRequest(
-            operation=family.operation,
-            body=_forward_body(parsed=parsed, resolved=resolved, family=family),
+            operation=resolved.translation.upstream_family.operation,
+            body=_forward_body(parsed=parsed, resolved=resolved, family=family)
+            if translator is None
+            else json.dumps(sent, ensure_ascii=False, separators=(",", ":")).encode("utf-8"),
             stream=parsed.stream,
-            headers=headers,
+            headers=headers if translator is None else {},
             request_id=request_id,
         )
         if not family.billed:
             # Free (token counting), but authenticated, group-checked and rate-limited.
             rate_limit_hit(limit_key=credential.limit_key, rpm=resolved.group.rpm)
-            return _answer(reply_and_upstream=_call(usage=usage, resolved=resolved, request=text_request))
+            return _answer(
+                reply_and_upstream=_call(usage=usage, resolved=resolved, request=text_request),
+                translator=translator,
+                family=family,
+            )
         ceiling = text_call_ceiling(
             text_model=text_model,
-            input_tokens=input_ceiling_tokens(body=parsed.body),
+            input_tokens=input_ceiling_tokens(body=sent),
             output_tokens=output_limit,
         )
         if parsed.stream:
@@ -144,7 +165,9 @@ def text_call_run(
                 price=ceiling,
             )
             stack.callback(meter.close)
-            opened = stream_open(usage=usage, resolved=resolved, request=text_request, family=family)
+            opened = stream_open(
+                usage=usage, resolved=resolved, request=text_request, family=family, translator=translator
+            )
             owned = stack.pop_all()  # from here the stream owns the usage scope and the hold
             after = ExitStack()  # what waits until the caller has the end of the answer
             relay = text_stream_relay(
@@ -157,6 +180,7 @@ def text_call_run(
                 usage_asked=_usage_asked(parsed.body),
                 after=after,
                 caller=caller,
+                translator=translator,
             )
             return StreamedTextCall(
                 events=StreamBody(stream_counted(relay, endpoint=usage.endpoint), after=after)
@@ -177,6 +201,7 @@ def text_call_run(
                 family=family,
                 request=text_request,
                 ceiling=ceiling,
+                translator=translator,
             ),
         )
 
@@ -188,6 +213,18 @@ def _forward_body(*, parsed: TextBody, resolved: ResolvedTextModel, family: Fami
         options = body.get("stream_options")
         body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _translated_body(*, translator: MessagesViaChat, body: dict[str, Any]) -> dict[str, Any]:
+    """The body the upstream reads; what its family cannot express is the caller's 400."""
+    try:
+        return translator.request_body(body)
+    except TranslationRefused as refused:
+        raise InvalidRequest(
+            f"{refused.param}: {refused.message} (This model is served by a provider that speaks "
+            "another API.)",
+            param=refused.param,
+        ) from None
 
 
 def _usage_asked(body: dict[str, Any]) -> bool:
@@ -212,15 +249,35 @@ def _call(
     )
 
 
-def _answer(*, reply_and_upstream: tuple[TextReply, UpstreamSnapshot]) -> StoredResponse:
-    """The upstream's answer for the caller: its success as it came, or its refusal passed through."""
+def _answer(
+    *,
+    reply_and_upstream: tuple[TextReply, UpstreamSnapshot],
+    translator: MessagesViaChat | None,
+    family: Family,
+) -> StoredResponse:
+    """The upstream's answer for the caller: its success as it came (or translated into the caller's
+    family), or its refusal passed through."""
     reply, upstream = reply_and_upstream
     if not 200 <= reply.status < 300:
-        raise refusal_passthrough(reply=reply, upstream=upstream)
+        raise refusal_for_caller(reply=reply, upstream=upstream, translator=translator, family=family)
+    if translator is None:
+        return StoredResponse(
+            status=reply.status,
+            body=reply.body,
+            content_type=reply.content_type or "application/json",
+            headers={},
+        )
+    try:
+        payload = json.loads(reply.body)
+    except ValueError:
+        raise UpstreamFailed(
+            "The model's provider answered without a valid JSON body.", code="upstream_error"
+        ) from None
+    translated = translator.response_body(payload)
     return StoredResponse(
         status=reply.status,
-        body=reply.body,
-        content_type=reply.content_type or "application/json",
+        body=json.dumps(translated, ensure_ascii=False, separators=(",", ":")).encode("utf-8"),
+        content_type="application/json",
         headers={},
     )
 
@@ -233,11 +290,17 @@ def _produce(
     family: Family,
     request: TextRequest,
     ceiling: Decimal,
+    translator: MessagesViaChat | None,
 ) -> StoredResponse:
-    """Limits, the hold for the ceiling, the upstream call, and the capture of the exact cost."""
+    """Limits, the hold for the ceiling, the upstream call, and the capture of the exact cost (read from
+    the caller's answer, whose usage a translator has mapped into the caller's family)."""
 
     def call() -> StoredResponse:
-        return _answer(reply_and_upstream=_call(usage=usage, resolved=resolved, request=request))
+        return _answer(
+            reply_and_upstream=_call(usage=usage, resolved=resolved, request=request),
+            translator=translator,
+            family=family,
+        )
 
     def charge(answer: StoredResponse) -> Decimal | None:
         try:

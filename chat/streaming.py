@@ -22,6 +22,10 @@
   SDKs raise. The usage record says why (`upstream_stream_cut`, `upstream_stream_error`).
 - A caller who leaves mid-stream: the gateway reads the upstream on to its final event (at most the
   upstream's timeout more) and charges the usage reported, as the provider bills it anyway.
+- On an upstream that speaks another family, the call's translator turns each upstream event into
+  the caller's events as it is read (never buffered); the upstream's family's tracker follows the
+  usage and the final event, and the translator closes the caller's stream in its family's grammar
+  before the charge. Nothing is skimmed: every event goes through the translator.
 """
 
 from __future__ import annotations
@@ -42,9 +46,10 @@ from api.stream_loop import CALLER_GONE, TIMED_OUT, CallerSocket, stream_loop_re
 from api.upstream_call import upstream_attempts_run
 from api.usage import UsageScope
 from chat.access import ResolvedTextModel
-from chat.answers import refusal_passthrough, tokens_charge
+from chat.answers import refusal_for_caller, tokens_charge
 from chat.families import RESPONSES_FAMILY, Family, StreamTracker
 from core.errors import ApiError, InternalError, UpstreamFailed, compatible_body, native_body
+from translators.messages_via_chat import MessagesViaChat
 from upstreams.errors import UpstreamError, upstream_error_to_api_error
 from upstreams.providers import adapter_for
 from upstreams.providers.base import SSEEvent, TextReply, TextRequest
@@ -111,7 +116,12 @@ class OpenedStream:
 
 
 def stream_open(
-    *, usage: UsageScope, resolved: ResolvedTextModel, request: TextRequest, family: Family
+    *,
+    usage: UsageScope,
+    resolved: ResolvedTextModel,
+    request: TextRequest,
+    family: Family,
+    translator: MessagesViaChat | None = None,
 ) -> OpenedStream:
     """Fail over between upstreams until one has sent its first event. An upstream's 4xx about the
     request is the caller's error, with the upstream's status and shape."""
@@ -140,7 +150,7 @@ def stream_open(
         reply.close()
         if 200 <= reply.status < 300:
             raise UpstreamFailed("The model's provider did not answer with an event stream.")
-        raise refusal_passthrough(reply=reply, upstream=upstream)
+        raise refusal_for_caller(reply=reply, upstream=upstream, translator=translator, family=family)
     return OpenedStream(reply=reply, first=first, upstream=upstream)
 
 
@@ -184,16 +194,20 @@ def text_stream_relay(
     usage_asked: bool,
     after: ExitStack,
     caller: CallerSocket | None = None,
+    translator: MessagesViaChat | None = None,
 ) -> Iterator[bytes]:
     """The response body of a streamed text call. `owned` holds the usage scope and the hold and is
     closed when the stream ends, however it ends. A complete stream leaves its upstream reply to
     `after`, which the answer's StreamBody closes once the caller has the end of the answer. With
     `caller` (gunicorn's gevent worker), the events after the first read go through the worker's
     stream loop (api/stream_loop.py), straight to the caller's connection, until the final event."""
-    assert family.tracker is not None
-    tracker = family.tracker(usage_asked=usage_asked)
+    upstream_family = resolved.translation.upstream_family
+    assert upstream_family.tracker is not None
+    # A translated stream always asks its upstream for the usage (the translator).
+    tracker = upstream_family.tracker(usage_asked=usage_asked or translator is not None)
     reply = opened.reply
-    reply.skim = tracker.skim  # runs of events with nothing to follow go on unparsed
+    if translator is None:
+        reply.skim = tracker.skim  # runs of events with nothing to follow go on unparsed
     timeout = float(opened.upstream.timeout_seconds)
     finished = False
 
@@ -232,7 +246,13 @@ def text_stream_relay(
         relayed = tracker.feed(event)
         if tracker.error is not None:
             return True
-        if relayed:
+        if translator is not None:
+            translated = translator.stream_event(event.data)
+            if tracker.complete:
+                translated += translator.stream_end()
+            if translated:
+                batch.append(translated)
+        elif relayed:
             batch.append(event.raw or sse_encode(event))
         return tracker.complete and not meter.resolved
 
@@ -304,6 +324,8 @@ def text_stream_relay(
             batch = []
         if not tracker.complete:
             tracker.ended()
+            if tracker.complete and translator is not None:
+                yield translator.stream_end()  # the caller's stream ends in its family's grammar
         if not tracker.complete:
             raise UpstreamFailed(
                 "The model's provider ended the stream before its final event; nothing was charged.",

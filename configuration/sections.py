@@ -137,11 +137,11 @@ class UpstreamEntry(Entry):
     def problems(self, config: ConfigFile) -> list[str]:
         if self.kind == Upstream.Kind.DEMO:
             return []
-        return [
-            f"{key} is required for kind {self.kind!r}"
-            for key in ("base_url", "api_key_env")
-            if not getattr(self, key)
-        ]
+        # A local OpenAI-compatible server (vLLM, Ollama) may take no key.
+        required = (
+            ("base_url",) if self.kind == Upstream.Kind.OPENAI_COMPATIBLE else ("base_url", "api_key_env")
+        )
+        return [f"{key} is required for kind {self.kind!r}" for key in required if not getattr(self, key)]
 
 
 def upstreams_apply(entries: list[UpstreamEntry], path: Path) -> Iterator[str]:

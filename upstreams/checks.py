@@ -15,8 +15,10 @@ from typing import Any
 from django.core import checks
 from django.db import DEFAULT_DB_ALIAS, DatabaseError
 
-# The kinds whose calls need a provider key from the environment.
-KINDS_WITH_KEYS = ("openai", "gemini", "anthropic")
+# The kinds whose calls need a provider key from the environment; an `openai-compatible` server needs
+# one only when it names a variable (a local vLLM or Ollama takes none).
+KINDS_WITH_KEYS = ("openai", "openai-compatible", "gemini", "anthropic")
+KEY_OPTIONAL = "openai-compatible"
 
 
 def upstream_keys_check(
@@ -39,7 +41,7 @@ def upstream_keys_check(
         return []  # no database (or no table yet): nothing to check
     warnings = []
     for name, kind, env_name in upstreams:
-        if env_name and os.environ.get(env_name, "").strip():
+        if (env_name and os.environ.get(env_name, "").strip()) or (kind == KEY_OPTIONAL and not env_name):
             continue
         where = (
             f"the environment variable {env_name} is unset or empty" if env_name else "names no key variable"

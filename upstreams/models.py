@@ -7,13 +7,14 @@ class Upstream(models.Model):
     """A provider endpoint. Its API key lives in the environment variable it names, never in the database."""
 
     class Kind(models.TextChoices):
-        OPENAI = "openai", "OpenAI-compatible"
+        OPENAI = "openai", "OpenAI"
+        OPENAI_COMPATIBLE = "openai-compatible", "OpenAI-compatible (chat completions only)"
         GEMINI = "gemini", "Gemini"
         ANTHROPIC = "anthropic", "Anthropic"
         DEMO = "demo", "Built-in demo (offline)"
 
     name = models.CharField(max_length=100, unique=True)
-    kind = models.CharField(max_length=16, choices=Kind.choices)
+    kind = models.CharField(max_length=32, choices=Kind.choices)
     base_url = models.URLField(max_length=500, blank=True, help_text="Not used by the demo kind.")
     api_key_env = models.CharField(
         max_length=100, blank=True, help_text="Name of the environment variable holding the provider key."
@@ -41,7 +42,7 @@ class Upstream(models.Model):
         ordering = ["priority", "name"]
         constraints = [
             models.CheckConstraint(
-                condition=models.Q(kind__in=["openai", "gemini", "anthropic", "demo"]),
+                condition=models.Q(kind__in=["openai", "openai-compatible", "gemini", "anthropic", "demo"]),
                 name="upstream_kind_valid",
             ),
             models.CheckConstraint(condition=models.Q(weight__gte=1), name="upstream_weight_positive"),

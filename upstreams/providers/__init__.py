@@ -14,6 +14,7 @@ from upstreams.providers.base import Adapter
 from upstreams.providers.demo import DemoAdapter
 from upstreams.providers.gemini import GeminiAdapter
 from upstreams.providers.openai import OpenAIAdapter
+from upstreams.providers.openai_compatible import OpenAICompatibleAdapter
 
 if TYPE_CHECKING:
     from upstreams.models import Upstream
@@ -23,6 +24,7 @@ ADAPTERS: dict[str, type[Adapter]] = {
     DemoAdapter.kind: DemoAdapter,
     GeminiAdapter.kind: GeminiAdapter,
     OpenAIAdapter.kind: OpenAIAdapter,
+    OpenAICompatibleAdapter.kind: OpenAICompatibleAdapter,
 }
 
 

@@ -1,0 +1,48 @@
+"""Which translator serves a caller's family on an upstream that speaks another (translators/).
+
+A model is served on a family's endpoint natively when its upstreams' kind serves that family, and
+through a translator when one exists from the caller's family to a family the kind serves. Today:
+`/v1/messages` on a Chat Completions upstream (`openai`, `openai-compatible`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chat.families import CHAT, MESSAGES_FAMILY, Family
+from translators.messages_via_chat import MessagesViaChat
+from upstreams.providers import adapter_serves
+
+# (the caller's family, the family spoken upstream) -> the translator's class.
+TRANSLATORS: dict[tuple[Family, Family], type[MessagesViaChat]] = {
+    (MESSAGES_FAMILY, CHAT): MessagesViaChat,
+}
+
+
+@dataclass(frozen=True)
+class Translation:
+    """How a call reaches its upstream: the family spoken there, and the translator between the
+    caller's family and it (None when they are the same)."""
+
+    upstream_family: Family
+    translator: type[MessagesViaChat] | None
+
+
+def translation_for(*, family: Family, kind: str) -> Translation | None:
+    """How an upstream of `kind` serves the caller's `family`: natively, through a translator, or not
+    at all (None)."""
+    if adapter_serves(kind=kind, operation=family.operation):
+        return Translation(upstream_family=family, translator=None)
+    for (caller, upstream_family), translator in TRANSLATORS.items():
+        if caller is family and adapter_serves(kind=kind, operation=upstream_family.operation):
+            return Translation(upstream_family=upstream_family, translator=translator)
+    return None
+
+
+def translator_make(
+    *, translation: Translation, model: str, upstream_model: str, kind: str
+) -> MessagesViaChat | None:
+    """The translator object for one call (None for a native call)."""
+    if translation.translator is None:
+        return None
+    return translation.translator(model=model, upstream_model=upstream_model, openai=kind == "openai")
