@@ -28,7 +28,9 @@ class Migration(migrations.Migration):
         migrations.AddConstraint(
             model_name="upstream",
             constraint=models.CheckConstraint(
-                condition=models.Q(("kind__in", ["openai", "openai-compatible", "gemini", "anthropic", "demo"])),
+                condition=models.Q(
+                    ("kind__in", ["openai", "openai-compatible", "gemini", "anthropic", "demo"])
+                ),
                 name="upstream_kind_valid",
             ),
         ),
