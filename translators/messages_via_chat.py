@@ -3,10 +3,11 @@
 
 Request (Messages → Chat Completions):
 - `system` (a string or text blocks) becomes the first message, role `system`, its blocks joined by
-  a newline; each message's text and image blocks become content parts (an image's base64 source a
-  `data:` URL, a URL source as it is); `tool_use` blocks become the assistant's `tool_calls` and
-  `tool_result` blocks `tool` messages with the same call id, placed before the rest of their user
-  turn, as Chat Completions wants them right after the calls.
+  a newline, and so does a system message among the turns (Claude Code sends some); each message's
+  text and image blocks become content parts (an image's base64 source a `data:` URL, a URL source
+  as it is); `tool_use` blocks become the assistant's `tool_calls` and `tool_result` blocks `tool`
+  messages with the same call id, placed before the rest of their user turn, as Chat Completions
+  wants them right after the calls.
 - `tools` become functions (their `input_schema` the parameters); `tool_choice` auto/any/tool/none
   becomes auto/required/the named function/none, `disable_parallel_tool_use` `parallel_tool_calls:
   false`.
@@ -137,8 +138,12 @@ def _messages_of(messages: Any) -> list[dict[str, Any]]:
         if not isinstance(message, dict):
             raise TranslationRefused("Each message is an object.", param=where)
         role, content = message.get("role"), message.get("content")
+        if role == "system":
+            # Claude Code sends some of its instructions as system messages among the turns.
+            out.append({"role": "system", "content": _text_of(content, param=f"{where}.content")})
+            continue
         if role not in ("user", "assistant"):
-            raise TranslationRefused("A message's role is user or assistant.", param=f"{where}.role")
+            raise TranslationRefused("A message's role is user, assistant or system.", param=f"{where}.role")
         if isinstance(content, str):
             out.append({"role": role, "content": content})
             continue

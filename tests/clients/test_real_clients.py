@@ -25,9 +25,11 @@ from django.db import connection
 
 from billing.models import LedgerEntry, UsageRecord, Wallet
 from billing.selectors import ledger_check
+from groups.models import Group
 from tests.clients import drivers
 from tests.clients.conftest import Demo, demo_build
 from tests.clients.recipes import cli_path, cli_run, recipe
+from tests.factories import text_model_make, upstream_make
 from tests.gunicorn_server import gunicorn_serving
 
 ON_POSTGRES = connection.vendor == "postgresql"
@@ -43,6 +45,26 @@ class Live:
     demo: Demo
 
 
+# A text model served through the translator: its upstream is an `openai-compatible` one, the
+# gateway's own /v1 (the demo's chat model answers there), reached with the demo key.
+VIA_CHAT_MODEL = "demo-claude-via-chat"
+SELF_KEY_ENV = "IGW_CLIENTS_SELF_KEY"
+
+
+def via_chat_model_add(url: str) -> None:
+    group = Group.objects.get(name="Demo-Chat")
+    compatible = upstream_make(
+        name="self-compatible", base_url=f"{url}/v1", api_key_env=SELF_KEY_ENV, kind="openai-compatible"
+    )
+    text_model_make(
+        model_id=VIA_CHAT_MODEL,
+        group=group,
+        upstreams=[compatible],
+        upstream_model="demo-chat",
+        max_output_tokens=32000,
+    )
+
+
 @pytest.fixture(scope="module")
 def _gunicorn(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[Live | None]:
     """PostgreSQL: the demo configuration committed and gunicorn serving it, for the whole module."""
@@ -54,7 +76,8 @@ def _gunicorn(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[
         try:
             folder = tmp_path_factory.mktemp("clients")
             demo = demo_build(folder / ".demo-keys")
-            with gunicorn_serving(log_path=folder / "gunicorn.log") as url:
+            with gunicorn_serving(log_path=folder / "gunicorn.log", env={SELF_KEY_ENV: demo.key}) as url:
+                via_chat_model_add(url)
                 yield Live(url=url, demo=demo)
         finally:
             call_command("flush", verbosity=0, interactive=False, reset_sequences=False)
@@ -62,13 +85,16 @@ def _gunicorn(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[
 
 
 @pytest.fixture
-def live(request, _gunicorn, tmp_path) -> Live:
+def live(request, _gunicorn, tmp_path, monkeypatch) -> Live:
     if _gunicorn is not None:
         cache.clear()  # the demo group's 60 calls a minute count per test
         return _gunicorn
     server = request.getfixturevalue("live_server")  # flushes the tables after the test
     cache.clear()
-    return Live(url=server.url, demo=demo_build(tmp_path / ".demo-keys"))
+    demo = demo_build(tmp_path / ".demo-keys")
+    monkeypatch.setenv(SELF_KEY_ENV, demo.key)
+    via_chat_model_add(server.url)
+    return Live(url=server.url, demo=demo)
 
 
 class Billing:
@@ -153,6 +179,39 @@ def test_claude_code_answers_through_the_gateway_and_each_call_is_billed_once(li
     records = billing.records_settled()
     assert records, "Claude Code made no call the gateway recorded"
     billing.assert_each_call_billed_once(calls=len(records), endpoints={"messages"}, model="demo-claude")
+
+
+def test_claude_code_works_on_a_chat_completions_model_through_the_translator(live, tmp_path):
+    """Claude Code speaks only /v1/messages; the model's upstream only Chat Completions. Each of its
+    calls is billed once on /v1/messages, and once more where the translated call lands (the demo's
+    chat model behind the gateway's own /v1, with the same account's key)."""
+    _installed("claude")
+    billing = Billing(live)
+    (tmp_path / "home").mkdir()
+    (tmp_path / "project").mkdir()
+
+    done = cli_run(
+        "Claude Code",
+        base_url=live.url,
+        key=live.demo.key,
+        home=tmp_path / "home",
+        cwd=tmp_path / "project",
+        model=VIA_CHAT_MODEL,
+    )
+
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
+    assert DEMO_REPLY in done.stdout
+    records = billing.records_settled()
+    messages = [r for r in records if r.endpoint == "messages"]
+    assert messages and {r.model_id for r in messages} == {VIA_CHAT_MODEL}
+    inner = [r for r in records if r.endpoint == "chat.completions"]
+    assert [r.model_id for r in inner] == ["demo-chat"] * len(messages)
+    # Each translated call is charged what its upstream reported: the inner call's tokens.
+    by_tokens = sorted((r.input_tokens, r.output_tokens) for r in messages)
+    assert by_tokens == sorted((r.input_tokens, r.output_tokens) for r in inner)
+    billing.assert_each_call_billed_once(
+        calls=len(records), endpoints={"messages", "chat.completions"}, model=None
+    )
 
 
 def test_codex_exec_answers_through_the_gateway_and_each_call_is_billed_once(live, tmp_path):

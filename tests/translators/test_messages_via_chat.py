@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -274,7 +275,8 @@ def test_thinking_becomes_a_reasoning_effort_for_openai_and_is_dropped_elsewhere
             },
             "tools[1]",
         ),
-        ({"messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": "system", "content": [{"type": "image"}]}]}, "messages[0].content[0]"),
         (
             {"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "file"}}]}]},
             "messages[0].content[0].source",
@@ -652,3 +654,21 @@ def test_the_translators_import_nothing_of_django_or_the_network():
     ).stdout
     for module in ("django", "requests", "urllib3", "socket", "logging", "threading"):
         assert f"'{module}'" not in loaded, module
+
+
+CORPUS = Path(__file__).resolve().parents[1] / "clients" / "corpus"
+RECORDED = [
+    entry["file"]
+    for entry in json.loads((CORPUS / "index.json").read_text())
+    if entry["file"].endswith("-messages.json")
+]
+
+
+@pytest.mark.parametrize("name", RECORDED)
+def test_every_recorded_messages_body_translates(name):
+    """The bodies Claude Code, the anthropic SDK and LangChain sent (tests/clients/corpus)."""
+    body = json.loads((CORPUS / name).read_text())
+    sent = translator().request_body(body)
+    assert sent["model"] == "deepseek-chat"
+    assert {m["role"] for m in sent["messages"]} <= {"system", "user", "assistant", "tool"}
+    assert len(sent["messages"]) >= len([m for m in body["messages"] if m["role"] != "system"])
