@@ -25,6 +25,7 @@ PACKAGES = (
     "console",
     "configuration",
     "monitoring",
+    "translators",
 )
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
@@ -88,6 +89,11 @@ def test_it_fails_when_the_api_base_imports_an_endpoint_family(tmp_path: Path) -
             "groups/violation.py",
             "from keys.models import ApiKey  # noqa\n",
             "groups.violation -> keys.models",
+        ),
+        (
+            "translators/violation.py",
+            "from chat.families import CHAT  # noqa\n",
+            "translators.violation -> chat.families",
         ),
     ],
 )

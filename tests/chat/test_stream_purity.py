@@ -1,10 +1,11 @@
 """The code the stream loop runs for every event is pure: no logging, no locks, no I/O.
 
 api/stream_loop.py serves every open stream of a worker between two greenlets, and for each event it
-runs the upstream body's SSE parsing (upstreams/sse.py) and the family's stream tracker
-(chat/families.py). Anything there that waits (a lock, a write to a log handler, a read of a file or a
-socket) would stall every stream of the worker at once, and a greenlet switch inside it would run
-other greenlets in the middle of the loop's pass (docs/architecture.md, "The complexity budget").
+runs the upstream body's SSE parsing (upstreams/sse.py), the family's stream tracker
+(chat/families.py) and a translated stream's translator (translators/). Anything there that waits (a
+lock, a write to a log handler, a read of a file or a socket) would stall every stream of the worker
+at once, and a greenlet switch inside it would run other greenlets in the middle of the loop's pass
+(docs/architecture.md, "The complexity budget").
 
 Two checks: the modules' own source imports nothing that does I/O or takes locks and calls no
 logging, and running each family's tracker over a whole stream, as the relay does, raises no audit
@@ -27,7 +28,7 @@ from tests.chat.test_stream_skim import chat_events, messages_events, responses_
 from upstreams.sse import SSEEvent, SSEParser
 
 # The modules whose code runs inside the stream loop for each event.
-PURE_MODULES = ("chat.families", "upstreams.sse")
+PURE_MODULES = ("chat.families", "upstreams.sse", "translators", "translators.messages_via_chat")
 
 # Modules (and their submodules) that do I/O, wait or lock.
 IMPURE_IMPORTS = frozenset({

@@ -32,8 +32,14 @@ PROVIDERS = {
     "openai.toml": ("openai", "OPENAI_API_KEY"),
     "gemini.toml": ("gemini", "GEMINI_API_KEY"),
     "anthropic.toml": ("anthropic", "ANTHROPIC_API_KEY"),
+    "deepseek.toml": ("openai-compatible", "DEEPSEEK_API_KEY"),
 }
-TEXT_OPERATIONS = {"openai": (CHAT_COMPLETIONS, RESPONSES), "anthropic": (MESSAGES, MESSAGES_COUNT_TOKENS)}
+# What each kind serves natively (an `openai-compatible` model's /v1/messages is translated).
+TEXT_OPERATIONS = {
+    "openai": (CHAT_COMPLETIONS, RESPONSES),
+    "openai-compatible": (CHAT_COMPLETIONS,),
+    "anthropic": (MESSAGES, MESSAGES_COUNT_TOKENS),
+}
 
 
 def snapshot() -> list:
@@ -80,8 +86,13 @@ def test_it_applies_every_example_together(capsys):
         assert f"{path}: applied" in load(path, capsys)
     for path in FILES:
         assert f"{path}: no changes" in load(path, capsys)
-    assert set(Upstream.objects.values_list("kind", flat=True)) == {"openai", "gemini", "anthropic"}
-    assert Group.objects.count() == 4
+    assert set(Upstream.objects.values_list("kind", flat=True)) == {
+        "openai",
+        "gemini",
+        "anthropic",
+        "openai-compatible",
+    }
+    assert Group.objects.count() == 5
 
 
 def test_it_asks_each_kind_only_for_operations_its_adapter_serves(capsys):
@@ -104,3 +115,4 @@ def test_it_asks_each_kind_only_for_operations_its_adapter_serves(capsys):
     assert kinds["gpt-image-1"] == kinds["gpt-4.1"] == {"openai"}
     assert kinds["gemini-2.5-flash-image"] == {"gemini"}
     assert kinds["claude-sonnet-4-5"] == {"anthropic"}
+    assert kinds["deepseek-chat"] == {"openai-compatible"}

@@ -135,7 +135,8 @@ def test_the_key_warning_prints_once_for_check_and_not_with_every_other_command(
     report = _command_output("check", "--database", "default")
 
     lines = [line for line in report.splitlines() if "upstreams.W001" in line]
-    assert sorted(line.split(":")[0] for line in lines) == ["anthropic", "gemini", "openai"]  # once each
+    once_each = ["anthropic", "deepseek", "gemini", "openai"]
+    assert sorted(line.split(":")[0] for line in lines) == once_each
     assert "OPENAI_API_KEY is unset or empty" in report
     # Plain `check` runs no database check, as Django's own database checks (docs/providers.md).
     assert "W001" not in _command_output("check")
@@ -158,4 +159,4 @@ def test_make_runs_steps_print_each_key_warning_once(monkeypatch, tmp_path):
     )
 
     lines = [line for line in printed.splitlines() if "upstreams.W001" in line]
-    assert sorted(line.split(":")[0] for line in lines) == ["anthropic", "gemini", "openai"]
+    assert sorted(line.split(":")[0] for line in lines) == ["anthropic", "deepseek", "gemini", "openai"]
