@@ -14,7 +14,7 @@ from chat.access import ResolvedTextModel
 from chat.families import Family
 from chat.pricing import text_call_cost
 from core.errors import ApiError, PassthroughError
-from translators.messages_via_chat import MessagesViaChat
+from translators import Translator
 from upstreams.errors import UpstreamError, upstream_error_to_api_error
 from upstreams.providers.base import TextReply
 from upstreams.snapshots import UpstreamSnapshot
@@ -43,7 +43,7 @@ def refusal_passthrough(*, reply: TextReply, upstream: UpstreamSnapshot) -> ApiE
 
 
 def refusal_for_caller(
-    *, reply: TextReply, upstream: UpstreamSnapshot, translator: MessagesViaChat | None, family: Family
+    *, reply: TextReply, upstream: UpstreamSnapshot, translator: Translator | None, family: Family
 ) -> ApiError:
     """`refusal_passthrough`, in the caller's family's shape when a translator stands between them:
     the upstream's status and (scrubbed) message kept, the body the translator's."""

@@ -12,8 +12,10 @@ sent. docs/text.md describes the rules.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import time
 from contextlib import ExitStack
 from decimal import Decimal
 from typing import Any
@@ -35,6 +37,7 @@ from api.upstream_call import upstream_attempts_run
 from api.usage import UsageScope, usage_scope
 from billing.idempotency import StoredResponse, idempotent_execute
 from billing.limits import rate_limit_hit
+from billing.usage import TokenCounts
 from chat.access import ResolvedTextModel, text_model_resolve
 from chat.answers import refusal_for_caller, tokens_charge
 from chat.families import CHAT, Family
@@ -45,8 +48,7 @@ from chat.validation import TextBody, input_ceiling_tokens, output_limit_validat
 from core.errors import InvalidRequest, UpstreamFailed
 from core.metrics import stream_counted
 from keys.credentials import Credential
-from translators import TranslationRefused
-from translators.messages_via_chat import MessagesViaChat
+from translators import TranslatedCall, TranslationRefused, Translator
 from upstreams.providers import adapter_for
 from upstreams.providers.base import TextReply, TextRequest
 from upstreams.snapshots import UpstreamSnapshot
@@ -125,9 +127,13 @@ def text_call_run(
         output_limit = output_limit_validate(body=parsed.body, family=family, text_model=text_model)
         translator = translator_make(
             translation=resolved.translation,
-            model=text_model.model_id,
-            upstream_model=text_model.upstream_model_name,
-            kind=resolved.upstreams[0].kind if resolved.upstreams else "",
+            call=TranslatedCall(
+                model=text_model.model_id,
+                upstream_model=text_model.upstream_model_name,
+                upstream_kind=resolved.upstreams[0].kind if resolved.upstreams else "",
+                max_tokens=output_limit,
+                created=int(time.time()),
+            ),
         )
         sent = (
             parsed.body if translator is None else _translated_body(translator=translator, body=parsed.body)
@@ -215,7 +221,7 @@ def _forward_body(*, parsed: TextBody, resolved: ResolvedTextModel, family: Fami
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-def _translated_body(*, translator: MessagesViaChat, body: dict[str, Any]) -> dict[str, Any]:
+def _translated_body(*, translator: Translator, body: dict[str, Any]) -> dict[str, Any]:
     """The body the upstream reads; what its family cannot express is the caller's 400."""
     try:
         return translator.request_body(body)
@@ -252,7 +258,7 @@ def _call(
 def _answer(
     *,
     reply_and_upstream: tuple[TextReply, UpstreamSnapshot],
-    translator: MessagesViaChat | None,
+    translator: Translator | None,
     family: Family,
 ) -> StoredResponse:
     """The upstream's answer for the caller: its success as it came (or translated into the caller's
@@ -290,10 +296,10 @@ def _produce(
     family: Family,
     request: TextRequest,
     ceiling: Decimal,
-    translator: MessagesViaChat | None,
+    translator: Translator | None,
 ) -> StoredResponse:
-    """Limits, the hold for the ceiling, the upstream call, and the capture of the exact cost (read from
-    the caller's answer, whose usage a translator has mapped into the caller's family)."""
+    """Limits, the hold for the ceiling, the upstream call, and the capture of the exact cost of the
+    usage the upstream reported."""
 
     def call() -> StoredResponse:
         return _answer(
@@ -311,7 +317,14 @@ def _produce(
             raise UpstreamFailed(
                 "The model's provider answered without a valid JSON body.", code="upstream_error"
             )
-        return tokens_charge(usage=usage, resolved=resolved, tokens=family.tokens_of(payload))
+        if translator is not None:
+            # The usage as the upstream reported it, every bucket kept: the caller's family may have
+            # no field for some (Chat Completions has none for cache writes).
+            seen = translator.tokens
+            tokens = None if seen is None else TokenCounts(**dataclasses.asdict(seen))
+        else:
+            tokens = family.tokens_of(payload)
+        return tokens_charge(usage=usage, resolved=resolved, tokens=tokens)
 
     return metered_call(
         usage=usage,

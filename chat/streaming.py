@@ -49,7 +49,7 @@ from chat.access import ResolvedTextModel
 from chat.answers import refusal_for_caller, tokens_charge
 from chat.families import RESPONSES_FAMILY, Family, StreamTracker
 from core.errors import ApiError, InternalError, UpstreamFailed, compatible_body, native_body
-from translators.messages_via_chat import MessagesViaChat
+from translators import Translator
 from upstreams.errors import UpstreamError, upstream_error_to_api_error
 from upstreams.providers import adapter_for
 from upstreams.providers.base import SSEEvent, TextReply, TextRequest
@@ -121,7 +121,7 @@ def stream_open(
     resolved: ResolvedTextModel,
     request: TextRequest,
     family: Family,
-    translator: MessagesViaChat | None = None,
+    translator: Translator | None = None,
 ) -> OpenedStream:
     """Fail over between upstreams until one has sent its first event. An upstream's 4xx about the
     request is the caller's error, with the upstream's status and shape."""
@@ -194,7 +194,7 @@ def text_stream_relay(
     usage_asked: bool,
     after: ExitStack,
     caller: CallerSocket | None = None,
-    translator: MessagesViaChat | None = None,
+    translator: Translator | None = None,
 ) -> Iterator[bytes]:
     """The response body of a streamed text call. `owned` holds the usage scope and the hold and is
     closed when the stream ends, however it ends. A complete stream leaves its upstream reply to

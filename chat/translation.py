@@ -2,20 +2,25 @@
 
 A model is served on a family's endpoint natively when its upstreams' kind serves that family, and
 through a translator when one exists from the caller's family to a family the kind serves. Today:
-`/v1/messages` on a Chat Completions upstream (`openai`, `openai-compatible`).
+`/v1/messages` on a Chat Completions upstream (`openai`, `openai-compatible`), and
+`/v1/chat/completions` on a Messages upstream (`anthropic`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from chat.families import CHAT, MESSAGES_FAMILY, Family
+from translators import TranslatedCall, Translator
+from translators.chat_via_messages import ChatViaMessages
 from translators.messages_via_chat import MessagesViaChat
 from upstreams.providers import adapter_serves
 
 # (the caller's family, the family spoken upstream) -> the translator's class.
-TRANSLATORS: dict[tuple[Family, Family], type[MessagesViaChat]] = {
+TRANSLATORS: dict[tuple[Family, Family], Callable[[TranslatedCall], Translator]] = {
     (MESSAGES_FAMILY, CHAT): MessagesViaChat,
+    (CHAT, MESSAGES_FAMILY): ChatViaMessages,
 }
 
 
@@ -25,7 +30,7 @@ class Translation:
     caller's family and it (None when they are the same)."""
 
     upstream_family: Family
-    translator: type[MessagesViaChat] | None
+    translator: Callable[[TranslatedCall], Translator] | None
 
 
 def translation_for(*, family: Family, kind: str) -> Translation | None:
@@ -39,10 +44,8 @@ def translation_for(*, family: Family, kind: str) -> Translation | None:
     return None
 
 
-def translator_make(
-    *, translation: Translation, model: str, upstream_model: str, kind: str
-) -> MessagesViaChat | None:
+def translator_make(*, translation: Translation, call: TranslatedCall) -> Translator | None:
     """The translator object for one call (None for a native call)."""
     if translation.translator is None:
         return None
-    return translation.translator(model=model, upstream_model=upstream_model, openai=kind == "openai")
+    return translation.translator(call)

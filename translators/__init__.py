@@ -11,9 +11,24 @@ gateway's apps, so it runs inside the stream relay's loop. The pipeline calls it
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, Protocol
 
-__all__ = ["TranslatedTokens", "TranslationRefused"]
+__all__ = ["TranslatedCall", "TranslatedTokens", "TranslationRefused", "Translator"]
+
+
+@dataclass(frozen=True, slots=True)
+class TranslatedCall:
+    """What a translator knows of its call: the model's id as the caller named it (answers carry it),
+    the upstream's name for it and the upstream's kind, the output limit to send when the caller gave
+    none (the model's), and the answer's Unix time (translators read no clock)."""
+
+    model: str
+    upstream_model: str
+    upstream_kind: str
+    max_tokens: int
+    created: int
 
 
 class TranslationRefused(ValueError):
@@ -35,3 +50,24 @@ class TranslatedTokens:
     cached: int = 0
     cache_write: int = 0
     output: int = 0
+
+
+class Translator(Protocol):
+    """What every translator offers the pipeline: made per call from its TranslatedCall."""
+
+    tokens: TranslatedTokens | None  # the usage the upstream reported, once seen
+
+    def request_body(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """The upstream's body for the caller's; raises TranslationRefused."""
+
+    def response_body(self, body: Any) -> dict[str, Any]:
+        """The caller's answer for the upstream's whole answer (any JSON)."""
+
+    def stream_event(self, data: str) -> bytes:
+        """The caller's bytes for one upstream event's data, as it arrives."""
+
+    def stream_end(self) -> bytes:
+        """What ends the caller's stream once the upstream's has ended (nothing the second time)."""
+
+    def error_body(self, status: int, body: bytes) -> bytes:
+        """The caller's error body for an upstream's error answer."""

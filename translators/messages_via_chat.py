@@ -41,7 +41,7 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from translators import TranslatedTokens, TranslationRefused
+from translators import TranslatedCall, TranslatedTokens, TranslationRefused
 
 # Anthropic's error types by status (https://docs.anthropic.com/en/api/errors).
 _ERROR_TYPE = {
@@ -288,14 +288,13 @@ def _event(name: str, payload: Mapping[str, Any]) -> bytes:
 
 
 class MessagesViaChat:
-    """One `/v1/messages` call on a Chat Completions upstream. `model` is the model's id as the caller
-    named it (answers carry it); `upstream_model` the upstream's name for it; `openai` is True for
-    OpenAI itself (the `openai` kind), False for a compatible server."""
+    """One `/v1/messages` call on a Chat Completions upstream: OpenAI itself (the `openai` kind) or a
+    compatible server."""
 
-    def __init__(self, *, model: str, upstream_model: str, openai: bool) -> None:
-        self.model = model
-        self.upstream_model = upstream_model
-        self.openai = openai
+    def __init__(self, call: TranslatedCall) -> None:
+        self.model = call.model
+        self.upstream_model = call.upstream_model
+        self.openai = call.upstream_kind == "openai"
         self.tokens: TranslatedTokens | None = None
         # Stream state: the message started, the open block (kind and index), the calls seen.
         self._started = False

@@ -288,10 +288,11 @@ def test_a_model_is_refused_on_an_endpoint_its_upstream_does_not_serve(
     message = response.json()["error"]["message"]
     # Served natively, or through a translator (messages on a chat completions upstream).
     assert "use /v1/chat/completions or /v1/responses or /v1/messages." in message
-    response = post(client, "/v1/chat/completions", {"model": "alpha-claude", "messages": []}, tara_key)
+    response = post(client, "/v1/responses", {"model": "alpha-claude", "input": "x"}, tara_key)
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "unsupported_endpoint"
-    assert "/v1/messages or /v1/messages/count_tokens" in response.json()["error"]["message"]
+    message = response.json()["error"]["message"]
+    assert "use /v1/chat/completions or /v1/messages or /v1/messages/count_tokens." in message
     assert len(upstream.calls) == 0
 
 

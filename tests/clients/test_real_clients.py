@@ -23,7 +23,7 @@ from django.core.cache import cache
 from django.core.management import call_command
 from django.db import connection
 
-from billing.models import LedgerEntry, UsageRecord, Wallet
+from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
 from billing.selectors import ledger_check
 from groups.models import Group
 from tests.clients import drivers
@@ -45,9 +45,19 @@ class Live:
     demo: Demo
 
 
-# A text model served through the translator: its upstream is an `openai-compatible` one, the
-# gateway's own /v1 (the demo's chat model answers there), reached with the demo key.
+# The translated calls here land on the same gateway, a second call inside the first: pytest-django's
+# test server (SQLite) runs every request thread on one shared SQLite connection, so the two would share
+# a transaction. On PostgreSQL the gateway is gunicorn, each call on its own connection; on SQLite the
+# translated pairs are tested against mocked providers (tests/chat/test_*_via_*.py).
+needs_own_connections = pytest.mark.skipif(
+    not ON_POSTGRES, reason="a call inside a call on pytest-django's test server shares its SQLite connection"
+)
+
+# Text models served through a translator, their upstream the gateway's own /v1 (where the demo's
+# models answer), reached with the demo key: an `openai-compatible` one (chat completions, answered by
+# demo-chat) and an `anthropic` one (messages, answered by demo-claude).
 VIA_CHAT_MODEL = "demo-claude-via-chat"
+VIA_MESSAGES_MODEL = "demo-gpt-via-messages"
 SELF_KEY_ENV = "IGW_CLIENTS_SELF_KEY"
 
 
@@ -61,6 +71,16 @@ def via_chat_model_add(url: str) -> None:
         group=group,
         upstreams=[compatible],
         upstream_model="demo-chat",
+        max_output_tokens=32000,
+    )
+    messages = upstream_make(
+        name="self-anthropic", base_url=f"{url}/v1", api_key_env=SELF_KEY_ENV, kind="anthropic"
+    )
+    text_model_make(
+        model_id=VIA_MESSAGES_MODEL,
+        group=group,
+        upstreams=[messages],
+        upstream_model="demo-claude",
         max_output_tokens=32000,
     )
 
@@ -119,14 +139,16 @@ class Billing:
             time.sleep(0.05)
 
     def records_settled(self) -> list[UsageRecord]:
-        """The new usage records once none has come for half a second (5 s at most): a CLI may exit
-        before the server has written the record of its last streamed call."""
+        """The new usage records once none has come for half a second and no call of the account holds
+        money (5 s at most): a CLI may exit before the server has finished its last call (a streamed
+        one, or one it does not wait for)."""
         deadline = time.monotonic() + 5
         found = self.records()
         while time.monotonic() < deadline:
             time.sleep(0.5)
             again = self.records()
-            if len(again) == len(found):
+            in_flight = Hold.objects.filter(wallet__account=self.account, status=Hold.Status.OPEN).exists()
+            if len(again) == len(found) and not in_flight:
                 break
             found = again
         return found
@@ -181,6 +203,7 @@ def test_claude_code_answers_through_the_gateway_and_each_call_is_billed_once(li
     billing.assert_each_call_billed_once(calls=len(records), endpoints={"messages"}, model="demo-claude")
 
 
+@needs_own_connections
 def test_claude_code_works_on_a_chat_completions_model_through_the_translator(live, tmp_path):
     """Claude Code speaks only /v1/messages; the model's upstream only Chat Completions. Each of its
     calls is billed once on /v1/messages, and once more where the translated call lands (the demo's
@@ -336,6 +359,43 @@ def test_anthropic_sdk_tool_loop_is_billed_per_call_and_count_tokens_is_free(liv
         calls=result.calls, endpoints={"messages"}, model="demo-claude", free=1
     )
     assert [r.endpoint for r in records] == ["messages"] * result.calls + ["messages.count_tokens"]
+
+
+@needs_own_connections
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_openai_sdk_chat_tool_loop_on_an_anthropic_model_through_the_translator(live, stream):
+    """The openai SDK on /v1/chat/completions; the model's upstream speaks only Messages. Each call is
+    billed once as a chat completion, and once more where the translated call lands (demo-claude on
+    /v1/messages), at the same tokens."""
+    billing = Billing(live)
+
+    result = drivers.openai_chat_tool_loop(f"{live.url}/v1", live.demo.key, VIA_MESSAGES_MODEL, stream=stream)
+
+    _check_loop(result)
+    records = billing.assert_each_call_billed_once(
+        calls=2 * result.calls, endpoints={"chat.completions", "messages"}, model=None
+    )
+    outer = [r for r in records if r.endpoint == "chat.completions"]
+    inner = [r for r in records if r.endpoint == "messages"]
+    assert {r.model_id for r in outer} == {VIA_MESSAGES_MODEL} and {r.model_id for r in inner} == {
+        "demo-claude"
+    }
+    tokens = sorted((r.input_tokens, r.cached_tokens, r.cache_write_tokens, r.output_tokens) for r in outer)
+    assert tokens == sorted(
+        (r.input_tokens, r.cached_tokens, r.cache_write_tokens, r.output_tokens) for r in inner
+    )
+
+
+@needs_own_connections
+def test_langchain_openai_tool_loop_on_an_anthropic_model_through_the_translator(live):
+    billing = Billing(live)
+
+    result = drivers.langchain_openai_tool_loop(f"{live.url}/v1", live.demo.key, VIA_MESSAGES_MODEL)
+
+    _check_loop(result)
+    billing.assert_each_call_billed_once(
+        calls=2 * result.calls, endpoints={"chat.completions", "messages"}, model=None
+    )
 
 
 def test_langchain_openai_tool_loop_on_chat_completions_and_responses(live):

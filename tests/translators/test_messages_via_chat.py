@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from translators import TranslatedTokens, TranslationRefused
+from translators import TranslatedCall, TranslatedTokens, TranslationRefused
 from translators.messages_via_chat import MessagesViaChat
 
 WEATHER_TOOL = {
@@ -42,7 +42,10 @@ WEATHER_FUNCTION = {
 
 
 def translator(*, openai: bool = False) -> MessagesViaChat:
-    return MessagesViaChat(model="claude-via-chat", upstream_model="deepseek-chat", openai=openai)
+    kind = "openai" if openai else "openai-compatible"
+    return MessagesViaChat(
+        TranslatedCall("claude-via-chat", "deepseek-chat", kind, max_tokens=4096, created=0)
+    )
 
 
 REQUESTS = [
