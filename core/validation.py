@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, get_args
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, model_validator
 from pydantic_core import ErrorDetails, PydanticCustomError
 from pydantic_core.core_schema import ErrorType
 
@@ -75,6 +75,27 @@ _BUILTIN: dict[str, tuple[str, Callable[[str, ErrorDetails, str | None], str]]] 
     "less_than_equal": ("invalid_value", _bound("at most", "le")),
     "string_too_long": ("invalid_value", _length),
 }
+
+
+class RequestBody(BaseModel):
+    """The base of a request body's model: strict JSON types, unknown fields ignored (a body is never
+    re-serialised from its model, so they are not lost where the body is forwarded), and JSON null
+    read as absent, as the providers' APIs read it (a required field sent as null is missing)."""
+
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, values: Any) -> Any:
+        if isinstance(values, dict) and None in values.values():
+            return {name: value for name, value in values.items() if value is not None}
+        return values
+
+
+def context_of(info: ValidationInfo) -> Mapping[str, Any]:
+    """A validator's context: what `body_validate` was given (the selected model, the endpoint)."""
+    assert info.context is not None, "a model whose rules read the context is validated with one"
+    return info.context
 
 
 def body_validate(model: type[Model], value: object, *, context: Mapping[str, Any] | None = None) -> Model:

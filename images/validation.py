@@ -23,10 +23,10 @@ from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 from django.http import QueryDict
 from django.utils.datastructures import MultiValueDict
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from core.errors import InvalidRequest
-from core.validation import body_validate, echo, json_type, refusal
+from core.validation import RequestBody, body_validate, context_of, echo, json_type, refusal
 from images.capabilities import COMPRESSIBLE_FORMATS, SIZE_PATTERN
 from images.models import RESPONSE_FORMATS
 from images.uploads import EditUploads, edit_uploads_collect, edit_uploads_decode
@@ -107,15 +107,13 @@ def _unsupported(name: str, image_model: ImageCapabilities) -> Exception:
     )
 
 
-class ImageRequest(BaseModel):
+class ImageRequest(RequestBody):
     """The spec's fields of both image endpoints. Per field: the endpoint and the model's support
     first, then the JSON type and the fixed bounds, then the model's values. The first refusal in
     declaration order is answered.
 
     Context: `image_model` (the selected model's capabilities) and `operation` ("generate" or "edit").
     """
-
-    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
 
     prompt: str = Field(description="a non-empty string describing the image")
     n: int | None = Field(None, ge=1)
@@ -132,21 +130,13 @@ class ImageRequest(BaseModel):
     user: str | None = Field(None, max_length=USER_MAX_CHARS)
     stream: bool | None = None
 
-    @model_validator(mode="before")
-    @classmethod
-    def _null_is_absent(cls, values: Any) -> Any:
-        """JSON null counts as absent, as upstream APIs read it (a null prompt is a missing one)."""
-        if isinstance(values, dict) and None in values.values():
-            return {name: value for name, value in values.items() if value is not None}
-        return values
-
     @field_validator(*MODEL_CAPABILITY, *EDIT_ONLY, mode="before")
     @classmethod
     def _taken_here(cls, value: Any, info: ValidationInfo) -> Any:
         """Whether this endpoint and the selected model take the field at all, whatever its value."""
         name, image_model = info.field_name, _image_model(info)
         assert name is not None
-        if name in EDIT_ONLY and _context(info)["operation"] != "edit":
+        if name in EDIT_ONLY and context_of(info)["operation"] != "edit":
             raise refusal(
                 "unsupported_parameter",
                 f"`{name}` applies only to image edits (/v1/images/edits); leave it out here.",
@@ -264,13 +254,8 @@ class ImageRequest(BaseModel):
         return stream
 
 
-def _context(info: ValidationInfo) -> Mapping[str, Any]:
-    assert info.context is not None, "ImageRequest is validated with its context"
-    return info.context
-
-
 def _image_model(info: ValidationInfo) -> ImageCapabilities:
-    return _context(info)["image_model"]
+    return context_of(info)["image_model"]
 
 
 # The fields the pipeline forwards in `ImageParams` itself; the others go to its options.
