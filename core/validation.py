@@ -62,9 +62,24 @@ def _bound(word: str, key: str) -> Callable[[str, ErrorDetails, str | None], str
     return message
 
 
-def _length(name: str, error: ErrorDetails, description: str | None) -> str:
+def _too_long(name: str, error: ErrorDetails, description: str | None) -> str:
     limit = error.get("ctx", {})["max_length"]
     return f"`{name}` must be at most {limit:,} characters; got {len(error['input']):,}."
+
+
+def _too_short(name: str, error: ErrorDetails, description: str | None) -> str:
+    limit = error.get("ctx", {})["min_length"]
+    if limit == 1:
+        return f"`{name}` must not be empty."
+    return f"`{name}` must be at least {limit:,} characters; got {len(error['input']):,}."
+
+
+def _too_many(name: str, error: ErrorDetails, description: str | None) -> str:
+    return f"`{name}` may hold at most {error.get('ctx', {})['max_length']:,} items."
+
+
+def _pattern(name: str, error: ErrorDetails, description: str | None) -> str:
+    return f"`{name}` must match {error.get('ctx', {})['pattern']}; got {echo(error['input'])}."
 
 
 # pydantic's error types the models use: the API's code, and the message naming the field.
@@ -73,7 +88,10 @@ _BUILTIN: dict[str, tuple[str, Callable[[str, ErrorDetails, str | None], str]]] 
     **{error_type: ("invalid_type", _type) for error_type in _EXPECTED},
     "greater_than_equal": ("invalid_value", _bound("at least", "ge")),
     "less_than_equal": ("invalid_value", _bound("at most", "le")),
-    "string_too_long": ("invalid_value", _length),
+    "string_too_long": ("invalid_value", _too_long),
+    "string_too_short": ("invalid_value", _too_short),
+    "too_long": ("invalid_value", _too_many),
+    "string_pattern_mismatch": ("invalid_value", _pattern),
 }
 
 

@@ -20,6 +20,8 @@ class Body(RequestBody):
     label: str | None = Field(None, max_length=5)
     flag: bool = False
     parts: list[Part] = []
+    slug: str | None = Field(None, min_length=1, pattern=r"^[a-z]*$")
+    tags: list[str] = Field(default_factory=list, max_length=2)
 
     @field_validator("count")
     @classmethod
@@ -83,6 +85,9 @@ def test_the_first_field_in_declaration_order_is_answered():
         ({"name": "a", "count": 0}, "count", "`count` must be at least 1; got 0."),
         ({"name": "a", "count": 11}, "count", "`count` must be at most 10; got 11."),
         ({"name": "a", "label": "abcdef"}, "label", "`label` must be at most 5 characters; got 6."),
+        ({"name": "a", "slug": ""}, "slug", "`slug` must not be empty."),
+        ({"name": "a", "slug": "A"}, "slug", "`slug` must match ^[a-z]*$; got 'A'."),
+        ({"name": "a", "tags": ["x", "y", "z"]}, "tags", "`tags` may hold at most 2 items."),
     ],
 )
 def test_a_value_out_of_a_declared_bound_is_invalid_value(value, param, expected):
