@@ -1,7 +1,7 @@
 """Request bodies are validated by pydantic models; this is the one place their refusals become the API's.
 
 Every JSON body of `/v1` is declared as a pydantic model in its app (images/validation.py,
-chat/validation.py), built once at import and run with `body_validate`. The models are strict (a
+chat/validation.py, api/admin.py), built once at import and run with `body_validate`. The models are strict (a
 JSON `"2"` is not an integer, `true` is not one either), read JSON null as absent, and the rules that
 depend on the selected model (its sizes, qualities, formats, `n`, output tokens) read that model
 from the validation context: data, not code per model.
@@ -11,9 +11,9 @@ naming the field in `param` (a nested one as `messages[0].role`) and in the mess
 - pydantic's own error types get the API's codes and messages (`_BUILTIN`): a missing field is
   `missing_required_parameter`, a wrong JSON type `invalid_type`, a value out of a declared bound
   `invalid_value`;
-- a validator's refusal is a `PydanticCustomError` whose type is the API's code and whose message is
-  written for the caller; a refusal that concerns a field other than the one validated names it in
-  the error's context (`param`).
+- a validator's refusal (`refusal`) is a `PydanticCustomError` whose type is the API's code and
+  whose message is written for the caller. A rule across fields is a validator of the later field,
+  reading the earlier ones it depends on (`ValidationInfo.data`), so it is named like any other.
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ _EXPECTED = {
     "list_type": "an array",
     "dict_type": "an object",
     "model_type": "an object",
-    "model_attributes_type": "an object",
 }
 
 
@@ -128,7 +127,7 @@ def validation_error_to_api_error(*, error: ValidationError, model: type[BaseMod
     """The API's refusal for pydantic's first error (fields report in declaration order)."""
     first = error.errors(include_url=False)[0]
     location = first["loc"]
-    param = param_of(location) if location else (first.get("ctx") or {}).get("param")
+    param = param_of(location) if location else None
     builtin = _BUILTIN.get(first["type"])
     if builtin is not None:
         code, message_for = builtin
@@ -156,10 +155,10 @@ def param_of(location: tuple[int | str, ...]) -> str:
     return param
 
 
-def refusal(code: str, message: str, *, param: str | None = None) -> PydanticCustomError:
-    """A validator's refusal: `code` is the API's; the message is used as written (no placeholders
-    are filled, so braces echoed from the caller's value stay as sent)."""
-    return PydanticCustomError(code, message, {"param": param} if param else None)
+def refusal(code: str, message: str) -> PydanticCustomError:
+    """A validator's refusal: `code` is the API's; the message is used as written (without a context
+    no placeholder is filled, so braces echoed from the caller's value stay as sent)."""
+    return PydanticCustomError(code, message)
 
 
 def json_type(value: object) -> str:

@@ -101,16 +101,11 @@ class ImageParams:
     options: dict[str, Any] = field(default_factory=dict)
 
 
-def _unsupported(name: str, image_model: ImageCapabilities) -> Exception:
-    return refusal(
-        "unsupported_parameter", f"Model {image_model.model_id} does not support `{name}`; leave it out."
-    )
-
-
 class ImageRequest(RequestBody):
     """The spec's fields of both image endpoints. Per field: the endpoint and the model's support
-    first, then the JSON type and the fixed bounds, then the model's values. The first refusal in
-    declaration order is answered.
+    first, then the JSON type and the fixed bounds, then the model's values. A rule across fields
+    (a transparent background, a compression level) is checked by the later field's validator from
+    the earlier field's value. The first refusal in declaration order is answered.
 
     Context: `image_model` (the selected model's capabilities) and `operation` ("generate" or "edit").
     """
@@ -142,7 +137,10 @@ class ImageRequest(RequestBody):
                 f"`{name}` applies only to image edits (/v1/images/edits); leave it out here.",
             )
         if name in MODEL_CAPABILITY and not getattr(image_model, MODEL_CAPABILITY[name]):
-            raise _unsupported(name, image_model)
+            raise refusal(
+                "unsupported_parameter",
+                f"Model {image_model.model_id} does not support `{name}`; leave it out.",
+            )
         return value
 
     @field_validator("prompt")
