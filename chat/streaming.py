@@ -20,17 +20,19 @@
 - A stream the upstream cuts (or ends, or breaks with an error event) before its final event costs
   nothing: the hold is released and the caller gets an error event in the family's shape, which the
   SDKs raise. The usage record says why (`upstream_stream_cut`, `upstream_stream_error`).
-- A caller who leaves mid-stream: the gateway reads the upstream on to its final event (at most the
-  upstream's timeout more) and charges the usage reported, as the provider bills it anyway.
+- A caller who leaves mid-stream: the upstream's connection is closed at once (the provider stops
+  generating, and billing), and the caller is charged what the provider bills: the input (as the
+  upstream reported it at the start, else the hold's input ceiling) and the output received until
+  then, counted from the events (chat/output_count.py), never more than the hold.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import json
 import logging
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -41,9 +43,12 @@ from api.metering import MeteredCall
 from api.stream_loop import CALLER_GONE, TIMED_OUT, CallerSocket, stream_loop_relay
 from api.upstream_call import upstream_attempts_run
 from api.usage import UsageScope
+from billing.usage import TokenCounts
 from chat.access import ResolvedTextModel
 from chat.answers import refusal_passthrough, tokens_charge
 from chat.families import RESPONSES_FAMILY, Family, StreamTracker
+from chat.output_count import output_tokens_counted
+from chat.tokenizers import output_encoder
 from core.errors import ApiError, InternalError, UpstreamFailed, compatible_body, native_body
 from upstreams.errors import UpstreamError, upstream_error_to_api_error
 from upstreams.providers import adapter_for
@@ -182,6 +187,7 @@ def text_stream_relay(
     resolved: ResolvedTextModel,
     opened: OpenedStream,
     usage_asked: bool,
+    input_ceiling: int,
     after: ExitStack,
     caller: CallerSocket | None = None,
 ) -> Iterator[bytes]:
@@ -189,7 +195,9 @@ def text_stream_relay(
     closed when the stream ends, however it ends. A complete stream leaves its upstream reply to
     `after`, which the answer's StreamBody closes once the caller has the end of the answer. With
     `caller` (gunicorn's gevent worker), the events after the first read go through the worker's
-    stream loop (api/stream_loop.py), straight to the caller's connection, until the final event."""
+    stream loop (api/stream_loop.py), straight to the caller's connection, until the final event.
+    `input_ceiling` (the hold's input tokens) is the input charged to a caller who leaves before the
+    upstream has reported its input."""
     assert family.tracker is not None
     tracker = family.tracker(usage_asked=usage_asked)
     reply = opened.reply
@@ -213,12 +221,20 @@ def text_stream_relay(
         finish(None)
 
     def caller_gone() -> None:
-        """The caller went away: read on to the final event, whose usage the provider bills anyway."""
-        if not tracker.complete and tracker.error is None:
-            _drain(reply=reply, tracker=tracker, timeout=timeout)
-        if tracker.complete and tracker.error is None and not meter.resolved:
-            settle()
-        finish(None if tracker.complete else stream_client_gone())
+        """The caller went away: close the upstream's connection now, so that the provider stops
+        generating, and charge what it bills until then (`_left_tokens`)."""
+        if tracker.complete:
+            if tracker.error is None and not meter.resolved:
+                settle()
+            finish(None)
+            return
+        reply.close()
+        if tracker.error is None and not meter.resolved:
+            tokens = _left_tokens(
+                tracker=tracker, opened=opened, resolved=resolved, input_ceiling=input_ceiling
+            )
+            meter.capture(amount=tokens_charge(usage=usage, resolved=resolved, tokens=tokens))
+        finish(stream_client_gone())
 
     batch: list[bytes] = []  # events read together, sent together
     carried: list[SSEEvent] = []  # read by the loop after the final event, to relay after the capture
@@ -226,14 +242,19 @@ def text_stream_relay(
     def take(event: SSEEvent) -> bool:
         """Track and batch one event; True when the relay must stop at it: the final event with the
         charge still to make, or an error the upstream reported (relayed as the gateway's own)."""
-        if event.comment or event.skimmed:  # a keep-alive, or events with nothing to track
+        if event.comment:  # a keep-alive
             batch.append(event.raw)
+            return False
+        raw = event.raw or sse_encode(event)  # an adapter that makes its events has no raw bytes
+        tracker.received.take(raw)
+        if event.skimmed:  # events with nothing to track
+            batch.append(raw)
             return False
         relayed = tracker.feed(event)
         if tracker.error is not None:
             return True
         if relayed:
-            batch.append(event.raw or sse_encode(event))
+            batch.append(raw)
         return tracker.complete and not meter.resolved
 
     def step(direct: SSEDirect) -> tuple[bytes, bool] | None:
@@ -339,19 +360,23 @@ def text_stream_relay(
         finish(None)  # no-op unless a path above did not settle
 
 
-def _drain(*, reply: TextReply, tracker: StreamTracker, timeout: float) -> None:
-    """Read the upstream's events on, without relaying them, to the final one (at most `timeout`)."""
-    deadline = time.monotonic() + timeout
-    try:
-        for event in reply.events or iter(()):
-            if event.comment or event.skimmed:
-                continue
-            tracker.feed(event)
-            if tracker.complete or tracker.error is not None or time.monotonic() > deadline:
-                return
-        tracker.ended()
-    except UpstreamError:
-        logger.warning("upstream stream failed after the client had gone away")
+def _left_tokens(
+    *, tracker: StreamTracker, opened: OpenedStream, resolved: ResolvedTextModel, input_ceiling: int
+) -> TokenCounts:
+    """What a stream whose caller left before its final event used, as the provider bills it: the
+    usage the upstream reported, if it reported its output; else its input as reported at the start
+    (Anthropic's `message_start`) or, unreported, the hold's input ceiling, and the output received,
+    counted with the model's tokenizer or bounded by its bytes (chat/tokenizers.py)."""
+    reported = tracker.tokens
+    if reported is not None and tracker.output_reported:
+        return reported
+    encode = output_encoder(
+        upstream_kind=opened.upstream.kind, upstream_model=resolved.text_model.upstream_model_name
+    )
+    output = output_tokens_counted(tracker.received.text(), encode=encode)
+    if reported is None:
+        return TokenCounts(input=input_ceiling, output=output)
+    return dataclasses.replace(reported, output=output)
 
 
 def _stream_error(payload: Any, *, upstream: UpstreamSnapshot) -> ApiError:

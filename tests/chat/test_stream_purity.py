@@ -27,7 +27,7 @@ from tests.chat.test_stream_skim import chat_events, messages_events, responses_
 from upstreams.sse import SSEEvent, SSEParser
 
 # The modules whose code runs inside the stream loop for each event.
-PURE_MODULES = ("chat.families", "upstreams.sse")
+PURE_MODULES = ("chat.families", "chat.output_count", "upstreams.sse")
 
 # Modules (and their submodules) that do I/O, wait or lock.
 IMPURE_IMPORTS = frozenset({
