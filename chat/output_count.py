@@ -16,8 +16,8 @@ import json
 import re
 from collections.abc import Callable, Sequence
 
-# A JSON string's body: anything but a quote, a backslash or a line end, or an escape.
-_STRING = rb'"((?:[^"\\\n]|\\.)*)"'
+# A JSON string's body: runs of anything but a quote, a backslash or a line end, between escapes.
+_STRING = rb'"([^"\\\n]*(?:\\.[^"\\\n]*)*)"'
 
 # Keys, outside any string (inside one their quotes would be escaped), whose string values are what
 # the model generated, per family.
