@@ -205,16 +205,17 @@ def _o200k_count(text: str) -> int:
     return len(tiktoken.get_encoding("o200k_base").encode_ordinary(text))
 
 
-def _usage_record() -> UsageRecord:
-    """The call's usage record, once the gateway has ended the call (after the caller's answer)."""
+def usage_record_ended(status: int) -> UsageRecord:
+    """The call's usage record once the gateway has ended the call, which it does after the caller's
+    answer: a charged call's record is written with its capture (status 200), then given its end."""
     deadline = time.monotonic() + 10
-    while not UsageRecord.objects.exists() and time.monotonic() < deadline:
+    while not UsageRecord.objects.filter(status=status).exists() and time.monotonic() < deadline:
         time.sleep(0.02)
     return UsageRecord.objects.get()
 
 
 def _assert_charged_once(world: World, amount: Decimal, *, status: int, code: str) -> UsageRecord:
-    record = _usage_record()
+    record = usage_record_ended(status)
     assert (record.status, record.error_code, record.amount) == (status, code, amount)
     hold = Hold.objects.get()
     if amount:
