@@ -20,7 +20,8 @@
 - A stream the upstream cuts (or ends, or breaks with an error event) before its final event costs
   nothing: the hold is released and the caller gets an error event in the family's shape, which the
   SDKs raise. The usage record says why (`upstream_stream_cut`, `upstream_stream_error`).
-- A caller who leaves mid-stream: the upstream's connection is closed at once (the provider stops
+- A caller who leaves mid-stream (found when a write to its connection fails, or it takes nothing
+  for the upstream's timeout): the upstream's connection is closed at once (the provider stops
   generating, and billing), and the caller is charged what the provider bills: the input (as the
   upstream reported it at the start, else the hold's input ceiling) and the output received until
   then, counted from the events (chat/output_count.py), never more than the hold.
