@@ -128,10 +128,9 @@ def text_call_run(
             # Free (token counting), but authenticated, group-checked and rate-limited.
             rate_limit_hit(limit_key=credential.limit_key, rpm=resolved.group.rpm)
             return _answer(reply_and_upstream=_call(usage=usage, resolved=resolved, request=text_request))
+        input_ceiling = input_ceiling_tokens(body=parsed.body)
         ceiling = text_call_ceiling(
-            text_model=text_model,
-            input_tokens=input_ceiling_tokens(body=parsed.body),
-            output_tokens=output_limit,
+            text_model=text_model, input_tokens=input_ceiling, output_tokens=output_limit
         )
         if parsed.stream:
             if idempotency_key is not None:
@@ -155,6 +154,7 @@ def text_call_run(
                 resolved=resolved,
                 opened=opened,
                 usage_asked=_usage_asked(parsed.body),
+                input_ceiling=input_ceiling,
                 after=after,
                 caller=caller,
             )

@@ -7,8 +7,8 @@ socket) would stall every stream of the worker at once, and a greenlet switch in
 other greenlets in the middle of the loop's pass (docs/architecture.md, "The complexity budget").
 
 Two checks: the modules' own source imports nothing that does I/O or takes locks and calls no
-logging, and running each family's tracker over a whole stream, as the relay does, raises no audit
-event of I/O (files, sockets, processes, sleeps).
+logging, and running each family's tracker over a whole stream, as the relay does (noting the output
+received, too), raises no audit event of I/O (files, sockets, processes, sleeps).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from tests.chat.test_stream_skim import chat_events, messages_events, responses_
 from upstreams.sse import SSEEvent, SSEParser
 
 # The modules whose code runs inside the stream loop for each event.
-PURE_MODULES = ("chat.families", "upstreams.sse")
+PURE_MODULES = ("chat.families", "chat.output_count", "upstreams.sse")
 
 # Modules (and their submodules) that do I/O, wait or lock.
 IMPURE_IMPORTS = frozenset({
@@ -138,7 +138,12 @@ def test_a_whole_stream_parsed_and_tracked_does_no_io(tracker_class: type[Stream
     parser = SSEParser(skim=tracker.skim)
 
     def relay(events: list[SSEEvent]) -> list[SSEEvent]:  # as chat/streaming.py's relay does
-        return [event for event in events if event.skimmed or tracker.feed(event)]
+        relayed = []
+        for event in events:
+            tracker.received.take(event.raw)  # the output received, for a caller who leaves
+            if event.skimmed or tracker.feed(event):
+                relayed.append(event)
+        return relayed
 
     with _io_audited() as raised:
         relayed = []
@@ -149,6 +154,7 @@ def test_a_whole_stream_parsed_and_tracked_does_no_io(tracker_class: type[Stream
 
     assert raised == []
     assert tracker.complete and tracker.error is None and tracker.tokens is not None
+    assert tracker.received.text() != ""
     assert b"".join(event.raw for event in relayed) == body
 
 
