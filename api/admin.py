@@ -1,19 +1,22 @@
 """/v1/admin/...: the provisioning API for staff automation (docs/authentication.md, "Provisioning").
 
-Thin views: the body is checked by a serializer, `keys.access.admin_provision_check` decides who may
-call, and the services of accounts, keys and billing do the writes (and the audit log lines).
+Thin views: the body is checked by its pydantic model (core/validation.py maps a refusal),
+`keys.access.admin_provision_check` decides who may call, and the services of accounts, keys and
+billing do the writes (and the audit log lines).
 """
 
 from __future__ import annotations
 
 import json
 from datetime import datetime, time, timedelta
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import validate_email
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
-from rest_framework import serializers
+from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -40,6 +43,7 @@ from billing.models import LedgerEntry, UsageRecord
 from billing.money import MoneyError, money_parse, money_str
 from billing.selectors import usage_records_page, usage_totals_between
 from core.errors import Conflict, InvalidRequest, NotFound
+from core.validation import RequestBody, body_validate, echo, json_type, refusal
 from groups.models import Group
 from keys.access import admin_provision_check
 from keys.models import ApiKey
@@ -50,25 +54,20 @@ USAGE_PAGE_DEFAULT = 100
 USAGE_PAGE_MAX = 1000
 USAGE_DEFAULT_DAYS = 30
 
+Body = TypeVar("Body", bound=RequestBody)
+
 
 def _iso(moment: datetime | None) -> str | None:
     return moment.isoformat() if moment is not None else None
 
 
-def _invalid(serializer: serializers.Serializer) -> InvalidRequest:
-    field, messages = next(iter(serializer.errors.items()))
-    message = messages[0] if isinstance(messages, list) else messages
-    if isinstance(message, dict):  # a list field: {index: [messages]}
-        message = next(iter(message.values()))[0]
-    param = None if field == "non_field_errors" else field
-    return InvalidRequest(f"{param + ': ' if param else ''}{message}", param=param, code="invalid_value")
-
-
-def _valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
-    serializer = serializer_class(data=data)
-    if not serializer.is_valid():
-        raise _invalid(serializer)
-    return serializer.validated_data
+def _valid(model: type[Body], data: Any) -> Body:
+    """`data` validated by `model`. The provisioning API answers every refusal of a body with
+    `invalid_value` (its answers since it was published), whatever the kind of refusal."""
+    try:
+        return body_validate(model, data)
+    except InvalidRequest as refused:
+        raise InvalidRequest(refused.message, param=refused.param, code="invalid_value") from None
 
 
 def _group_get(ref: int | str, *, param: str) -> Group:
@@ -87,41 +86,72 @@ def _account_get(account_id: int) -> Account:
     return account
 
 
-class GroupRef(serializers.Field):
-    """A group id (integer) or name (string)."""
-
-    def to_internal_value(self, data: Any) -> int | str:
-        if isinstance(data, bool) or not isinstance(data, int | str) or data == "":
-            raise serializers.ValidationError("a group is its id (integer) or its name (string)")
-        return data
-
-
-class AccountCreateBody(serializers.Serializer):
-    username = serializers.RegexField(r"^[\w.@+-]+\Z", max_length=150)
-    email = serializers.EmailField(required=False, default="", allow_blank=True)
-    groups = serializers.ListField(child=GroupRef(), required=False, default=list, max_length=100)
-    current_group = GroupRef(required=False, allow_null=True, default=None)
+def _group_ref(value: Any, info: ValidationInfo) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | str) or value == "":
+        raise refusal(
+            "invalid_value",
+            f"`{info.field_name}` names a group by its id (an integer) or its name (a string); "
+            f"got {json_type(value)} {echo(value)}".rstrip()
+            + ".",
+        )
+    return value
 
 
-class KeyCreateBody(serializers.Serializer):
-    group = GroupRef()
-    label = serializers.CharField(required=False, default="", allow_blank=True, max_length=100)
-    expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
+# A group by its id or its name.
+GroupRef = Annotated[int | str, BeforeValidator(_group_ref)]
 
 
-class MoneyString(serializers.CharField):
-    """An amount as a JSON string ("10.00"): a JSON number may have passed through a float."""
+class AdminBody(RequestBody):
+    """The admin bodies' strings are read with surrounding whitespace removed."""
 
-    def to_internal_value(self, data: Any) -> str:
-        if not isinstance(data, str):
-            raise serializers.ValidationError('an amount is a string, e.g. "10.00"')
-        return super().to_internal_value(data)
+    model_config = ConfigDict(str_strip_whitespace=True)
 
 
-class TopUpBody(serializers.Serializer):
-    amount = MoneyString(max_length=40)
-    note = serializers.CharField(max_length=1000, allow_blank=False)
-    reference = serializers.CharField(required=False, default="", allow_blank=True, max_length=200)
+class AccountCreateBody(AdminBody):
+    username: str = Field(max_length=150, pattern=r"^[\w.@+-]+$")
+    email: str = Field("", max_length=254)
+    groups: list[GroupRef] = Field(default_factory=list, max_length=100)
+    current_group: GroupRef | None = None
+
+    @field_validator("email")
+    @classmethod
+    def _an_email_address(cls, email: str) -> str:
+        if email:
+            try:
+                validate_email(email)
+            except DjangoValidationError:
+                raise refusal(
+                    "invalid_value", f"`email` is not an email address; got {echo(email)}."
+                ) from None
+        return email
+
+
+class KeyCreateBody(AdminBody):
+    group: GroupRef
+    label: str = Field("", max_length=100)
+    expires_at: datetime | None = None
+
+    @field_validator("expires_at", mode="before")
+    @classmethod
+    def _iso_moment(cls, value: Any) -> datetime:
+        """An ISO 8601 date-time string; without a zone, the gateway's."""
+        moment = None
+        if isinstance(value, str):
+            try:
+                moment = parse_datetime(value.strip())
+            except ValueError:
+                moment = None
+        if moment is None:
+            raise refusal("invalid_value", f"`expires_at` must be an ISO 8601 date-time; got {echo(value)}.")
+        return moment if timezone.is_aware(moment) else timezone.make_aware(moment)
+
+
+class TopUpBody(AdminBody):
+    # A JSON string ("10.00"), parsed exactly by money_parse: a JSON number may have passed through
+    # a float.
+    amount: str = Field(min_length=1, max_length=40, description='a string such as "10.00"')
+    note: str = Field(min_length=1, max_length=1000)
+    reference: str = Field("", max_length=200)
 
 
 def _account_body(account: Account) -> dict[str, Any]:
@@ -231,8 +261,8 @@ class AdminAccountCreateView(AdminAPIView):
     @account_create_schema
     def post(self, request: Request) -> Response:
         body = _valid(AccountCreateBody, request.data)
-        groups = [_group_get(ref, param="groups") for ref in body["groups"]]
-        current = body["current_group"]
+        groups = [_group_get(ref, param="groups") for ref in body.groups]
+        current = body.current_group
         current_group = _group_get(current, param="current_group") if current is not None else None
         if current_group is None and groups:
             current_group = groups[0]
@@ -243,14 +273,14 @@ class AdminAccountCreateView(AdminAPIView):
         try:
             account = account_create_with_groups(
                 staff=self.staff,
-                username=body["username"],
-                email=body["email"],
+                username=body.username,
+                email=body.email,
                 groups=groups,
                 current_group=current_group,
             )
         except AccountExists:
             raise Conflict(
-                f"The username {body['username']!r} is taken.", param="username", code="username_taken"
+                f"The username {body.username!r} is taken.", param="username", code="username_taken"
             ) from None
         except AccountGroupInactive as refused:
             raise InvalidRequest(
@@ -273,16 +303,16 @@ class AdminAccountKeysView(AdminAPIView):
     def post(self, request: Request, account_id: int) -> Response:
         account = _account_get(account_id)
         body = _valid(KeyCreateBody, request.data)
-        group = _group_get(body["group"], param="group")
-        if body["expires_at"] is not None and body["expires_at"] <= timezone.now():
+        group = _group_get(body.group, param="group")
+        if body.expires_at is not None and body.expires_at <= timezone.now():
             raise InvalidRequest("expires_at must be in the future.", param="expires_at")
         try:
             api_key, secret = api_key_create_by_staff(
                 staff=self.staff,
                 account=account,
                 group=group,
-                label=body["label"],
-                expires_at=body["expires_at"],
+                label=body.label,
+                expires_at=body.expires_at,
             )
         except ApiKeyGroupNotAllowed as exc:
             raise InvalidRequest(
@@ -308,7 +338,7 @@ class AdminTopUpView(AdminAPIView):
         account = _account_get(account_id)
         body = _valid(TopUpBody, request.data)
         try:
-            amount = money_parse(body["amount"], allow_zero=False)
+            amount = money_parse(body.amount, allow_zero=False)
         except MoneyError as exc:
             raise InvalidRequest(f"amount: {exc}", param="amount", code="invalid_amount") from None
         staff = self.staff
@@ -319,8 +349,8 @@ class AdminTopUpView(AdminAPIView):
             entry = wallet_top_up(
                 account=account,
                 amount=amount,
-                note=body["note"],
-                reference=body["reference"],
+                note=body.note,
+                reference=body.reference,
                 created_by=staff,
             )
             answer = _entry_body(entry, account=account, created_by=staff)
@@ -334,7 +364,9 @@ class AdminTopUpView(AdminAPIView):
             key=key,
             fingerprint=(
                 idempotency_fingerprint(
-                    method="POST", path=request.path, body=json.dumps(body, sort_keys=True).encode()
+                    method="POST",
+                    path=request.path,
+                    body=json.dumps(body.model_dump(), sort_keys=True).encode(),
                 )
                 if key is not None
                 else ""

@@ -7,14 +7,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
-from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
 from django.http import HttpResponse, StreamingHttpResponse
 
 from billing.idempotency import REPLAY_HEADER, StoredResponse
-from core.errors import ApiError, InvalidRequest
+from core.errors import InvalidRequest
 
 
 def request_fingerprint(*, path: str, group_id: int, content: Iterable[bytes]) -> str:
@@ -81,23 +80,4 @@ def stream_idempotency_refused() -> InvalidRequest:
         "Leave out one of them.",
         param="stream",
         code="idempotency_not_supported",
-    )
-
-
-def stream_owned_close(owned: ExitStack, failure: BaseException | None) -> None:
-    """Close what a streamed call owns (its usage scope and reservation), for every family: as a
-    success, or with the failure that ended the stream, so that the usage record says how it ended."""
-    if failure is None:
-        owned.close()
-    else:
-        owned.__exit__(type(failure), failure, failure.__traceback__)
-
-
-def stream_client_gone() -> ApiError:
-    """The error a stream's usage record gets when the caller left before its end."""
-    return ApiError(
-        "The client closed the stream before it was complete.",
-        status=499,
-        type="invalid_request_error",
-        code="client_closed_request",
     )

@@ -1,7 +1,7 @@
 """The OpenAPI 3 description of /v1 (drf-spectacular): what every family shares.
 
-The views take no DRF serializers (image bodies are checked by pydantic, text bodies pass through),
-so each family declares its bodies and answers as JSON Schema in its own `schema.py`, registers the
+The views take no DRF serializers (bodies are checked by pydantic models, core/validation.py), so
+each family declares its bodies and answers as JSON Schema in its own `schema.py`, registers the
 named ones here (`component_register`), and annotates its views with `extend_schema`. This module
 holds the three error shapes (core/errors.py), the security schemes of the credential headers
 (keys/authentication.py), the error answers per status, and the view that serves the document.

@@ -64,9 +64,11 @@ class Reads:
 
 
 def relay(reads: list[bytes], tracker: StreamTracker, skim: Callable[[bytes], bool] | None) -> list[bytes]:
-    """The relay's work per event (chat/streaming.py): feed, batch, one write per read."""
+    """The relay's work per event (chat/streaming.py): note its output, feed, batch, one write per read."""
     written, batch = [], []
     for event in sse_events(Reads(reads), comments=True, skim=skim):  # type: ignore[arg-type]
+        if not event.comment:
+            tracker.received.take(event.raw)
         if event.comment or event.skimmed or tracker.feed(event):
             batch.append(event.raw)
         if batch and not event.more:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from billing.usage import TokenCounts
+from chat.output_count import CHAT_OUTPUT, MESSAGES_OUTPUT, RESPONSES_OUTPUT, ReceivedOutput
 from core.errors import Shape
 from upstreams.providers.base import (
     CHAT_COMPLETIONS,
@@ -79,13 +80,21 @@ class StreamTracker(ABC):
 
     Most events of a stream are text deltas that say nothing of usage, the end or an error; a tracker
     decides that from the event's name or a search of its text and parses only the others. The
-    searches look for a JSON key outside any string (inside a string its quotes would be escaped)."""
+    searches look for a JSON key outside any string (inside a string its quotes would be escaped).
+
+    `received` keeps the generated strings of every event read (the relay hands it each one's raw
+    bytes), counted only when the caller leaves before the final event (chat/output_count.py)."""
+
+    OUTPUT: re.Pattern[bytes]  # the family's generated strings, for `received`
 
     def __init__(self, *, usage_asked: bool) -> None:
         self.usage_asked = usage_asked
         self.tokens: TokenCounts | None = None
+        # The upstream has reported the output it bills (not only the input, as a stream's start does).
+        self.output_reported = False
         self.complete = False
         self.error: Any = None  # the upstream's error payload, when it sent one mid-stream
+        self.received = ReceivedOutput(self.OUTPUT)
 
     @property
     def next_sequence(self) -> int:
@@ -129,6 +138,8 @@ class ChatCompletionsTracker(StreamTracker):
     (`stream_options.include_usage`); the usage-only chunk (empty `choices`) is relayed only to a
     caller who asked for it, since `chunk.choices[0]` fails on it."""
 
+    OUTPUT = CHAT_OUTPUT
+
     def __init__(self, *, usage_asked: bool) -> None:
         super().__init__(usage_asked=usage_asked)
         self.finished = False  # a choice reported its finish_reason
@@ -153,6 +164,7 @@ class ChatCompletionsTracker(StreamTracker):
         tokens = openai_chat_tokens(chunk.get("usage"))
         if tokens is not None:
             self.tokens = tokens
+            self.output_reported = True
             if not choices:
                 return self.usage_asked
         return True
@@ -182,6 +194,7 @@ class ResponsesTracker(StreamTracker):
     """Named events; usage in `response.completed` (or `response.incomplete`, which the upstream
     bills too, e.g. when `max_output_tokens` ran out); `response.failed` and `error` are failures."""
 
+    OUTPUT = RESPONSES_OUTPUT
     FINAL = ("response.completed", "response.incomplete")
     NOTABLE = frozenset({"", "error", "response.failed", *FINAL})
 
@@ -219,6 +232,7 @@ class ResponsesTracker(StreamTracker):
             return False
         if kind in self.FINAL and isinstance(payload, dict):
             self.tokens = openai_responses_tokens(_mapping(payload.get("response")).get("usage"))
+            self.output_reported = self.tokens is not None
             self.complete = True
         return True
 
@@ -227,6 +241,7 @@ class MessagesTracker(StreamTracker):
     """Named events: input usage in `message_start`, output usage in `message_delta` (cumulative),
     `message_stop` ends the call; an `error` event is a failure."""
 
+    OUTPUT = MESSAGES_OUTPUT
     NOTABLE = frozenset({"", "error", "message_start", "message_delta"})
 
     def skim(self, whole: bytes) -> bool:
@@ -248,6 +263,7 @@ class MessagesTracker(StreamTracker):
             self.tokens = anthropic_tokens(_mapping(payload.get("message")).get("usage"), before=self.tokens)
         elif kind == "message_delta" and isinstance(payload, dict):
             self.tokens = anthropic_tokens(payload.get("usage"), before=self.tokens)
+            self.output_reported = self.output_reported or isinstance(payload.get("usage"), dict)
         elif kind == "message_stop":
             self.complete = True
         return True

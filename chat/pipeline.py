@@ -155,10 +155,9 @@ def text_call_run(
                 translator=translator,
                 family=family,
             )
+        input_ceiling = input_ceiling_tokens(body=sent)
         ceiling = text_call_ceiling(
-            text_model=text_model,
-            input_tokens=input_ceiling_tokens(body=sent),
-            output_tokens=output_limit,
+            text_model=text_model, input_tokens=input_ceiling, output_tokens=output_limit
         )
         if parsed.stream:
             if idempotency_key is not None:
@@ -184,6 +183,7 @@ def text_call_run(
                 resolved=resolved,
                 opened=opened,
                 usage_asked=_usage_asked(parsed.body),
+                input_ceiling=input_ceiling,
                 after=after,
                 caller=caller,
                 translator=translator,

@@ -20,44 +20,47 @@
 - A stream the upstream cuts (or ends, or breaks with an error event) before its final event costs
   nothing: the hold is released and the caller gets an error event in the family's shape, which the
   SDKs raise. The usage record says why (`upstream_stream_cut`, `upstream_stream_error`).
-- A caller who leaves mid-stream: the gateway reads the upstream on to its final event (at most the
-  upstream's timeout more) and charges the usage reported, as the provider bills it anyway.
+- A caller who leaves mid-stream (found when a write to its connection fails, or it takes nothing
+  for the upstream's timeout): the upstream's connection is closed at once (the provider stops
+  generating, and billing), and the caller is charged what the provider bills: the input (as the
+  upstream reported it at the start, else the hold's input ceiling) and the output received until
+  then, counted from the events (chat/output_count.py), never more than the hold.
 - On an upstream that speaks another family, the call's translator turns each upstream event into
-  the caller's events as it is read (never buffered); the upstream's family's tracker follows the
-  usage and the final event, and the translator closes the caller's stream in its family's grammar
-  before the charge. Nothing is skimmed: every event goes through the translator.
+  the caller's events as it is read (never buffered); the upstream family's tracker follows the
+  usage, the final event and the output received, and the translator closes the caller's stream in
+  its family's grammar before the charge. Nothing is skimmed: every event goes through the translator.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import json
-import logging
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
-from api.answers import stream_client_gone, stream_owned_close
 from api.metering import MeteredCall
 from api.stream_loop import CALLER_GONE, TIMED_OUT, CallerSocket, stream_loop_relay
+from api.stream_relay import StreamSettlement, stream_settled
 from api.upstream_call import upstream_attempts_run
 from api.usage import UsageScope
+from billing.usage import TokenCounts
 from chat.access import ResolvedTextModel
 from chat.answers import refusal_for_caller, tokens_charge
 from chat.families import RESPONSES_FAMILY, Family, StreamTracker
-from core.errors import ApiError, InternalError, UpstreamFailed, compatible_body, native_body
-from translators import Translator
+from chat.output_count import output_tokens_counted
+from chat.tokenizers import output_encoder
+from core.errors import ApiError, UpstreamFailed, compatible_body, native_body
 from upstreams.errors import UpstreamError, upstream_error_to_api_error
 from upstreams.providers import adapter_for
 from upstreams.providers.base import SSEEvent, TextReply, TextRequest
 from upstreams.snapshots import UpstreamSnapshot
 from upstreams.sse import SSEDirect
+from translators import Translator
 from upstreams.transport import upstream_read_timed_out
-
-logger = logging.getLogger("gateway.stream")
 
 STREAM_CUT = "upstream_stream_cut"
 STREAM_ERROR = "upstream_stream_error"
@@ -192,188 +195,267 @@ def text_stream_relay(
     resolved: ResolvedTextModel,
     opened: OpenedStream,
     usage_asked: bool,
+    input_ceiling: int,
     after: ExitStack,
     caller: CallerSocket | None = None,
     translator: Translator | None = None,
 ) -> Iterator[bytes]:
     """The response body of a streamed text call. `owned` holds the usage scope and the hold and is
-    closed when the stream ends, however it ends. A complete stream leaves its upstream reply to
-    `after`, which the answer's StreamBody closes once the caller has the end of the answer. With
-    `caller` (gunicorn's gevent worker), the events after the first read go through the worker's
-    stream loop (api/stream_loop.py), straight to the caller's connection, until the final event."""
-    upstream_family = resolved.translation.upstream_family
-    assert upstream_family.tracker is not None
-    # A translated stream always asks its upstream for the usage (the translator).
-    tracker = upstream_family.tracker(usage_asked=usage_asked or translator is not None)
-    reply = opened.reply
-    if translator is None:
-        reply.skim = tracker.skim  # runs of events with nothing to follow go on unparsed
-    timeout = float(opened.upstream.timeout_seconds)
-    finished = False
+    closed when the stream ends, however it ends (api/stream_relay.py). A complete stream leaves its
+    upstream reply to `after`, which the answer's StreamBody closes once the caller has the end of the
+    answer. With `caller` (gunicorn's gevent worker), the events after the first read go through the
+    worker's stream loop (api/stream_loop.py), straight to the caller's connection, until the final
+    event. `input_ceiling` (the hold's input tokens) is the input charged to a caller who leaves
+    before the upstream has reported its input. `translator` turns a translated call's upstream
+    events into the caller's."""
+    relay = _TextRelay(
+        owned=owned,
+        meter=meter,
+        usage=usage,
+        family=family,
+        resolved=resolved,
+        opened=opened,
+        usage_asked=usage_asked,
+        input_ceiling=input_ceiling,
+        after=after,
+        translator=translator,
+    )
+    return stream_settled(
+        relay.body(caller),
+        settlement=relay.settlement,
+        request_id=usage.request_id,
+        caller_gone=relay.caller_gone,
+        converted=relay.converted,
+        error_event=relay.error_event,
+    )
 
-    def finish(failure: BaseException | None) -> None:
-        nonlocal finished
-        if finished:
-            return
-        finished = True
-        if failure is None and tracker.complete:
-            after.callback(_reply_end, reply)  # once the caller has the end of the answer
-        else:
-            reply.close()
-        stream_owned_close(owned, failure)
 
-    def settle() -> None:
-        meter.capture(amount=tokens_charge(usage=usage, resolved=resolved, tokens=tracker.tokens))
-        finish(None)
+class _TextRelay:
+    """One streamed text call: its upstream reply, the family's tracker, and the events read together
+    that go to the caller together."""
 
-    def caller_gone() -> None:
-        """The caller went away: read on to the final event, whose usage the provider bills anyway."""
-        if not tracker.complete and tracker.error is None:
-            _drain(reply=reply, tracker=tracker, timeout=timeout)
-        if tracker.complete and tracker.error is None and not meter.resolved:
-            settle()
-        finish(None if tracker.complete else stream_client_gone())
+    __slots__ = (
+        "batch",
+        "carried",
+        "family",
+        "input_ceiling",
+        "opened",
+        "reply",
+        "resolved",
+        "settlement",
+        "tracker",
+        "translator",
+        "usage",
+    )
 
-    batch: list[bytes] = []  # events read together, sent together
-    carried: list[SSEEvent] = []  # read by the loop after the final event, to relay after the capture
+    def __init__(
+        self,
+        *,
+        owned: ExitStack,
+        meter: MeteredCall,
+        usage: UsageScope,
+        family: Family,
+        resolved: ResolvedTextModel,
+        opened: OpenedStream,
+        usage_asked: bool,
+        input_ceiling: int,
+        after: ExitStack,
+        translator: Translator | None,
+    ) -> None:
+        upstream_family = resolved.translation.upstream_family
+        assert upstream_family.tracker is not None
+        # The upstream's events are tracked in its own family; a translated stream always asks its
+        # upstream for the usage (the translator), whatever the caller asked.
+        tracker: StreamTracker = upstream_family.tracker(usage_asked=usage_asked or translator is not None)
+        # A function of the reply's own objects, not a method of this relay: the relay holds the
+        # settlement, and a finished stream must leave no reference cycle for the collector.
+        before_close = functools.partial(_reply_settle, reply=opened.reply, tracker=tracker, after=after)
+        self.settlement = StreamSettlement(owned=owned, meter=meter, before_close=before_close)
+        self.usage = usage
+        self.family = family
+        self.resolved = resolved
+        self.opened = opened
+        self.input_ceiling = input_ceiling
+        self.tracker = tracker
+        self.reply = opened.reply
+        self.translator = translator
+        if translator is None:
+            self.reply.skim = self.tracker.skim  # runs of events with nothing to follow go on unparsed
+        self.batch: list[bytes] = []  # events read together, sent together
+        self.carried: list[SSEEvent] = []  # read by the loop after the final event, relayed after the capture
 
-    def take(event: SSEEvent) -> bool:
-        """Track and batch one event; True when the relay must stop at it: the final event with the
-        charge still to make, or an error the upstream reported (relayed as the gateway's own)."""
-        if event.comment or event.skimmed:  # a keep-alive, or events with nothing to track
-            batch.append(event.raw)
-            return False
-        relayed = tracker.feed(event)
-        if tracker.error is not None:
-            return True
-        if translator is not None:
-            translated = translator.stream_event(event.data)
-            if tracker.complete:
-                translated += translator.stream_end()
-            if translated:
-                batch.append(translated)
-        elif relayed:
-            batch.append(event.raw or sse_encode(event))
-        return tracker.complete and not meter.resolved
-
-    def step(direct: SSEDirect) -> tuple[bytes, bool] | None:
-        """One read for the stream loop, which runs it between greenlets: the bytes to send, and
-        whether the stream leaves the loop. Only the stream's own objects are touched here (its
-        greenlet waits meanwhile), and nothing here may wait on gevent."""
-        nonlocal batch, carried
-        events = direct.read()
-        if events is None:
-            return None
-        for index, event in enumerate(events):
-            if take(event):
-                carried = events[index + 1 :]
-                if tracker.error is not None:
-                    return b"", True  # the events before it go out with the error event
-                break
-        else:
-            if not direct.ended:
-                out = batch[0] if len(batch) == 1 else b"".join(batch)
-                batch = []
-                return out, False
-        out = b"".join(batch)
-        batch = []
-        return out, True
-
-    # itertools.chain, not a generator: leaving the loop below (the caller went away, or the stream
-    # loop takes over) must not close the upstream's events, which are read on afterwards.
-    events: Iterator[SSEEvent] = itertools.chain((opened.first,), reply.events or ())
-    try:
+    def body(self, caller: CallerSocket | None) -> Iterator[bytes]:
+        """The relayed events, up to the final one (charged before the answer ends) or a failure."""
+        tracker, reply, opened = self.tracker, self.reply, self.opened
+        # itertools.chain, not a generator: leaving the loop below (the caller went away, or the stream
+        # loop takes over) must not close the upstream's events, which are read on afterwards.
+        events: Iterator[SSEEvent] = itertools.chain((opened.first,), reply.events or ())
         while True:
             for event in events:
-                final = take(event)
+                final = self.take(event)
                 if tracker.error is not None:
                     raise _stream_error(tracker.error, upstream=opened.upstream)
-                if batch and (final or not event.more):
-                    yield batch[0] if len(batch) == 1 else b"".join(batch)
-                    batch = []
+                if self.batch and (final or not event.more):
+                    yield self.batch[0] if len(self.batch) == 1 else b"".join(self.batch)
+                    self.batch = []
                 if final:
-                    settle()  # the final event is on its way; the answer ends once the charge is made
+                    self.settle()  # the final event is on its way; the answer ends once the charge is made
                     break
                 if caller is not None and not event.more:
                     break  # between two reads: the stream loop may take over
             else:
                 break  # the upstream's body has ended
-            if meter.resolved:
-                break  # charged at the final event: what may follow it is not read (`finish`)
+            if self.settlement.resolved:
+                break  # charged at the final event: what may follow it is not read (`_reply_settle`)
             direct = reply.direct()
             if direct is None:
                 caller = None
                 continue
             outcome = stream_loop_relay(
-                upstream_fd=direct.fd, caller=caller, step=functools.partial(step, direct), timeout=timeout
+                upstream_fd=direct.fd,
+                caller=caller,
+                step=functools.partial(self.step, direct),
+                timeout=float(opened.upstream.timeout_seconds),
             )
             caller = None  # back through gunicorn: the capture, what follows the final event, the end
             if outcome == CALLER_GONE:
-                caller_gone()
+                self.caller_gone()
                 return
             if outcome == TIMED_OUT:
                 raise upstream_read_timed_out()
             if tracker.error is not None:
                 raise _stream_error(tracker.error, upstream=opened.upstream)
-            if tracker.complete and not meter.resolved:
-                settle()
+            if tracker.complete and not self.settlement.resolved:
+                self.settle()
             # What came after the final event in its read goes on; nothing more is read after it.
-            events = iter(carried) if tracker.complete else itertools.chain(carried, events)
-        if batch:
-            yield b"".join(batch)
-            batch = []
+            events = iter(self.carried) if tracker.complete else itertools.chain(self.carried, events)
+        if self.batch:
+            yield b"".join(self.batch)
+            self.batch = []
         if not tracker.complete:
             tracker.ended()
-            if tracker.complete and translator is not None:
-                yield translator.stream_end()  # the caller's stream ends in its family's grammar
+            if tracker.complete and self.translator is not None:
+                yield self.translator.stream_end()  # the caller's stream ends in its family's grammar
         if not tracker.complete:
             raise UpstreamFailed(
                 "The model's provider ended the stream before its final event; nothing was charged.",
                 code=STREAM_CUT,
             )
-        if not meter.resolved:
-            settle()
-    except GeneratorExit:
-        caller_gone()
-        raise
-    except (ApiError, UpstreamError) as exc:
-        meter.release()
-        error = exc if isinstance(exc, ApiError) else _converted(exc, opened.upstream)
-        finish(error)
-        yield b"".join(batch) + error_event(
-            family=family,
+        if not self.settlement.resolved:
+            self.settle()
+
+    def take(self, event: SSEEvent) -> bool:
+        """Track and batch one event; True when the relay must stop at it: the final event with the
+        charge still to make, or an error the upstream reported (relayed as the gateway's own)."""
+        if event.comment:  # a keep-alive
+            self.batch.append(event.raw)
+            return False
+        tracker = self.tracker
+        raw = event.raw or sse_encode(event)  # an adapter that makes its events has no raw bytes
+        tracker.received.take(raw)
+        if event.skimmed:  # events with nothing to track
+            self.batch.append(raw)
+            return False
+        relayed = tracker.feed(event)
+        if tracker.error is not None:
+            return True
+        if self.translator is not None:
+            translated = self.translator.stream_event(event.data)
+            if tracker.complete:
+                translated += self.translator.stream_end()
+            if translated:
+                self.batch.append(translated)
+        elif relayed:
+            self.batch.append(raw)
+        return tracker.complete and not self.settlement.resolved
+
+    def step(self, direct: SSEDirect) -> tuple[bytes, bool] | None:
+        """One read for the stream loop, which runs it between greenlets: the bytes to send, and
+        whether the stream leaves the loop. Only the stream's own objects are touched here (its
+        greenlet waits meanwhile), and nothing here may wait on gevent."""
+        events = direct.read()
+        if events is None:
+            return None
+        for index, event in enumerate(events):
+            if self.take(event):
+                self.carried = events[index + 1 :]
+                if self.tracker.error is not None:
+                    return b"", True  # the events before it go out with the error event
+                break
+        else:
+            if not direct.ended:
+                batch = self.batch
+                self.batch = []
+                return batch[0] if len(batch) == 1 else b"".join(batch), False
+        out = b"".join(self.batch)
+        self.batch = []
+        return out, True
+
+    def settle(self) -> None:
+        """Charge the usage the upstream reported, and end the call."""
+        tokens = self.tracker.tokens
+        self.settlement.charge(tokens_charge(usage=self.usage, resolved=self.resolved, tokens=tokens))
+
+    def caller_gone(self) -> None:
+        """The caller went away: close the upstream's connection now, so that the provider stops
+        generating, and charge what it bills until then (`_left_tokens`)."""
+        tracker, settlement = self.tracker, self.settlement
+        if tracker.complete:
+            if tracker.error is None and not settlement.resolved:
+                self.settle()
+            settlement.left(complete=True)
+            return
+        self.reply.close()
+        if tracker.error is None and not settlement.resolved:
+            tokens = _left_tokens(
+                tracker=tracker, opened=self.opened, resolved=self.resolved, input_ceiling=self.input_ceiling
+            )
+            settlement.meter.capture(
+                amount=tokens_charge(usage=self.usage, resolved=self.resolved, tokens=tokens)
+            )
+        settlement.left(complete=False)
+
+    def converted(self, error: UpstreamError) -> ApiError:
+        return _converted(error, self.opened.upstream)
+
+    def error_event(self, error: ApiError) -> bytes:
+        """The failed stream's last bytes: the events read with the failure, then the error event."""
+        return b"".join(self.batch) + error_event(
+            family=self.family,
             error=error,
-            request_id=usage.request_id,
-            sequence_number=tracker.next_sequence,
+            request_id=self.usage.request_id,
+            sequence_number=self.tracker.next_sequence,
         )
-    except Exception as exc:
-        meter.release()
-        logger.exception("stream of request %s failed", usage.request_id)
-        finish(exc)
-        internal = InternalError("The stream failed inside the gateway; it has been logged.")
-        yield b"".join(batch) + error_event(
-            family=family,
-            error=internal,
-            request_id=usage.request_id,
-            sequence_number=tracker.next_sequence,
-        )
-    finally:
-        finish(None)  # no-op unless a path above did not settle
 
 
-def _drain(*, reply: TextReply, tracker: StreamTracker, timeout: float) -> None:
-    """Read the upstream's events on, without relaying them, to the final one (at most `timeout`)."""
-    deadline = time.monotonic() + timeout
-    try:
-        for event in reply.events or iter(()):
-            if event.comment or event.skimmed:
-                continue
-            tracker.feed(event)
-            if tracker.complete or tracker.error is not None or time.monotonic() > deadline:
-                return
-        tracker.ended()
-    except UpstreamError:
-        logger.warning("upstream stream failed after the client had gone away")
+def _reply_settle(
+    failure: BaseException | None, *, reply: TextReply, tracker: StreamTracker, after: ExitStack
+) -> None:
+    """When a streamed text call ends: a complete stream's reply waits for the end of the caller's
+    answer (`_reply_end`); any other is closed now."""
+    if failure is None and tracker.complete:
+        after.callback(_reply_end, reply)
+    else:
+        reply.close()
+
+
+def _left_tokens(
+    *, tracker: StreamTracker, opened: OpenedStream, resolved: ResolvedTextModel, input_ceiling: int
+) -> TokenCounts:
+    """What a stream whose caller left before its final event used, as the provider bills it: the
+    usage the upstream reported, if it reported its output; else its input as reported at the start
+    (Anthropic's `message_start`) or, unreported, the hold's input ceiling, and the output received,
+    counted with the model's tokenizer or bounded by its bytes (chat/tokenizers.py)."""
+    reported = tracker.tokens
+    if reported is not None and tracker.output_reported:
+        return reported
+    encode = output_encoder(
+        upstream_kind=opened.upstream.kind, upstream_model=resolved.text_model.upstream_model_name
+    )
+    output = output_tokens_counted(tracker.received.text(), encode=encode)
+    if reported is None:
+        return TokenCounts(input=input_ceiling, output=output)
+    return dataclasses.replace(reported, output=output)
 
 
 def _stream_error(payload: Any, *, upstream: UpstreamSnapshot) -> ApiError:

@@ -2,12 +2,15 @@
 
 - The body is one JSON object within GATEWAY_MAX_JSON_BODY_BYTES (413 beyond it, 400 `invalid_json`
   for anything that is not a JSON object, including NaN/Infinity and nesting too deep to parse).
-- `model`: a non-empty string.
-- `stream`: a boolean when present (and only on the families that stream).
-- The output-token limit (`max_completion_tokens` / `max_tokens`, `max_output_tokens`, `max_tokens`
-  per family): a positive integer, not above the model's `max_output_tokens`.
+- `TextRequestHead`, before the model is resolved: `model`, a non-empty string; `stream`, a boolean
+  when present (and only on the families that stream).
+- The family's `OutputLimits`, once the model is known: each output-token limit field the family
+  names (`max_completion_tokens` / `max_tokens`, `max_output_tokens`, `max_tokens`) a positive
+  integer, not above the model's `max_output_tokens` (read from the validation context).
 
-Unknown and future fields (tools, response formats, metadata, reasoning settings) are not looked at.
+The checks are pydantic models (core/validation.py maps their refusals), lenient as the providers'
+APIs are: unknown and future fields (tools, response formats, metadata, reasoning settings) are not
+looked at, and the body is forwarded as it was received, never re-serialised from a model.
 """
 
 from __future__ import annotations
@@ -18,10 +21,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from pydantic import (
+    Field,
+    ValidationInfo,
+    create_model,
+    field_validator,
+)
 
-from chat.families import Family
+from chat.families import FAMILIES, Family
 from chat.snapshots import TextModelSnapshot
-from core.errors import MISSING_REQUIRED_PARAMETER, InvalidRequest, PayloadTooLarge
+from core.errors import InvalidRequest, PayloadTooLarge
+from core.validation import RequestBody, body_validate, context_of, refusal
 
 # Parts of a request that stand for an image, a file, or text: an image counts a fixed allowance; a
 # file sent by reference (URL or file id, no inline data) counts the file allowance.
@@ -31,6 +41,61 @@ INLINE_DATA_KEYS = ("file_data", "data")
 # A `\uD800`-`\uDFFF` escape: JSON allows it, but alone (not the half of a pair) it is no character
 # and cannot be sent on as UTF-8.
 SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+class TextRequestHead(RequestBody):
+    """What every text body must say before its model is resolved. Context: `family`."""
+
+    model: str = Field(description="a model id from GET /v1/models")
+    stream: bool = False
+
+    @field_validator("model")
+    @classmethod
+    def _model_not_blank(cls, model: str) -> str:
+        if not model.strip():
+            raise refusal("invalid_type", "`model` must not be empty: a model id from GET /v1/models.")
+        return model
+
+    @field_validator("stream")
+    @classmethod
+    def _family_streams(cls, stream: bool, info: ValidationInfo) -> bool:
+        family: Family = context_of(info)["family"]
+        if stream and not family.streams:
+            raise refusal("invalid_value", f"{family.path} does not stream.")
+        return stream
+
+
+class OutputLimits(RequestBody):
+    """A family's output-token limit fields (declared per family below), each a positive integer
+    within the selected model's maximum. Context: `text_model`."""
+
+    @field_validator("*")
+    @classmethod
+    def _within_the_models_maximum(cls, value: int | None, info: ValidationInfo) -> int | None:
+        text_model: TextModelSnapshot = context_of(info)["text_model"]
+        if value is not None and value > text_model.max_output_tokens:
+            raise refusal(
+                "invalid_value",
+                f"`{info.field_name}` is {value}, above the {text_model.max_output_tokens} output tokens "
+                f"model {text_model.model_id!r} allows.",
+            )
+        return value
+
+    def asked(self) -> int | None:
+        """The largest limit the request sets (None when it sets none)."""
+        values = [value for value in self.model_dump().values() if value is not None]
+        return max(values) if values else None
+
+
+# Each family's limit fields (chat/families.py names them), as a model built once.
+OUTPUT_LIMITS: dict[str, type[OutputLimits]] = {
+    family.endpoint: create_model(
+        f"OutputLimits_{family.endpoint.replace('.', '_')}",
+        __base__=OutputLimits,
+        **{name: (int | None, Field(None, ge=1)) for name in family.limit_fields},  # type: ignore[call-overload]
+    )
+    for family in FAMILIES
+}
 
 
 @dataclass(frozen=True)
@@ -64,21 +129,8 @@ def text_body_parse(*, raw: bytes, family: Family) -> TextBody:
         raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
     if SURROGATE_ESCAPE.search(raw) is not None:
         _refuse_lone_surrogates(body)
-    model = body.get("model")
-    if not isinstance(model, str) or not model.strip():
-        raise InvalidRequest(
-            "You must provide a model parameter (a model id from GET /v1/models).",
-            param="model",
-            code=MISSING_REQUIRED_PARAMETER if model is None else "invalid_type",
-        )
-    stream = body.get("stream", False)
-    if stream is None:
-        stream = False
-    if not isinstance(stream, bool):
-        raise InvalidRequest("`stream` must be true or false.", param="stream", code="invalid_type")
-    if stream and not family.streams:
-        raise InvalidRequest(f"{family.path} does not stream.", param="stream", code="invalid_value")
-    return TextBody(body=body, model=model, stream=stream)
+    head = body_validate(TextRequestHead, body, context={"family": family})
+    return TextBody(body=body, model=head.model, stream=head.stream)
 
 
 def _refuse_lone_surrogates(body: dict[str, Any]) -> None:
@@ -96,22 +148,9 @@ def output_limit_validate(*, body: dict[str, Any], family: Family, text_model: T
     """The most output tokens this call can produce: the request's limit (each of the family's limit
     fields it sets must be a positive integer within the model's maximum), or the model's maximum
     when it sets none."""
-    asked: list[int] = []
-    for field in family.limit_fields:
-        value = body.get(field)
-        if value is None:
-            continue
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise InvalidRequest(f"`{field}` must be a positive integer.", param=field, code="invalid_value")
-        if value > text_model.max_output_tokens:
-            raise InvalidRequest(
-                f"`{field}` is {value}, above the {text_model.max_output_tokens} output tokens "
-                f"model {text_model.model_id!r} allows.",
-                param=field,
-                code="invalid_value",
-            )
-        asked.append(value)
-    return max(asked) if asked else text_model.max_output_tokens
+    limits = body_validate(OUTPUT_LIMITS[family.endpoint], body, context={"text_model": text_model})
+    asked = limits.asked()
+    return asked if asked is not None else text_model.max_output_tokens
 
 
 def input_ceiling_tokens(*, body: dict[str, Any]) -> int:

@@ -34,13 +34,8 @@ from core.offload import cpu_bound
 from images.access import ResolvedModel, image_model_resolve
 from images.results import result_body, result_render
 from images.streaming import StreamedCall, stream_relay
-from images.validation import (
-    EditUploads,
-    ImageParams,
-    edit_fields_validate,
-    edit_uploads_decode,
-    generation_params_validate,
-)
+from images.uploads import EditUploads, edit_uploads_decode
+from images.validation import ImageParams, edit_fields_validate, generation_params_validate
 from keys.credentials import Credential
 from upstreams.errors import upstream_error_to_api_error
 from upstreams.models import Upstream

@@ -10,6 +10,7 @@ to its end (the provider makes, and bills, the image anyway) and charges only a 
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from collections.abc import Iterator
@@ -17,11 +18,11 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
-from api.answers import stream_client_gone, stream_owned_close
 from api.metering import MeteredCall
+from api.stream_relay import StreamSettlement, stream_settled
 from api.upstream_call import upstream_attempts_run
 from api.usage import UsageScope
-from core.errors import ApiError, InternalError, UpstreamFailed, compatible_body
+from core.errors import ApiError, UpstreamFailed, compatible_body
 from images.access import ResolvedModel
 from upstreams.errors import upstream_error_to_api_error
 from upstreams.models import Upstream
@@ -52,60 +53,77 @@ def stream_relay(
     upstream_request: ImageRequest,
 ) -> Iterator[bytes]:
     """The response body of a streamed call. `owned` holds the usage scope and the reservation and is
-    closed when the stream ends, however it ends."""
-    events: Iterator[StreamEvent] | None = None
-    upstream: Upstream | None = None
-    completed = 0
-    finished = False
+    closed when the stream ends, however it ends (api/stream_relay.py)."""
+    relay = _ImageRelay(
+        settlement=StreamSettlement(owned=owned, meter=meter),
+        usage=usage,
+        resolved=resolved,
+        upstream_request=upstream_request,
+    )
+    return stream_settled(
+        relay.body(),
+        settlement=relay.settlement,
+        request_id=usage.request_id,
+        caller_gone=relay.caller_gone,
+        converted=relay.converted,
+        error_event=relay.error_event,
+    )
 
-    def finish(failure: BaseException | None) -> None:
-        # Settle the money and write the usage record before the client sees the stream's last
-        # event, so whoever reads the account after the stream sees the final state.
-        nonlocal finished
-        if finished:
-            return
-        finished = True
-        stream_owned_close(owned, failure)
 
-    try:
-        first, events, upstream = _open_stream(
-            usage=usage, resolved=resolved, upstream_request=upstream_request
+class _ImageRelay:
+    """One streamed image call: its upstream's events, and how many images they have completed."""
+
+    def __init__(
+        self,
+        *,
+        settlement: StreamSettlement,
+        usage: UsageScope,
+        resolved: ResolvedModel,
+        upstream_request: ImageRequest,
+    ) -> None:
+        self.settlement = settlement
+        self.usage = usage
+        self.resolved = resolved
+        self.upstream_request = upstream_request
+        self.events: Iterator[StreamEvent] | None = None
+        self.upstream: Upstream | None = None
+        self.completed = 0
+
+    def body(self) -> Iterator[bytes]:
+        first, self.events, self.upstream = _open_stream(
+            usage=self.usage, resolved=self.resolved, upstream_request=self.upstream_request
         )
-        for event in _chain(first, events):
-            completed += event.final
-            if event.final and completed == upstream_request.n:
-                # Charged when the last completed event has arrived from the upstream.
-                meter.capture()
-                finish(None)
+        # itertools.chain, not a generator: closing this body (the caller went away) must not close
+        # the upstream's events, which `caller_gone` reads on.
+        for event in itertools.chain((first,), self.events):
+            self.completed += event.final
+            if event.final and self.completed == self.upstream_request.n:
+                # Charged when the last completed event has arrived from the upstream, before the
+                # client sees the stream's last event.
+                self.settlement.charge()
             yield sse(event.type, event.data)
-        if completed < upstream_request.n:
+        if self.completed < self.upstream_request.n:
             raise UpstreamError(
                 "the upstream's stream ended before every image was completed",
                 status=502,
                 retryable=False,
                 outcome_unknown=True,
             )
-    except GeneratorExit:
-        # The client went away: finish reading so that a completed image is charged as it was made.
-        if events is not None and completed < upstream_request.n:
-            completed += _drain(events)
-            if completed >= upstream_request.n:
-                meter.capture()
-        finish(None if completed >= upstream_request.n else stream_client_gone())
-        raise
-    except (ApiError, UpstreamError) as exc:
-        meter.release()
-        error = exc if isinstance(exc, ApiError) else _converted(exc, upstream)
-        finish(error)
-        yield sse("error", {"type": "error", **compatible_body(error, request_id=usage.request_id)})
-    except Exception as exc:
-        meter.release()
-        logger.exception("stream of request %s failed", usage.request_id)
-        finish(exc)
-        internal = InternalError("The stream failed inside the gateway; it has been logged.")
-        yield sse("error", {"type": "error", **compatible_body(internal, request_id=usage.request_id)})
-    finally:
-        finish(None)  # no-op unless a path above did not settle (e.g. a failure inside finish)
+
+    def caller_gone(self) -> None:
+        """The client went away: finish reading so that a completed image is charged as it was made."""
+        wanted = self.upstream_request.n
+        if self.events is not None and self.completed < wanted:
+            self.completed += _drain(self.events)
+            if self.completed >= wanted:
+                self.settlement.charge()
+        self.settlement.left(complete=self.completed >= wanted)
+
+    def converted(self, error: UpstreamError) -> ApiError:
+        return _converted(error, self.upstream)
+
+    def error_event(self, error: ApiError) -> bytes:
+        return sse("error", {"type": "error", **compatible_body(error, request_id=self.usage.request_id)})
 
 
 def _converted(error: UpstreamError, upstream: Upstream | None) -> ApiError:
@@ -136,11 +154,6 @@ def _open_stream(
         request_id=upstream_request.request_id,
     )
     return first, events, upstream
-
-
-def _chain(first: StreamEvent, rest: Iterator[StreamEvent]) -> Iterator[StreamEvent]:
-    yield first
-    yield from rest
 
 
 def _drain(events: Iterator[StreamEvent]) -> int:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 from django.core.files.uploadhandler import FileUploadHandler
+from django.http import QueryDict
+from django.utils.datastructures import MultiValueDict
 from PIL import Image
 
 from core.errors import InvalidRequest, PayloadTooLarge
@@ -42,6 +44,70 @@ class CheckedImage:
 def max_upload_files() -> int:
     """Files one edit request may carry: the images plus one mask."""
     return settings.GATEWAY_MAX_EDIT_IMAGES + 1
+
+
+@dataclass(frozen=True)
+class EditUploads:
+    """The file parts of an edit, checked for count and size but not yet read: `edit_uploads_decode`
+    reads and decodes them (the expensive part, done after every cheap refusal)."""
+
+    images: tuple[tuple[str, UploadedFile], ...]
+    mask: UploadedFile | None
+
+
+def edit_uploads_collect(*, data: QueryDict, files: MultiValueDict) -> EditUploads:
+    """The file parts of an edit: present, not sent as text, within the count and the per-file size
+    (from the recorded sizes: nothing is read, so a huge file costs no memory)."""
+    for name in (*IMAGE_FIELDS, MASK_FIELD):
+        if any(not isinstance(value, UploadedFile) for value in data.getlist(name)):
+            raise InvalidRequest(
+                f"`{name}` must be sent as a file part of the multipart form, not as a text field.",
+                param=name,
+                code="invalid_type",
+            )
+    uploads = [(name, upload) for name in IMAGE_FIELDS for upload in files.getlist(name)]
+    masks = files.getlist(MASK_FIELD)
+    if not uploads:
+        raise InvalidRequest(
+            "`image` is required: the PNG, JPEG or WebP file to edit (repeat `image[]` for several).",
+            param="image",
+            code="missing_required_parameter",
+        )
+    limit = settings.GATEWAY_MAX_EDIT_IMAGES
+    if len(uploads) > limit:
+        raise InvalidRequest(
+            f"At most {limit} images can be edited in one request; got {len(uploads)}.",
+            param=uploads[0][0],
+            code="too_many_images",
+        )
+    if len(masks) > 1:
+        raise InvalidRequest(
+            f"Send at most one `mask`; got {len(masks)}.", param=MASK_FIELD, code="invalid_value"
+        )
+    for name, upload in [*uploads, *((MASK_FIELD, mask) for mask in masks)]:
+        upload_size_check(uploaded=upload, param=name)
+    return EditUploads(images=tuple(uploads), mask=masks[0] if masks else None)
+
+
+def edit_uploads_decode(*, uploads: EditUploads) -> tuple[tuple[bytes, ...], bytes | None]:
+    """Read and fully decode the images and the mask (400 on any that is not a valid image).
+
+    CPU-bound (a 16-megapixel PNG takes a good part of a second): the pipeline runs it through
+    core.offload.cpu_bound, after every cheap refusal. It touches no database."""
+    images: list[bytes] = []
+    first = None
+    for name, upload in uploads.images:
+        content = upload_read(uploaded=upload, param=name)
+        checked = image_bytes_check(data=content, param=name)
+        first = first or checked
+        images.append(content)
+    mask: bytes | None = None
+    if uploads.mask is not None:
+        assert first is not None
+        mask = upload_read(uploaded=uploads.mask, param=MASK_FIELD)
+        # The mask applies to the first image (as upstream APIs define it).
+        mask_bytes_check(data=mask, image=first)
+    return tuple(images), mask
 
 
 def upload_size_check(*, uploaded: UploadedFile, param: str) -> None:

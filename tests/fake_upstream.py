@@ -17,7 +17,10 @@ It prints `listening on PORT` once ready. Endpoints:
   with optional "delay" (seconds before answering), "headers", or {"action": "drop"} (close the
   connection without answering) / {"action": "hang"} (never answer within the client's timeout).
 - GET /_requests: every API request received so far ({"path", "headers", "json" or "form_fields",
-  "received_at": the fake upstream's time.monotonic() when the request was read}).
+  "received_at": the fake upstream's time.monotonic() when the request was read}). A streamed text
+  answer adds "stream": {"events": how many it had, "sent": how many went out, "ended": "complete",
+  "cut" or "disconnected" (the client closed the connection first), "at": time.monotonic() then};
+  between two events of a dripping stream a closed connection is seen at once, not at the next write.
 - POST /_reset: clear scripts and the request log.
 - GET /files/<name>.png: the fixed PNG (for url results).
 - GET /redirect?to=<percent-encoded URL>: 302 to that URL, whatever it holds.
@@ -28,6 +31,8 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import select
+import socket
 import struct
 import sys
 import threading
@@ -141,6 +146,7 @@ class Handler(BaseHTTPRequestHandler):
         elif content_type.startswith("multipart/form-data"):
             record["form_fields"] = _multipart_field_names(raw, content_type)
             payload = record["form_fields"].get("_values", {})
+        self.record = record
         with state.lock:
             state.requests.append(record)
             answer = state.scripts[self.path].popleft() if state.scripts[self.path] else None
@@ -273,20 +279,44 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         delay = float(answer.get("event_delay") or 0)
         keep_alive = b": keep-alive\n\n" if answer.get("keep_alive") else b""
-        for index, event in enumerate(events):
-            if delay and index:
-                time.sleep(delay)
-            for piece in (keep_alive, event) if keep_alive else (event,):
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
-                self.wfile.flush()
+        sent = 0
+        try:
+            for index, event in enumerate(events):
+                if delay and index and self._client_gone(delay):
+                    raise ConnectionResetError
+                for piece in (keep_alive, event) if keep_alive else (event,):
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+                    self.wfile.flush()
+                sent += 1
+        except (BrokenPipeError, ConnectionResetError):
+            self._stream_ended(events=len(text.events()), sent=sent, ended="disconnected")
+            self.close_connection = True
+            return
         if stop_after is not None and not error:
             # Cut: the connection drops without the chunked body's last chunk.
+            self._stream_ended(events=len(text.events()), sent=sent, ended="cut")
             self.close_connection = True
             self.connection.shutdown(2)
             return
         if chunked:
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
+        self._stream_ended(events=len(text.events()), sent=sent, ended="complete")
+
+    def _client_gone(self, seconds: float) -> bool:
+        """Wait `seconds` before the next event; True as soon as the client closes the connection
+        (it sends nothing else while it reads a stream, so its connection turning readable is its end)."""
+        readable, _, _ = select.select([self.connection], [], [], seconds)
+        if not readable:
+            return False
+        try:
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+    def _stream_ended(self, **outcome: Any) -> None:
+        with self.server.state.lock:
+            self.record["stream"] = {**outcome, "at": time.monotonic()}
 
 
 def _multipart_field_names(raw: bytes, content_type: str) -> dict[str, Any]:

@@ -192,6 +192,34 @@ def test_it_refuses_a_bad_amount(api, staff_key, alice, amount):
     assert not LedgerEntry.objects.filter(created_by__isnull=False).exists()
 
 
+MALFORMED = [
+    ("/v1/admin/accounts", {"username": "a b"}, "username"),
+    ("/v1/admin/accounts", {"username": "x", "groups": [1, True]}, "groups[1]"),
+    ("/v1/admin/accounts", {"username": "x", "email": "nope"}, "email"),
+    ("/v1/admin/accounts/{alice}/keys", {}, "group"),
+    ("/v1/admin/accounts/{alice}/keys", {"group": 1, "expires_at": "tomorrow"}, "expires_at"),
+    ("/v1/admin/accounts/{alice}/topups", {"amount": "1"}, "note"),
+    ("/v1/admin/accounts/{alice}/topups", {"amount": "1", "note": "   "}, "note"),
+    ("/v1/admin/accounts/{alice}/topups", {"amount": 1, "note": "n"}, "amount"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "param"), MALFORMED, ids=[m[2] for m in MALFORMED])
+def test_it_refuses_a_malformed_body_naming_the_field_and_writes_nothing(
+    api, staff_key, alice, path, body, param
+):
+    accounts = Account.objects.count()
+
+    response = api("POST", path.format(alice=alice.pk), staff_key, json=body)
+
+    error = _error(response, 400, "invalid_value")
+    assert error["param"] == param
+    assert f"`{param.split('[')[0]}`" in error["message"]
+    assert Account.objects.count() == accounts
+    assert not ApiKey.objects.filter(account=alice).exists()
+    assert not LedgerEntry.objects.filter(created_by__isnull=False).exists()
+
+
 def test_it_reads_usage_totals_and_pages_of_records(api, staff_key, alice, alpha_group):
     now = timezone.now()
     for n in (2, 1, 0):  # logged in time order: req_0 is the latest

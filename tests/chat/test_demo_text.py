@@ -110,6 +110,44 @@ def test_the_demo_streams_messages_and_bills_them(client, demo_chat, tara, tara_
     assert balance(tara) == Decimal("1") - cost(start["input_tokens"], delta["output_tokens"])
 
 
+@pytest.mark.django_db(transaction=True)  # closing the response ends the request, and its connection
+def test_a_caller_who_leaves_a_demo_stream_pays_its_input_and_the_bytes_of_the_text_it_got(
+    client, demo_chat, tara, tara_key
+):
+    # The demo makes its events itself (no bytes from a connection): what it generated still counts,
+    # bounded by its UTF-8 bytes (the demo has no public tokenizer).
+    response = call(
+        client,
+        "/v1/messages",
+        {
+            "model": "demo-chat",
+            "max_tokens": 50,
+            "stream": True,
+            "messages": [{"role": "user", "content": "Hi"}],
+        },
+        tara_key,
+    )
+    received = []
+    for piece in response.streaming_content:
+        received.append(piece)
+        if sum(b"text_delta" in p for p in received) == 2:
+            break
+    response.close()
+
+    events = [
+        json.loads(line[6:]) for line in b"".join(received).decode().splitlines() if line.startswith("data: ")
+    ]
+    start = next(e for e in events if e["type"] == "message_start")["message"]["usage"]
+    text = "".join(e["delta"]["text"] for e in events if e["type"] == "content_block_delta")
+    record = UsageRecord.objects.get()
+    assert (record.status, record.error_code) == (499, "client_closed_request")
+    assert (record.input_tokens, record.output_tokens) == (start["input_tokens"], len(text.encode()))
+    assert (
+        balance(tara) == Decimal("1") - cost(start["input_tokens"], len(text.encode())) == 1 - record.amount
+    )
+    assert ledger_check() == []
+
+
 # --- agent clients' loops through the gateway ------------------------------------------------------
 
 WEATHER_TOOL = {

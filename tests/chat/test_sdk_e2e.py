@@ -34,8 +34,15 @@ from accounts.services import account_create, account_set_groups
 from billing.ledger import wallet_top_up
 from billing.models import Hold, UsageRecord, Wallet
 from chat.models import TextModel
+from chat.validation import input_ceiling_tokens
 from groups.services import group_upsert
 from keys.services import api_key_create
+from tests.chat.test_stream_caller_leaves import (
+    read_deltas_then_leave,
+    received_text,
+    stream_open,
+    stream_record,
+)
 from tests.factories import upstream_make
 from tests.fake_text_upstream import CHAT, COUNT_TOKENS, MESSAGES, RESPONSES, TextAnswer, input_tokens_for
 from tests.gunicorn_server import gunicorn_serving
@@ -327,6 +334,9 @@ def final_message(sdk: anthropic.Anthropic, **body: Any):
 
 
 USER = [{"role": "user", "content": PROMPT}]
+# A reply of 32 words, one delta each (tests/fake_text_upstream.py).
+LONG_PROMPT = "a b c d e f g h i j k l m n o p q r s t u v w x y z a b c d"
+LONG_USER = [{"role": "user", "content": LONG_PROMPT}]
 
 
 # OpenAI chat completions
@@ -571,20 +581,46 @@ def test_an_upstream_error_event_mid_stream_raises_and_charges_nothing(world, fa
     assert_not_charged(call, status=502, code="upstream_stream_error")
 
 
-def test_a_caller_who_leaves_mid_stream_is_charged_what_the_upstream_bills(world, fake, oa):
-    # The caller reads three chunks and leaves; the upstream goes on for about a second more. The
-    # stream loop relays it (its events come apart) and finds the caller gone.
-    fake.script(CHAT, {"event_delay": 0.1})
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        (CHAT, {"model": "alpha-chat", "messages": LONG_USER}),
+        (RESPONSES, {"model": "alpha-chat", "input": LONG_PROMPT}),
+        (MESSAGES, {"model": "alpha-haiku", "max_tokens": 256, "messages": LONG_USER}),
+    ],
+    ids=["chat", "responses", "messages"],
+)
+def test_a_caller_who_leaves_mid_stream_pays_the_input_and_the_output_received(world, fake, path, body):
+    # The caller reads three text deltas and leaves; the upstream would go on for 8 s more. The stream
+    # loop relays the events (they come apart) and finds the caller gone at its next write: the
+    # upstream's connection closes at once. Neither model has a public tokenizer: the output is
+    # bounded by its UTF-8 bytes; the input is Anthropic's reported count, or the hold's ceiling.
+    fake.script(path, {"event_delay": 0.25})
     before = loop_streams(world)
     with metered(world.carol) as call:
-        stream = oa.chat.completions.create(model="alpha-chat", messages=USER, stream=True)
-        chunks = iter(stream)
-        for _ in range(3):
-            next(chunks)
-        stream.close()
+        left_at = read_deltas_then_leave(stream_open(world.url, world.key, path, body), deltas=3)
+        upstream = stream_record(fake, path)
 
-    expected = chat_charge_of_last_request(world, fake)
-    assert (call.charged, call.record.amount) == (expected, expected)
+    assert upstream["stream"]["ended"] == "disconnected"
+    assert upstream["stream"]["at"] - left_at < 1
+    assert upstream["stream"]["sent"] < upstream["stream"]["events"] - 20
+    output = len(received_text(upstream).encode())
+    model = world.models[body["model"]]
+    if path == MESSAGES:
+        expected = anthropic_cost(
+            model, input=input_tokens_for(upstream["json"]), cache_read=0, cache_creation=0, output=output
+        )
+    else:
+        prompt = input_ceiling_tokens(body={**body, "stream": True})
+        expected = openai_cost(model, prompt=prompt, cached=0, completion=output)
+    record = call.record  # written with the capture, then given the call's end
+    deadline = time.monotonic() + 5
+    while record.status != 499 and time.monotonic() < deadline:
+        time.sleep(0.02)
+        record.refresh_from_db()
+    assert (call.charged, record.amount) == (expected, expected)
+    assert (record.status, record.error_code) == (499, "client_closed_request")
+    assert record.output_tokens == output >= len("Fake reply to: ")
     assert loop_went(world, before, "caller_gone")
 
 

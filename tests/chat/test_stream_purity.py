@@ -8,8 +8,8 @@ at once, and a greenlet switch inside it would run other greenlets in the middle
 (docs/architecture.md, "The complexity budget").
 
 Two checks: the modules' own source imports nothing that does I/O or takes locks and calls no
-logging, and running each family's tracker over a whole stream, as the relay does, raises no audit
-event of I/O (files, sockets, processes, sleeps).
+logging, and running each family's tracker over a whole stream, as the relay does (noting the output
+received, too), raises no audit event of I/O (files, sockets, processes, sleeps).
 """
 
 from __future__ import annotations
@@ -28,7 +28,14 @@ from tests.chat.test_stream_skim import chat_events, messages_events, responses_
 from upstreams.sse import SSEEvent, SSEParser
 
 # The modules whose code runs inside the stream loop for each event.
-PURE_MODULES = ("chat.families", "upstreams.sse", "translators", "translators.messages_via_chat")
+PURE_MODULES = (
+    "chat.families",
+    "chat.output_count",
+    "upstreams.sse",
+    "translators",
+    "translators.messages_via_chat",
+    "translators.chat_via_messages",
+)
 
 # Modules (and their submodules) that do I/O, wait or lock.
 IMPURE_IMPORTS = frozenset({
@@ -139,7 +146,12 @@ def test_a_whole_stream_parsed_and_tracked_does_no_io(tracker_class: type[Stream
     parser = SSEParser(skim=tracker.skim)
 
     def relay(events: list[SSEEvent]) -> list[SSEEvent]:  # as chat/streaming.py's relay does
-        return [event for event in events if event.skimmed or tracker.feed(event)]
+        relayed = []
+        for event in events:
+            tracker.received.take(event.raw)  # the output received, for a caller who leaves
+            if event.skimmed or tracker.feed(event):
+                relayed.append(event)
+        return relayed
 
     with _io_audited() as raised:
         relayed = []
@@ -150,6 +162,7 @@ def test_a_whole_stream_parsed_and_tracked_does_no_io(tracker_class: type[Stream
 
     assert raised == []
     assert tracker.complete and tracker.error is None and tracker.tokens is not None
+    assert tracker.received.text() != ""
     assert b"".join(event.raw for event in relayed) == body
 
 

@@ -356,28 +356,51 @@ def test_an_error_event_mid_stream_costs_nothing_and_reaches_the_caller_in_anthr
     assert UsageRecord.objects.get().error_code == "upstream_stream_error"
 
 
+# A caller who leaves before the final event pays the input the upstream reported at the start (50 x
+# ¥3 + 100 cache reads x ¥0.30 per million) and the output received until then, bounded by its UTF-8
+# bytes for a model without a public tokenizer ("Hi": 2 x ¥15): ¥0.00021.
+LEFT_AFTER_HI = Decimal("0.00021")
+
+
+def assert_charged_for_leaving(account, amount: Decimal, *, output_tokens: int) -> None:
+    record = UsageRecord.objects.get()
+    assert (record.status, record.error_code) == (499, "client_closed_request")
+    assert (record.amount, record.input_tokens, record.cached_tokens, record.output_tokens) == (
+        amount,
+        50,
+        100,
+        output_tokens,
+    )
+    hold = Hold.objects.get()
+    assert (hold.status, hold.captured_amount) == (Hold.Status.CAPTURED, amount)
+    assert balance(account) == Decimal("1.00") - amount
+    assert ledger_check() == []
+
+
 @pytest.mark.django_db(transaction=True)  # closing the response ends the request, and its connection
 @pytest.mark.parametrize("keep_alive", [False, True])
-def test_a_caller_who_leaves_mid_stream_is_charged_what_the_upstream_went_on_to_produce(
+def test_a_caller_who_leaves_mid_stream_pays_the_input_and_the_output_received_until_then(
     client, upstream, claude_model, tara, tara_key, keep_alive
 ):
     body = messages_stream_body()
-    if keep_alive:  # the drain to the final event steps over the upstream's keep-alives
+    if keep_alive:  # the upstream's keep-alives are relayed and count for nothing
         body = body.replace("\n\n", "\n\n: keep-alive\n\n")
     upstream.post(MESSAGES_URL, body=event_by_event(body), content_type="text/event-stream")
     response = stream(client, "/v1/messages", {"model": "alpha-claude", "max_tokens": 100}, tara_key)
-    events = iter(response.streaming_content)  # events read together are relayed together
-    pieces = [next(events) for _ in range(3)]  # then the caller goes away
+    pieces = []
+    for piece in response.streaming_content:  # events read together are relayed together
+        pieces.append(piece)
+        if b"content_block_delta" in piece:
+            break  # the caller leaves after the first text delta
     response.close()
 
     assert pieces[0].startswith(b"event: message_start")
     assert (pieces[1] == b": keep-alive\n\n") is keep_alive
-    assert balance(tara) == Decimal("1.00") - Decimal("0.00078")
-    assert UsageRecord.objects.get().status == 200
+    assert_charged_for_leaving(tara, LEFT_AFTER_HI, output_tokens=2)
 
 
 @pytest.mark.django_db(transaction=True)  # closing the response ends the request, and its connection
-def test_a_caller_who_leaves_is_charged_when_the_drain_reads_past_runs_of_skimmed_events(
+def test_a_caller_who_leaves_pays_for_the_output_of_runs_of_skimmed_events(
     client, upstream, claude_model, tara, tara_key
 ):
     body = messages_stream_body().replace(
@@ -385,12 +408,27 @@ def test_a_caller_who_leaves_is_charged_when_the_drain_reads_past_runs_of_skimme
     )  # two events a read: (start, block start), (ping, delta), (ping, block stop), (delta, stop)
     upstream.post(MESSAGES_URL, body=event_by_event(body, 2), content_type="text/event-stream")
     response = stream(client, "/v1/messages", {"model": "alpha-claude", "max_tokens": 100}, tara_key)
-    first = next(iter(response.streaming_content))
-    response.close()  # the caller goes away after the first read's events
+    events = iter(response.streaming_content)
+    first, second = next(events), next(events)
+    response.close()  # the caller goes away after the second read's events
 
     assert first.startswith(b"event: message_start") and b"content_block_delta" not in first
-    assert balance(tara) == Decimal("1.00") - Decimal("0.00078")  # 50 x 3 + 100 x 0.30 + 40 x 15
-    assert UsageRecord.objects.get().status == 200
+    assert second.startswith(b"event: ping") and b'"text": "Hi"' in second  # passed on unparsed
+    assert_charged_for_leaving(tara, LEFT_AFTER_HI, output_tokens=2)
+
+
+@pytest.mark.django_db(transaction=True)  # closing the response ends the request, and its connection
+def test_a_caller_who_leaves_after_the_output_usage_pays_the_usage_reported(
+    client, upstream, claude_model, tara, tara_key
+):
+    upstream.post(MESSAGES_URL, body=event_by_event(messages_stream_body()), content_type="text/event-stream")
+    response = stream(client, "/v1/messages", {"model": "alpha-claude", "max_tokens": 100}, tara_key)
+    for piece in response.streaming_content:
+        if b"message_delta" in piece:
+            break  # the output's usage has arrived, the final event not yet
+    response.close()
+
+    assert_charged_for_leaving(tara, Decimal("0.00078"), output_tokens=40)  # 50 x 3 + 100 x 0.30 + 40 x 15
 
 
 def test_a_streamed_request_the_upstream_refuses_is_a_plain_error_with_its_status(
