@@ -54,12 +54,12 @@ from chat.families import RESPONSES_FAMILY, Family, StreamTracker
 from chat.output_count import output_tokens_counted
 from chat.tokenizers import output_encoder
 from core.errors import ApiError, UpstreamFailed, compatible_body, native_body
+from translators import Translator
 from upstreams.errors import UpstreamError, upstream_error_to_api_error
 from upstreams.providers import adapter_for
 from upstreams.providers.base import SSEEvent, TextReply, TextRequest
 from upstreams.snapshots import UpstreamSnapshot
 from upstreams.sse import SSEDirect
-from translators import Translator
 from upstreams.transport import upstream_read_timed_out
 
 STREAM_CUT = "upstream_stream_cut"
