@@ -6,7 +6,7 @@ set, such a call is answered 503 `overloaded` with Retry-After at once instead: 
 and before anything is reserved, so it is never billed, and counted (`gateway_calls_shed`). Behind
 deploy/nginx.conf it is then tried on another node. Only new `/v1` POST calls are shed: the calls and
 streams in flight go on, and reads (`GET /v1/models`, `/v1/me`), the probes, the console and the
-admin are served as before.
+admin are always served.
 """
 
 from __future__ import annotations

@@ -22,11 +22,6 @@ def money_exact(value: Decimal | None) -> Decimal:
     return (value if value is not None else Decimal("0")).quantize(settings.MONEY_QUANTUM)
 
 
-def wallet_ledger_sum(*, wallet: Wallet) -> Decimal:
-    total = LedgerEntry.objects.filter(wallet=wallet).aggregate(total=Sum("amount"))["total"]
-    return money_exact(total)
-
-
 def subscription_get_active(
     *, account_id: int, group_id: int, at: datetime | None = None
 ) -> Subscription | None:

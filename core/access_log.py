@@ -4,7 +4,7 @@ gunicorn formats `access_log_format` from a dictionary of every atom it knows: t
 every request and response header, the user decoded from a Basic Authorization header and a
 strftime'd timestamp, each string escaped (its cost: docs/benchmarks.md). `AccessLogger` writes the
 line of `ACCESS_LOG_FORMAT`, the format gunicorn.conf.py sets, from the five values it uses, through
-the same logging handler (stdout or the file of GUNICORN_ACCESSLOG, reopened on USR1 as before). Any
+the same logging handler (stdout or the file of GUNICORN_ACCESSLOG, reopened on USR1 by gunicorn). Any
 other format (`--access-logformat`) is formatted by gunicorn itself.
 
 With LOG_FORMAT=json, gunicorn's own log and the access log are JSON lines too (python-json-logger),

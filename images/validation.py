@@ -413,18 +413,6 @@ class EditUploads:
     mask: UploadedFile | None
 
 
-def edit_params_validate(
-    *, data: QueryDict, files: MultiValueDict, image_model: ImageCapabilities
-) -> tuple[ImageParams, tuple[bytes, ...], bytes | None]:
-    """Validate a multipart POST /v1/images/edits: the form fields, then the images and the mask.
-
-    Returns the parameters, the image bytes (in the order sent) and the mask bytes (or None).
-    """
-    params, uploads = edit_fields_validate(data=data, files=files, image_model=image_model)
-    images, mask = edit_uploads_decode(uploads=uploads)
-    return params, images, mask
-
-
 def edit_fields_validate(
     *, data: QueryDict, files: MultiValueDict, image_model: ImageCapabilities
 ) -> tuple[ImageParams, EditUploads]:

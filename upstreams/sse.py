@@ -38,8 +38,8 @@ class SSEEvent:
     a model thinks), yielded only when asked for (`sse_events(..., comments=True)`): no event, but
     bytes a relay passes on so that its caller's connection does not sit idle either.
 
-    Not frozen, for speed (a frozen dataclass sets each field through `object.__setattr__`, 0.7 µs
-    an event against 0.26), but read-only all the same: nothing changes an event once made.
+    Not frozen, for speed (a frozen dataclass sets each field through `object.__setattr__`, on
+    every event of every stream), but read-only all the same: nothing changes an event once made.
 
     `skimmed` is True for a run of whole events that the reader's `skim` found nothing in to follow
     (`sse_events(..., skim=...)`): `raw` holds them as they arrived, unparsed, for a relay to pass on;

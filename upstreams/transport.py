@@ -83,7 +83,7 @@ class UpstreamReply:
         return self.status in REDIRECT_STATUSES and "Location" in self.headers
 
     def body_take(self) -> bytes:
-        """The body, which the reply no longer holds (the caller keeps what it makes of it)."""
+        """The body, taken out of the reply, which then holds none: the caller keeps what it makes of it."""
         body, self.body = self.body, b""
         return body
 
