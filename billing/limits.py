@@ -272,7 +272,7 @@ def concurrency_slots_release_owner(*, owner: str) -> int:
     given_back = 0
     for key in client.scan_iter(match=cache.make_key(f"{SLOT_KEY_PREFIX}:*"), count=1000):
         token = client.get(key)
-        if token is not None and token.startswith(mine):
+        if isinstance(token, bytes) and token.startswith(mine):
             given_back += client.eval(_RELEASE_SCRIPT, 1, key, token)
     if given_back:
         logger.warning("gave back %d concurrency slot(s) of process %s, which died", given_back, owner)

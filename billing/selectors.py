@@ -188,11 +188,11 @@ def _subscription_usage_problems() -> list[LedgerProblem]:
                     f"{money_display(want)}",
                 )
             )
-    for identity, want in expected.items():
-        if identity not in seen and want != 0:
+    for counted_in, want in expected.items():
+        if counted_in not in seen and want != 0:
             problems.append(
                 LedgerProblem(
-                    f"subscription #{identity[0]} {identity[1]} window from {identity[2]}",
+                    f"subscription #{counted_in[0]} {counted_in[1]} window from {counted_in[2]}",
                     f"no usage counter, but holds of {money_display(want)} count in it",
                 )
             )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import traceback
+from collections.abc import MutableMapping
 from typing import Any
 
 from gunicorn.glogging import Logger
@@ -72,7 +73,7 @@ class AccessLogger(Logger):
             for handler in log.handlers:
                 handler.setFormatter(formatter)
 
-    def access(self, resp: Any, req: Any, environ: dict[str, Any], request_time: Any) -> None:
+    def access(self, resp: Any, req: Any, environ: MutableMapping[str, Any], request_time: Any) -> None:
         if not self.access_log_enabled:
             return
         if self.cfg.access_log_format != ACCESS_LOG_FORMAT:

@@ -90,7 +90,7 @@ def _redis() -> redis.Redis:
     options = settings.CACHES["default"].get("OPTIONS", {})
     return redis.Redis(
         connection_pool=ProcessConnectionPool.from_url(
-            settings.REDIS_URL,
+            settings.REDIS_URL or "",  # redis_check asks only with REDIS_URL set
             socket_connect_timeout=options.get("socket_connect_timeout", 0.5),
             socket_timeout=options.get("socket_timeout", 1.0),
         )

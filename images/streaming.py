@@ -24,10 +24,10 @@ from api.usage import UsageScope
 from core.errors import ApiError, InternalError, UpstreamFailed, compatible_body
 from images.access import ResolvedModel
 from upstreams.errors import upstream_error_to_api_error
-from upstreams.models import Upstream
 from upstreams.providers import adapter_for
 from upstreams.providers.base import IMAGES_STREAM, ImageRequest, StreamEvent, UpstreamError
 from upstreams.routing import upstreams_for_model
+from upstreams.snapshots import UpstreamSnapshot
 
 logger = logging.getLogger("gateway.stream")
 
@@ -54,7 +54,7 @@ def stream_relay(
     """The response body of a streamed call. `owned` holds the usage scope and the reservation and is
     closed when the stream ends, however it ends."""
     events: Iterator[StreamEvent] | None = None
-    upstream: Upstream | None = None
+    upstream: UpstreamSnapshot | None = None
     completed = 0
     finished = False
 
@@ -108,7 +108,7 @@ def stream_relay(
         finish(None)  # no-op unless a path above did not settle (e.g. a failure inside finish)
 
 
-def _converted(error: UpstreamError, upstream: Upstream | None) -> ApiError:
+def _converted(error: UpstreamError, upstream: UpstreamSnapshot | None) -> ApiError:
     if upstream is None:
         return UpstreamFailed("The model's provider failed.", code="upstream_error")
     return upstream_error_to_api_error(error=error, upstream=upstream)
@@ -116,10 +116,10 @@ def _converted(error: UpstreamError, upstream: Upstream | None) -> ApiError:
 
 def _open_stream(
     *, usage: UsageScope, resolved: ResolvedModel, upstream_request: ImageRequest
-) -> tuple[StreamEvent, Iterator[StreamEvent], Upstream]:
+) -> tuple[StreamEvent, Iterator[StreamEvent], UpstreamSnapshot]:
     """Fail over between upstreams until one has sent its first event."""
 
-    def attempt(upstream: Upstream, deadline: float) -> tuple[StreamEvent, Iterator[StreamEvent]]:
+    def attempt(upstream: UpstreamSnapshot, deadline: float) -> tuple[StreamEvent, Iterator[StreamEvent]]:
         events = adapter_for(upstream, deadline=None).call(IMAGES_STREAM, upstream_request)
         try:
             first = next(events)

@@ -207,7 +207,8 @@ def circuit_admit_panic(*, upstream_id: int, cooldown: float = DEFAULT_COOLDOWN_
 def circuit_open_until(*, upstream_id: int) -> float | None:
     """When the upstream's open circuit lets a call through again (time.time()), or None if closed."""
     key = _key(upstream_id, "open_until")
-    return _stored(lambda store: store.get(key))
+    open_until: float | None = _stored(lambda store: store.get(key))
+    return open_until
 
 
 def circuit_record_success(*, upstream_id: int, admission: Admission | None = None) -> None:

@@ -195,7 +195,8 @@ def _sse_fields(
     None. Comment lines (":...") and fields other than `event` and `data` are skipped; a line without
     a colon is a field without value; one space after the colon is not part of the value."""
     raw = bytes(buffer[start : end + 2])
-    event_type, data_lines = b"", []
+    event_type = b""
+    data_lines: list[bytes] = []
     for line in raw[:-2].split(_LF):
         if not line:  # a blank line before the event's own lines (e.g. after a comment-only event)
             event_type, data_lines = b"", []
