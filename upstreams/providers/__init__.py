@@ -16,7 +16,7 @@ from upstreams.providers.gemini import GeminiAdapter
 from upstreams.providers.openai import OpenAIAdapter
 
 if TYPE_CHECKING:
-    from upstreams.models import Upstream
+    from upstreams.snapshots import UpstreamSnapshot
 
 ADAPTERS: dict[str, type[Adapter]] = {
     AnthropicAdapter.kind: AnthropicAdapter,
@@ -26,7 +26,7 @@ ADAPTERS: dict[str, type[Adapter]] = {
 }
 
 
-def adapter_for(upstream: Upstream, *, deadline: float | None = None) -> Adapter:
+def adapter_for(upstream: UpstreamSnapshot, *, deadline: float | None = None) -> Adapter:
     try:
         adapter_class = ADAPTERS[upstream.kind]
     except KeyError:
