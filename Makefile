@@ -21,10 +21,12 @@ $(BIN)/.installed: pyproject.toml
 run: $(BIN)/.installed | .env
 	DEBUG=$${DEBUG:-1} $(BIN)/python scripts/run_demo.py
 
-# Style (ruff) and the apps' import direction (import-linter contracts in pyproject.toml).
+# Style (ruff), the apps' import direction (import-linter contracts) and types (mypy), each configured
+# in pyproject.toml.
 lint: $(BIN)/.installed | .env
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 format: $(BIN)/.installed
 	$(BIN)/ruff check --fix .
@@ -52,4 +54,4 @@ migrate: $(BIN)/.installed
 	$(BIN)/python manage.py migrate
 
 clean:
-	rm -rf $(VENV) db.sqlite3 .demo-keys artifacts .pytest_cache .ruff_cache
+	rm -rf $(VENV) db.sqlite3 .demo-keys artifacts .pytest_cache .ruff_cache .mypy_cache

@@ -29,6 +29,7 @@ from billing.selectors import subscription_get_active, wallet_available_get
 from billing.subscriptions import subscription_hold_reserve
 from core.errors import INSUFFICIENT_BALANCE, SUBSCRIPTION_INVALID, SUBSCRIPTION_NOT_FOUND, BillingError
 from groups.models import Group
+from groups.snapshots import GroupSnapshot
 from keys.credentials import Credential
 
 logger = logging.getLogger("gateway.billing")
@@ -53,7 +54,7 @@ def transaction_open_by_application() -> bool:
 
 
 def subscription_resolve_for_call(
-    *, credential: Credential, group: Group, model_id: str, now: datetime
+    *, credential: Credential, group: GroupSnapshot, model_id: str, now: datetime
 ) -> Subscription:
     """The active subscription that pays for this call, or 403 SUBSCRIPTION_NOT_FOUND / _INVALID.
 
@@ -73,7 +74,7 @@ def subscription_resolve_for_call(
     return subscription
 
 
-def balance_precheck(*, credential: Credential, group: Group, price: Decimal) -> None:
+def balance_precheck(*, credential: Credential, group: GroupSnapshot, price: Decimal) -> None:
     """403 INSUFFICIENT_BALANCE when a wallet-billed call's price is more than the account's available
     balance now: a refusal that costs one read, for calls with expensive work (decoding uploads)
     before their reservation. Only a pre-check: the reservation in `metered_begin` is the guarantee.
@@ -164,7 +165,7 @@ def metered_begin(
     *,
     usage: UsageScope,
     credential: Credential,
-    group: Group,
+    group: GroupSnapshot,
     model_id: str,
     price: Decimal,
     now: datetime | None = None,
@@ -201,7 +202,7 @@ def metered_call(
     *,
     usage: UsageScope,
     credential: Credential,
-    group: Group,
+    group: GroupSnapshot,
     model_id: str,
     price: Decimal,
     call: Callable[[], T],
@@ -238,7 +239,13 @@ def metered_call(
 
 
 def _reserve(
-    *, credential: Credential, group: Group, model_id: str, amount: Decimal, usage: UsageScope, now: datetime
+    *,
+    credential: Credential,
+    group: GroupSnapshot,
+    model_id: str,
+    amount: Decimal,
+    usage: UsageScope,
+    now: datetime,
 ) -> Hold:
     if group.billing == Group.Billing.SUBSCRIPTION:
         subscription = subscription_resolve_for_call(

@@ -15,7 +15,7 @@ A stream comes here only after its answer has begun: the status and headers and 
 out through gunicorn as usual. Its greenlet waits (parked, no CPU) until the stream leaves the loop:
 `step` says so (its final event, or the upstream's body ended, or an error to answer), the caller's
 connection fails or takes nothing for the stream's timeout, or the upstream sends nothing for it.
-Then the greenlet carries on as before, through gunicorn: the capture, the last bytes, the end of
+Then the greenlet carries on through gunicorn: the capture, the last bytes, the end of
 the body. So only the middle of a stream's body bypasses gunicorn's writer, and the bytes it writes
 are framed as gunicorn frames them.
 
@@ -30,7 +30,7 @@ tests/api/test_stream_loop.py, which fails if a release changes it:
 
 Used only under gunicorn's gevent worker (the PostgreSQL default) and when GATEWAY_STREAM_LOOP is on;
 anywhere else (gthread, runserver, the test client) `caller_socket` is None and streams are relayed
-one greenlet or thread each, as before.
+one greenlet or thread each.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from typing import TypeVar
 from api.metering import connection_release
 from api.usage import UsageScope
 from upstreams.errors import upstream_error_to_api_error
-from upstreams.models import Upstream
 from upstreams.resilience import upstream_call_resilient
+from upstreams.snapshots import UpstreamSnapshot
 
 T = TypeVar("T")
 
@@ -22,15 +22,15 @@ T = TypeVar("T")
 def upstream_attempts_run(
     *,
     usage: UsageScope,
-    upstreams: Sequence[Upstream],
+    upstreams: Sequence[UpstreamSnapshot],
     request_id: str,
-    attempt: Callable[[Upstream, float], T],
-) -> tuple[T, Upstream]:
+    attempt: Callable[[UpstreamSnapshot, float], T],
+) -> tuple[T, UpstreamSnapshot]:
     """Run `attempt(upstream, deadline)` over `upstreams` until one succeeds; its result and upstream.
 
     A non-retryable upstream error becomes the caller's ApiError for that upstream."""
 
-    def attempt_started(upstream: Upstream, deadline: float) -> T:
+    def attempt_started(upstream: UpstreamSnapshot, deadline: float) -> T:
         usage.set_upstream(upstream.name)
         connection_release()
         return attempt(upstream, deadline)

@@ -26,7 +26,7 @@ from upstreams.providers.base import UpstreamError
 
 if TYPE_CHECKING:
     from billing.models import UsageRecord
-    from groups.models import Group
+    from groups.snapshots import GroupSnapshot
     from keys.credentials import Credential
 
 logger = logging.getLogger("gateway.usage")
@@ -43,7 +43,7 @@ class UsageScope:
         self.request_id = request_id
         self.endpoint = endpoint
         self.credential = credential
-        self.group: Group | None = None
+        self.group: GroupSnapshot | None = None
         self.model_id = ""
         self.upstream = ""
         # Upstream attempts made (each one names its upstream first): retries and failovers included.
@@ -65,7 +65,7 @@ class UsageScope:
         if isinstance(model, str):
             self.model_id = model[:200]  # UsageRecord.model_id's max_length
 
-    def set_target(self, *, group: Group, model_id: str) -> None:
+    def set_target(self, *, group: GroupSnapshot, model_id: str) -> None:
         self.group = group
         self.model_id = model_id
         self.billing = group.billing

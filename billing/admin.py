@@ -1,11 +1,16 @@
+from collections.abc import Sequence
 from decimal import Decimal
+from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.db import models
+from django.db.models import Model, QuerySet
+from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
+from accounts.models import User
 from billing.holds import holds_release_stale
 from billing.ledger import wallet_adjust, wallet_top_up
 from billing.models import (
@@ -25,7 +30,7 @@ class MoneyMovementForm(forms.Form):
     amount = forms.CharField()
     note = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
 
-    def __init__(self, *args, allow_negative: bool, note_required: bool, **kwargs):
+    def __init__(self, *args: Any, allow_negative: bool, note_required: bool, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.allow_negative = allow_negative
         self.fields["amount"].help_text = (
@@ -33,7 +38,7 @@ class MoneyMovementForm(forms.Form):
         )
         self.fields["note"].required = note_required
 
-    def clean_amount(self):
+    def clean_amount(self) -> Decimal:
         try:
             return money_parse(
                 self.cleaned_data["amount"], allow_negative=self.allow_negative, allow_zero=False
@@ -45,11 +50,11 @@ class MoneyMovementForm(forms.Form):
 class MoneyFormField(forms.DecimalField):
     """An editable amount offered trimmed ("1.50", not the column's "1.50000000")."""
 
-    def prepare_value(self, value):
+    def prepare_value(self, value: Any) -> Any:
         return money_trimmed(value) if isinstance(value, Decimal) else value
 
 
-class MoneyShownAdmin(admin.ModelAdmin):
+class MoneyShownAdmin(admin.ModelAdmin[Any]):
     """Shows the money columns named in `money_fields` as people read them (¥33.08, ¥0.000024,
     billing.money.money_display), in the list and wherever they are read-only, instead of the column's
     eight fixed places; editable ones are offered trimmed. Each column `x` is shown by a generated
@@ -57,40 +62,44 @@ class MoneyShownAdmin(admin.ModelAdmin):
 
     money_fields: tuple[str, ...] = ()
 
-    def __init__(self, model, admin_site):
+    def __init__(self, model: type[Model], admin_site: admin.AdminSite) -> None:
         super().__init__(model, admin_site)
         for name in self.money_fields:
-            setattr(self, f"{name}_shown", self._money_column(model._meta.get_field(name)))
+            field = model._meta.get_field(name)
+            assert isinstance(field, models.DecimalField), f"{name} is not a money column"
+            setattr(self, f"{name}_shown", self._money_column(field))
 
-    def _money_column(self, field: models.DecimalField):
+    def _money_column(self, field: models.DecimalField[Any, Any]) -> Any:
         @admin.display(description=field.verbose_name, ordering=field.name)
-        def shown(obj):
+        def shown(obj: Model) -> str:
             value = getattr(obj, field.name)
             return self.get_empty_value_display() if value is None else money_display(value)
 
         return shown
 
-    def _shown(self, names):
+    def _shown(self, names: Sequence[Any]) -> list[Any]:
         return [f"{name}_shown" if name in self.money_fields else name for name in names]
 
-    def get_list_display(self, request):
+    def get_list_display(self, request: HttpRequest) -> list[Any]:
         return self._shown(super().get_list_display(request))
 
-    def get_readonly_fields(self, request, obj=None):
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         return self._shown(super().get_readonly_fields(request, obj))
 
-    def get_exclude(self, request, obj=None):
+    def get_exclude(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         # A read-only money column is shown by its `_shown` twin; keep the column out of the form.
         raw = [name for name in super().get_readonly_fields(request, obj) if name in self.money_fields]
         return [*(super().get_exclude(request, obj) or ()), *raw]
 
-    def get_fields(self, request, obj=None):
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any] | tuple[Any, ...]:
         fields = super().get_fields(request, obj)
         if obj is not None and not self.has_change_permission(request, obj):
             return self._shown(fields)  # a view-only page: every field is read-only
         return fields
 
-    def formfield_for_dbfield(self, db_field, request, **kwargs):
+    def formfield_for_dbfield(
+        self, db_field: models.Field[Any, Any], request: HttpRequest, **kwargs: Any
+    ) -> forms.Field | None:
         if db_field.name in self.money_fields:
             kwargs.setdefault("form_class", MoneyFormField)
         return super().formfield_for_dbfield(db_field, request, **kwargs)
@@ -106,17 +115,17 @@ class WalletAdmin(MoneyShownAdmin):
     actions = ("top_up", "adjust")
 
     @admin.display(description="Available")
-    def available_amount(self, obj: Wallet):
+    def available_amount(self, obj: Wallet) -> str:
         return money_display(obj.available)
 
-    def has_add_permission(self, request):
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # wallets are created with their account
 
-    def has_delete_permission(self, request, obj=None):
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
     @admin.action(description="Top up selected wallets…")
-    def top_up(self, request, queryset):
+    def top_up(self, request: HttpRequest, queryset: QuerySet[Wallet]) -> TemplateResponse | None:
         return self._money_action(
             request,
             queryset,
@@ -127,7 +136,7 @@ class WalletAdmin(MoneyShownAdmin):
         )
 
     @admin.action(description="Adjust selected wallets…")
-    def adjust(self, request, queryset):
+    def adjust(self, request: HttpRequest, queryset: QuerySet[Wallet]) -> TemplateResponse | None:
         return self._money_action(
             request,
             queryset,
@@ -137,13 +146,23 @@ class WalletAdmin(MoneyShownAdmin):
             note_required=True,
         )
 
-    def _money_action(self, request, queryset, *, action, title, allow_negative, note_required):
+    def _money_action(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[Wallet],
+        *,
+        action: str,
+        title: str,
+        allow_negative: bool,
+        note_required: bool,
+    ) -> TemplateResponse | None:
         """Ask for amount and note on a confirmation page; on confirm, write one ledger entry per wallet."""
         if "apply" in request.POST:
             form = MoneyMovementForm(request.POST, allow_negative=allow_negative, note_required=note_required)
             if form.is_valid():
                 amount, note = form.cleaned_data["amount"], form.cleaned_data["note"]
                 done, failures = 0, []
+                staff = request.user if isinstance(request.user, User) else None
                 for wallet in queryset.select_related("account"):
                     try:
                         if action == "top_up":
@@ -152,7 +171,7 @@ class WalletAdmin(MoneyShownAdmin):
                                 amount=amount,
                                 note=note,
                                 reference="admin:top-up",
-                                created_by=request.user,
+                                created_by=staff,
                             )
                         else:
                             wallet_adjust(
@@ -160,7 +179,7 @@ class WalletAdmin(MoneyShownAdmin):
                                 amount=amount,
                                 note=note,
                                 reference="admin:adjustment",
-                                created_by=request.user,
+                                created_by=staff,
                             )
                         done += 1
                     except MoneyError as exc:
@@ -199,13 +218,13 @@ class WalletAdmin(MoneyShownAdmin):
 class ReadOnlyAdmin(MoneyShownAdmin):
     """Rows written only by billing services: staff read them, never edit them."""
 
-    def has_add_permission(self, request):
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None):
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    def has_delete_permission(self, request, obj=None):
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
 
@@ -271,7 +290,7 @@ class HoldAdmin(ReadOnlyAdmin):
     actions = ("release_stale",)
 
     @admin.action(description="Release stale holds (expired ones among the selected)…")
-    def release_stale(self, request, queryset):
+    def release_stale(self, request: HttpRequest, queryset: QuerySet[Hold]) -> TemplateResponse | None:
         return admin_action_confirmed(
             model_admin=self,
             request=request,
@@ -285,7 +304,7 @@ class HoldAdmin(ReadOnlyAdmin):
             ),
         )
 
-    def get_actions(self, request):
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
         # The action releases money reservations: offered to staff who may change holds' wallets.
         actions = super().get_actions(request)
         if not request.user.has_perm("billing.change_wallet"):

@@ -213,6 +213,7 @@ def _hold_capture_orm(
         if won and hold.kind == Hold.Kind.WALLET and hold.amount > 0:
             # Lock the wallet row so balance_after is exactly this charge's result under concurrency.
             # The whole hold leaves `held`; only the charge leaves the balance.
+            assert hold.wallet_id is not None  # a wallet hold names its wallet (hold_reserve)
             wallet = Wallet.objects.select_for_update().get(pk=hold.wallet_id)
             # update() skips auto_now: updated_at is set with the columns it stands for.
             Wallet.objects.filter(pk=wallet.pk).update(
@@ -238,6 +239,9 @@ def _hold_capture_orm(
 def _subscription_windows_give_back(*, hold: Hold, amount: Decimal) -> None:
     """A subscription hold captured for less than it counted: give the difference back to exactly
     the windows it was counted in, in the reservation's lock order (day, week, month, total)."""
+    # A subscription hold names its subscription and its windows (subscription_hold_reserve).
+    assert hold.subscription_id is not None
+    assert hold.day_start is not None and hold.week_start is not None and hold.month_start is not None
     with transaction.atomic():
         for window, start in (
             (SubscriptionUsage.Window.DAY, hold.day_start),
@@ -289,6 +293,7 @@ def _hold_release_orm(*, hold: Hold, now: datetime, status: str) -> bool:
             return False
         if hold.kind == Hold.Kind.WALLET:
             # A relative update under the row lock; the held >= 0 constraint is the backstop.
+            assert hold.wallet_id is not None  # a wallet hold names its wallet (hold_reserve)
             Wallet.objects.filter(pk=hold.wallet_id).update(
                 held=money_sql(F("held") - hold.amount), updated_at=now
             )

@@ -25,6 +25,7 @@ from django.db import IntegrityError, InterfaceError, OperationalError, transact
 from django.utils import timezone
 
 from accounts.models import Account
+from accounts.snapshots import AccountSnapshot
 from billing.models import Hold, IdempotencyRecord
 from core.db import database_reconnect, session_ended_before_statement
 from core.errors import ApiError, Conflict, InvalidRequest, compatible_body
@@ -68,7 +69,7 @@ def idempotency_key_validate(*, key: str) -> str:
 
 def idempotent_execute(
     *,
-    account: Account,
+    account: Account | AccountSnapshot,
     key: str | None,
     fingerprint: str,
     produce: Callable[[], StoredResponse],
@@ -224,7 +225,7 @@ def _completed(*, record: IdempotencyRecord, response: StoredResponse) -> bool:
 
 
 def _claim(
-    *, account: Account, key: str, fingerprint: str, reference: str, now: datetime
+    *, account: Account | AccountSnapshot, key: str, fingerprint: str, reference: str, now: datetime
 ) -> IdempotencyRecord | StoredResponse:
     owner = uuid.uuid4().hex
     locked_until = now + timedelta(seconds=settings.GATEWAY_HOLD_TTL_SECONDS)

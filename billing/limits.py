@@ -1,7 +1,9 @@
-"""Per-credential rate and concurrency limits, counted in the Django cache.
+"""Per-credential rate and concurrency limits: rates counted in the Django cache (django-ratelimit),
+concurrency slots kept in the cache's Redis through redis-py, whose SET NX PX and a compare-and-delete
+script take and give back a slot each in one step.
 
 With REDIS_URL set the cache is Redis, so every process and machine shares one count; without it
-(the `make run` default) it is a per-process memory cache and each worker process counts on its own.
+(the `make run` default) each worker process counts on its own, in memory.
 The group's `rpm` and `concurrency` come from the per-process configuration cache, which every group
 save invalidates after commit (core/config_cache.py), so staff changes apply from the next call.
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -33,6 +36,7 @@ from django_ratelimit.core import get_usage
 from core.errors import ApiError, RateLimited
 from core.process_identity import process_owner
 from core.redis_health import RedisUnavailable, redis_fail_open, redis_guarded
+from core.redis_pool import ProcessConnectionPool
 
 logger = logging.getLogger("gateway.billing")
 
@@ -126,7 +130,63 @@ def rate_limit_hit(*, limit_key: str, rpm: int) -> None:
 class ConcurrencySlot:
     key: str
     token: str
-    local: bool = False  # taken from this process's counters while Redis was down
+    local: bool = False  # taken from this process's slots while Redis was down
+
+
+# Delete KEYS[1] only while it still holds ARGV[1]: one step in Redis, so a slot whose lease expired
+# and that another call has taken since is never freed by the first call's late release.
+_RELEASE_SCRIPT = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+def _slot_client() -> redis.Redis | None:
+    """A redis-py client on the cache's Redis, over the process's shared pool (core/redis_pool.py,
+    built from the same URL and options as the cache's, so the same pool); None when the cache is
+    not Redis (each process counts its own slots)."""
+    config = settings.CACHES["default"]
+    location = config.get("LOCATION")
+    if not isinstance(caches["default"], RedisCache) or not location:
+        return None
+    options = {
+        name: value
+        for name, value in config.get("OPTIONS", {}).items()
+        if name not in ("pool_class", "parser_class", "serializer")
+    }
+    return redis.Redis(connection_pool=ProcessConnectionPool.from_url(location, **options))
+
+
+class _LocalSlots:
+    """This process's slots (without Redis, or while it is down and failing open): key -> (token,
+    lease end on time.monotonic()). One lock makes take and give-back each one step, as in Redis."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._slots: dict[str, tuple[str, float]] = {}
+
+    def take(self, keys: list[str], token: str, ttl_seconds: int) -> str | None:
+        now = time.monotonic()
+        with self._lock:
+            for key in keys:
+                held = self._slots.get(key)
+                if held is None or held[1] <= now:
+                    self._slots[key] = (token, now + ttl_seconds)
+                    return key
+        return None
+
+    def give_back(self, key: str, token: str) -> bool:
+        with self._lock:
+            held = self._slots.get(key)
+            if held is None or held[0] != token:
+                return False
+            del self._slots[key]
+            return True
+
+
+_local_slots = _LocalSlots()
 
 
 def concurrency_slot_acquire(
@@ -135,25 +195,38 @@ def concurrency_slot_acquire(
     """Take one of the credential's `limit` in-flight slots (0 = unlimited: None, nothing to release);
     429 with Retry-After when all are taken.
 
-    Each slot is its own cache key, taken with `cache.add` (SET NX in Redis), so two calls can never
-    hold one slot. A slot is a lease: it expires after `ttl_seconds` (GATEWAY_CONCURRENCY_SLOT_TTL_SECONDS,
-    far shorter than a hold), so a process killed without releasing its slot leaks it for at most that.
+    Each slot is its own Redis key, taken with SET NX PX, so two calls can never hold one slot. A slot
+    is a lease: it expires after `ttl_seconds` (GATEWAY_CONCURRENCY_SLOT_TTL_SECONDS, far shorter than
+    a hold), so a process killed without releasing its slot leaks it for at most that. Without Redis,
+    or while it is down and failing open, the slots are this process's own.
     """
     if limit <= 0:
         return None
     ttl = ttl_seconds if ttl_seconds is not None else settings.GATEWAY_CONCURRENCY_SLOT_TTL_SECONDS
-    keys = [f"{SLOT_KEY_PREFIX}:{limit_key}:{index}" for index in range(limit)]
+    names = [f"{SLOT_KEY_PREFIX}:{limit_key}:{index}" for index in range(limit)]
     # Whose slot it is: `concurrency_slots_release_owner` gives back a dead process's slots.
     token = f"{process_owner()}:{uuid.uuid4().hex}"
 
-    def take(store: BaseCache) -> str | None:
-        taken = store.get_many(keys)
-        for key in keys:
-            if key not in taken and store.add(key, token, timeout=ttl):
-                return key
-        return None
+    key: str | None
+    local = True
+    client = _slot_client()
+    if client is None:
+        key = _local_slots.take(names, token, ttl)
+    else:
+        keys = [cache.make_key(name) for name in names]
 
-    key, local = _shared_or_local(take)
+        def take() -> str | None:
+            for taken in keys:
+                if client.set(taken, token, nx=True, px=ttl * 1000):
+                    return taken
+            return None
+
+        try:
+            key, local = redis_guarded(take), False
+        except RedisUnavailable:
+            if not redis_fail_open():
+                raise _limits_unavailable() from None
+            key = _local_slots.take(names, token, ttl)
     if key is not None:
         return ConcurrencySlot(key=key, token=token, local=local)
     raise RateLimited(
@@ -165,20 +238,19 @@ def concurrency_slot_acquire(
 
 
 def concurrency_slot_release(*, slot: ConcurrencySlot | None) -> None:
-    """Give the slot back, unless its TTL already expired and another call holds it now. Never raises:
-    a slot that cannot be given back (Redis down) expires after its TTL."""
+    """Give the slot back, unless its lease already expired and another call holds it now: the
+    comparison and the delete are one step. Never raises: a slot that cannot be given back (Redis
+    down) expires after its lease."""
     if slot is None:
         return
-
-    def give_back(store: BaseCache) -> None:
-        if store.get(slot.key) == slot.token:
-            store.delete(slot.key)
-
     if slot.local:
-        give_back(_local)
+        _local_slots.give_back(slot.key, slot.token)
+        return
+    client = _slot_client()
+    if client is None:  # the cache stopped being Redis since (a settings change)
         return
     try:
-        redis_guarded(lambda: give_back(cache))
+        redis_guarded(lambda: client.eval(_RELEASE_SCRIPT, 1, slot.key, slot.token))
     except RedisUnavailable:
         logger.warning(
             "concurrency slot %s not given back (Redis unreachable); it expires by itself", slot.key
@@ -191,29 +263,17 @@ def concurrency_slots_release_owner(*, owner: str) -> int:
     """Give back every concurrency slot the process `owner` (`<instance>:<pid>`,
     core.process_identity) holds in Redis: it has died, and its slots would otherwise stay taken
     until their lease ends. Returns how many were given back; 0 without Redis (each process's slots
-    are its own and died with it). Redis's SCAN finds the slot keys (the cache API has no listing);
-    each is read and deleted through the cache, and only while it still holds that process's token."""
-    location = settings.CACHES["default"].get("LOCATION")
-    if not isinstance(caches["default"], RedisCache) or not location:
+    are its own and died with it). SCAN finds the slot keys; each is deleted only while it still
+    holds that process's token, in one step."""
+    client = _slot_client()
+    if client is None:
         return 0
-    prefix = cache.make_key("")
-    pattern = cache.make_key(f"{SLOT_KEY_PREFIX}:*")
-    client = redis.Redis.from_url(location)
-    try:
-        names = [name.decode()[len(prefix) :] for name in client.scan_iter(match=pattern, count=1000)]
-    finally:
-        client.close()
-    mine = f"{owner}:"
+    mine = f"{owner}:".encode()
     given_back = 0
-    for key, token in cache.get_many(names).items():
-        if isinstance(token, str) and token.startswith(mine) and cache.get(key) == token:
-            cache.delete(key)
-            given_back += 1
+    for key in client.scan_iter(match=cache.make_key(f"{SLOT_KEY_PREFIX}:*"), count=1000):
+        token = client.get(key)
+        if isinstance(token, bytes) and token.startswith(mine):
+            given_back += client.eval(_RELEASE_SCRIPT, 1, key, token)
     if given_back:
         logger.warning("gave back %d concurrency slot(s) of process %s, which died", given_back, owner)
     return given_back
-
-
-def limits_local_clear() -> None:
-    """Drop this process's fallback counters (tests)."""
-    _local.clear()

@@ -1,3 +1,6 @@
+from decimal import Decimal
+from typing import Any, NoReturn
+
 from django.conf import settings
 from django.db import models
 
@@ -28,7 +31,7 @@ class Wallet(models.Model):
         return f"Wallet of {self.account}"
 
     @property
-    def available(self):
+    def available(self) -> Decimal:
         return self.balance - self.held
 
     @property
@@ -81,12 +84,12 @@ class LedgerEntry(models.Model):
     def __str__(self) -> str:
         return f"{self.kind} {money_display(self.amount)} → {money_display(self.balance_after)}"
 
-    def save(self, *args, **kwargs):
+    def save(self, *args: Any, **kwargs: Any) -> None:
         if self.pk is not None and not self._state.adding:
             raise AppendOnlyError("Ledger entries are append-only; write an adjustment instead.")
         return super().save(*args, **kwargs)
 
-    def delete(self, *args, **kwargs):
+    def delete(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise AppendOnlyError("Ledger entries are append-only and cannot be deleted.")
 
 

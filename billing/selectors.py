@@ -22,11 +22,6 @@ def money_exact(value: Decimal | None) -> Decimal:
     return (value if value is not None else Decimal("0")).quantize(settings.MONEY_QUANTUM)
 
 
-def wallet_ledger_sum(*, wallet: Wallet) -> Decimal:
-    total = LedgerEntry.objects.filter(wallet=wallet).aggregate(total=Sum("amount"))["total"]
-    return money_exact(total)
-
-
 def subscription_get_active(
     *, account_id: int, group_id: int, at: datetime | None = None
 ) -> Subscription | None:
@@ -193,11 +188,11 @@ def _subscription_usage_problems() -> list[LedgerProblem]:
                     f"{money_display(want)}",
                 )
             )
-    for identity, want in expected.items():
-        if identity not in seen and want != 0:
+    for counted_in, want in expected.items():
+        if counted_in not in seen and want != 0:
             problems.append(
                 LedgerProblem(
-                    f"subscription #{identity[0]} {identity[1]} window from {identity[2]}",
+                    f"subscription #{counted_in[0]} {counted_in[1]} window from {counted_in[2]}",
                     f"no usage counter, but holds of {money_display(want)} count in it",
                 )
             )

@@ -41,7 +41,8 @@ def sql_names(model: type[models.Model]) -> SimpleNamespace:
     """Quoted table and column names of a model for hand-written SQL: `.table`, and one attribute per
     concrete field under its attname (`.wallet_id`, `.held`, ...), so the SQL follows the models."""
     quote = connection.ops.quote_name
-    names = {field.attname: quote(field.column) for field in model._meta.concrete_fields}
+    # A concrete field always has a column; the stubs type `column` as optional for the others.
+    names = {field.attname: quote(field.column) for field in model._meta.concrete_fields}  # type: ignore[arg-type]
     return SimpleNamespace(table=quote(model._meta.db_table), **names)
 
 
@@ -96,10 +97,13 @@ def _statement_run(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
                 raw_cursor = raw.cursor() if logged else psycopg.Cursor(raw)
             if kept is not None:
                 kept[sql] = raw_cursor
-        cursor = conn.make_debug_cursor(raw_cursor) if logged else conn.make_cursor(raw_cursor)
+        # Django's cursor wrappers around a psycopg cursor of its own (undocumented, docs/architecture.md):
+        # the stubs type their argument as Django's wrapper.
+        cursor = conn.make_debug_cursor(raw_cursor) if logged else conn.make_cursor(raw_cursor)  # type: ignore[arg-type]
         try:
             cursor.execute(sql, params)
-            return cursor.fetchone()
+            row: tuple[Any, ...] | None = cursor.fetchone()
+            return row
         finally:
             if kept is None:
                 cursor.close()
@@ -120,7 +124,7 @@ def _statement_connection(conn: BaseDatabaseWrapper) -> Iterator[psycopg.Connect
         conn.ensure_connection()
         yield conn.connection
         return
-    pool = conn.pool
+    pool = conn.pool  # type: ignore[attr-defined]  # the PostgreSQL backend's, when OPTIONS has a pool
     with conn.wrap_database_errors:
         if pool.closed:
             pool.open()  # as Django's connect does: nothing has used the pool yet
@@ -182,7 +186,7 @@ def hold_reserve_sql(*, own_transaction: bool) -> str:
     """  # noqa: S608 - identifiers from the models' _meta, values bound as parameters
 
 
-def usage_record_fields() -> list[models.Field]:
+def usage_record_fields() -> list[models.Field[Any, Any]]:
     """The columns a capture writes of the call's usage record (all but the id)."""
     return [field for field in UsageRecord._meta.concrete_fields if not field.primary_key]
 

@@ -47,7 +47,7 @@ def subscription_upsert(
     Only `.pk` of the account and the group is read. `model_ids`: the model ids the plan covers
     ([] = every model of the group); None leaves an existing subscription's list as it is ([] for a
     new one)."""
-    values = {
+    values: dict[str, Any] = {
         "daily_limit": daily_limit,
         "weekly_limit": weekly_limit,
         "monthly_limit": monthly_limit,
@@ -183,13 +183,13 @@ def _usage_limit_error(
         for row in SubscriptionUsage.objects.filter(subscription_id=subscription_id)
         if (row.window, row.window_start) in {(w, s) for w, s, _ in windows}
     }
-    blocking = [
+    blocking: list[tuple[str, date, Decimal]] = [
         (window, start, cap)
         for window, start, cap in windows
         if cap is not None and used.get((window, start), Decimal(0)) + amount > cap
     ]
     if not blocking:  # freed meanwhile by a released call; the refused window still answers
-        blocking = [w for w in windows if w[0] == refused]
+        blocking = [(w, s, cap) for w, s, cap in windows if w == refused and cap is not None]
     waits = []
     parts = []
     for window, start, cap in blocking:

@@ -19,6 +19,7 @@ from typing import Any
 
 from django.db import transaction
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from configuration.sections import SECTIONS, ConfigFile, Entry
 
@@ -52,7 +53,7 @@ class Summary:
         ]
 
 
-def _problem(error: dict[str, Any], entry: type[Entry]) -> str:
+def _problem(error: ErrorDetails, entry: type[Entry]) -> str:
     """One pydantic error in the loader's words: the key, then what is wrong with its value."""
     key = ".".join(str(part) if isinstance(part, str) else f"[{part}]" for part in error["loc"])
     key = key.replace(".[", "[")

@@ -4,7 +4,7 @@ gunicorn formats `access_log_format` from a dictionary of every atom it knows: t
 every request and response header, the user decoded from a Basic Authorization header and a
 strftime'd timestamp, each string escaped (its cost: docs/benchmarks.md). `AccessLogger` writes the
 line of `ACCESS_LOG_FORMAT`, the format gunicorn.conf.py sets, from the five values it uses, through
-the same logging handler (stdout or the file of GUNICORN_ACCESSLOG, reopened on USR1 as before). Any
+the same logging handler (stdout or the file of GUNICORN_ACCESSLOG, reopened on USR1 by gunicorn). Any
 other format (`--access-logformat`) is formatted by gunicorn itself.
 
 With LOG_FORMAT=json, gunicorn's own log and the access log are JSON lines too (python-json-logger),
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import traceback
+from collections.abc import MutableMapping
 from typing import Any
 
 from gunicorn.glogging import Logger
@@ -72,7 +73,7 @@ class AccessLogger(Logger):
             for handler in log.handlers:
                 handler.setFormatter(formatter)
 
-    def access(self, resp: Any, req: Any, environ: dict[str, Any], request_time: Any) -> None:
+    def access(self, resp: Any, req: Any, environ: MutableMapping[str, Any], request_time: Any) -> None:
         if not self.access_log_enabled:
             return
         if self.cfg.access_log_format != ACCESS_LOG_FORMAT:

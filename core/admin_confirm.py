@@ -4,6 +4,7 @@ only the confirming POST runs the action."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -14,13 +15,13 @@ from django.template.response import TemplateResponse
 
 def admin_action_confirmed(
     *,
-    model_admin: admin.ModelAdmin,
+    model_admin: admin.ModelAdmin[Any],
     request: HttpRequest,
-    queryset: QuerySet,
+    queryset: QuerySet[Any],
     action: str,
     title: str,
     consequence: str,
-    perform: Callable[[QuerySet], str],
+    perform: Callable[[QuerySet[Any]], str],
 ) -> TemplateResponse | None:
     """Run `perform(queryset)` once the staff user confirmed; until then answer the confirmation page.
     `perform` returns the message shown after it ran."""

@@ -67,7 +67,8 @@ def config_generation() -> int | None:
         return None
     serving = in_request()
     if serving and hasattr(_local, "generation"):
-        return _local.generation
+        memoized: int | None = _local.generation
+        return memoized
     watch = generation_watch()
     generation = watch.generation()
     if generation is None and not redis_available():

@@ -22,6 +22,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.core.signals import request_finished, setting_changed
 from redis.backoff import NoBackoff
+from redis.connection import ConnectionInterface
 from redis.retry import Retry
 from redis.utils import str_if_bytes
 
@@ -98,13 +99,13 @@ class GenerationWatch:
     changed") and every use reads Redis until `read` has made a new one. A server that refuses CLIENT
     TRACKING (Redis before 6, an ACL without CLIENT, some proxies) leaves the watch off: every request
     reads the counter; it is tried again every `retry_seconds`. `connect` returns a new, unconnected
-    RESP2 `redis.Connection` and the counter's full key (default: from REDIS_URL).
+    RESP2 redis-py connection and the counter's full key (default: from REDIS_URL).
     """
 
     def __init__(
         self,
         *,
-        connect: Callable[[], tuple[redis.Connection, str]] | None = None,
+        connect: Callable[[], tuple[ConnectionInterface, str]] | None = None,
         trust_seconds: float = 1.0,
         retry_seconds: float = 30.0,
     ) -> None:
@@ -112,7 +113,7 @@ class GenerationWatch:
         self.trust_seconds = trust_seconds
         self.retry_seconds = retry_seconds
         self._lock = threading.Lock()
-        self._connection: redis.Connection | None = None
+        self._connection: ConnectionInterface | None = None
         self._key = ""  # the counter's full key
         self._prefixes: dict[str, Callable[[str | None], None]] = {}  # full prefix -> callback
         # +1 when the counter may have changed or the connection changes: reads before it are void.
@@ -313,9 +314,11 @@ INVALIDATION_CHANNEL = "__redis__:invalidate"
 WATCH_CLIENT_NAME = "igw-config-watch"  # as CLIENT LIST shows each process's watch connection
 
 
-def _watch_connection() -> tuple[redis.Connection, str]:
+def _watch_connection() -> tuple[ConnectionInterface, str]:
     """A new RESP2 connection to REDIS_URL's server and database (credentials and TLS included), and
     the counter's full key as the Django cache writes it. No retries: an error closes the watch."""
+    if not settings.REDIS_URL:
+        raise redis.ConnectionError("REDIS_URL is not set")
     pool = redis.ConnectionPool.from_url(
         settings.REDIS_URL,
         protocol=2,

@@ -335,7 +335,8 @@ def api_error_from_exception(exc: BaseException) -> ApiError | None:
     if isinstance(exc, drf_exceptions.NotFound):
         return NotFound(str(exc.detail))
     if isinstance(exc, drf_exceptions.Throttled):
-        return RateLimited(str(exc.detail), retry_after=exc.wait or 1)
+        # DRF's Throttled sets `wait` in __init__; djangorestframework-stubs do not declare it.
+        return RateLimited(str(exc.detail), retry_after=exc.wait or 1)  # type: ignore[attr-defined]
     if isinstance(exc, drf_exceptions.APIException):
         return ApiError(
             str(exc.detail), status=exc.status_code, type=TYPE_FOR_STATUS.get(exc.status_code, "api_error")
@@ -353,5 +354,6 @@ def drf_exception_handler(exc: Exception, context: dict[str, Any]) -> JsonRespon
     # A view picks its body shape per request with `get_error_shape()` (api.base.GatewayAPIView:
     # its `error_shape` by default); else the path decides.
     view = context.get("view")
-    shape = view.get_error_shape() if hasattr(view, "get_error_shape") else None
+    error_shape = getattr(view, "get_error_shape", None)
+    shape = error_shape() if error_shape is not None else None
     return error_response(error, request=request, shape=shape)

@@ -11,12 +11,13 @@ why; nothing here raises.
 from __future__ import annotations
 
 import logging
-import threading
 
 import redis
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
+
+from core.redis_pool import ProcessConnectionPool
 
 logger = logging.getLogger("gateway.health")
 
@@ -25,8 +26,6 @@ logger = logging.getLogger("gateway.health")
 CheckResult = tuple[bool, str]
 
 _migrations_applied = False  # once True, stays True for the life of the process
-_redis_lock = threading.Lock()
-_redis_client: redis.Redis | None = None
 _last_failures: dict[str, str] = {}  # what each check last logged, so an outage is logged once
 
 
@@ -85,31 +84,17 @@ def readiness_checks() -> dict[str, CheckResult]:
     return results
 
 
-def health_cache_reset() -> None:
-    """Forget the passed migration check and the PING client (tests, settings changes)."""
-    global _migrations_applied, _redis_client
-    with _redis_lock:
-        _migrations_applied = False
-        _last_failures.clear()
-        if _redis_client is not None:
-            _redis_client.close()
-        _redis_client = None
-
-
 def _redis() -> redis.Redis:
-    global _redis_client
-    client = _redis_client
-    if client is None:
-        with _redis_lock:
-            client = _redis_client
-            if client is None:
-                options = settings.CACHES["default"].get("OPTIONS", {})
-                client = _redis_client = redis.Redis.from_url(
-                    settings.REDIS_URL,
-                    socket_connect_timeout=options.get("socket_connect_timeout", 0.5),
-                    socket_timeout=options.get("socket_timeout", 1.0),
-                )
-    return client
+    """A client on REDIS_URL with the cache's timeouts, over the process's shared pool for them
+    (core/redis_pool.py; the cache's own in production): a probe keeps no client of its own."""
+    options = settings.CACHES["default"].get("OPTIONS", {})
+    return redis.Redis(
+        connection_pool=ProcessConnectionPool.from_url(
+            settings.REDIS_URL or "",  # redis_check asks only with REDIS_URL set
+            socket_connect_timeout=options.get("socket_connect_timeout", 0.5),
+            socket_timeout=options.get("socket_timeout", 1.0),
+        )
+    )
 
 
 def _describe(check: str, error: BaseException) -> str:

@@ -1,13 +1,21 @@
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, Final, TypedDict, TypeVar
 
 from django.db import models
 
 M = TypeVar("M", bound=models.Model)
 
+
+class DecimalPlaces(TypedDict):
+    """A DecimalField's size, as keyword arguments."""
+
+    max_digits: int
+    decimal_places: int
+
+
 # Every money column: ¥ with 8 decimal places (a per-token charge can be ¥0.000024), up to 10^14.
-MONEY = {"max_digits": 22, "decimal_places": 8}
+MONEY: Final[DecimalPlaces] = {"max_digits": 22, "decimal_places": 8}
 
 
 def model_upsert(model: type[M], *, lookup: dict[str, Any], values: dict[str, Any]) -> tuple[M, str]:
@@ -16,9 +24,9 @@ def model_upsert(model: type[M], *, lookup: dict[str, Any], values: dict[str, An
     Returns (instance, outcome) with outcome "created", "updated" or "unchanged", so that applying
     the same values twice writes nothing.
     """
-    instance = model.objects.filter(**lookup).first()
+    instance = model._default_manager.filter(**lookup).first()
     if instance is None:
-        return model.objects.create(**lookup, **values), "created"
+        return model._default_manager.create(**lookup, **values), "created"
     changed = [name for name, value in values.items() if getattr(instance, name) != value]
     for name in changed:
         setattr(instance, name, values[name])

@@ -118,10 +118,3 @@ def redis_guarded_now(operation: Callable[[], T]) -> T:
         raise RedisUnavailable(str(error)) from error
     redis_success_record()
     return result
-
-
-def redis_health_reset() -> None:
-    """Forget any outage (tests, between cases)."""
-    global _failed_at, _degraded_since
-    with _lock:
-        _failed_at = _degraded_since = None

@@ -111,8 +111,9 @@ class RequestBody(BaseModel):
 
 def context_of(info: ValidationInfo) -> Mapping[str, Any]:
     """A validator's context: what `body_validate` was given (the selected model, the endpoint)."""
-    assert info.context is not None, "a model whose rules read the context is validated with one"
-    return info.context
+    context = info.context
+    assert isinstance(context, Mapping), "a model whose rules read the context is validated with one"
+    return context
 
 
 def body_validate(model: type[Model], value: object, *, context: Mapping[str, Any] | None = None) -> Model:

@@ -8,7 +8,9 @@ from __future__ import annotations
 import importlib.util
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
+import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
 from gateway_project.database import StatementConnection
@@ -29,6 +31,9 @@ from gateway_project.env import (
     env_timezone,
     env_url,
 )
+
+# Django's generic classes (ModelAdmin[M], QuerySet[M]) may be subscripted where Python evaluates it.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 env_file_load(BASE_DIR)
@@ -254,7 +259,7 @@ DATABASES = {
 
 REDIS_URL = env_url("REDIS_URL")
 if REDIS_URL:
-    CACHES = {
+    CACHES: dict[str, dict[str, Any]] = {
         "default": {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": REDIS_URL,

@@ -36,7 +36,7 @@ from upstreams.imageformats import CONTENT_TYPES, image_format_sniff
 from upstreams.transport import UpstreamReply, upstream_request
 
 if TYPE_CHECKING:
-    from upstreams.models import Upstream
+    from upstreams.snapshots import UpstreamSnapshot
 
 logger = logging.getLogger("gateway.images")
 
@@ -177,7 +177,7 @@ def hosted_images_purge(*, older_than: timedelta, batch_size: int = 500) -> int:
 # --- downloading an upstream's image -------------------------------------------------------------------
 
 
-def image_fetch(*, url: str, upstream: Upstream) -> bytes:
+def image_fetch(*, url: str, upstream: UpstreamSnapshot) -> bytes:
     """Download an image an upstream answered by URL. Raises UpstreamError (the upstream's fault).
 
     Only the upstream's own scheme, host and port are accepted, at every redirect hop (followed here,
@@ -215,7 +215,7 @@ def image_fetch(*, url: str, upstream: Upstream) -> bytes:
     raise _fetch_error(f"image download redirected more than {MAX_REDIRECTS} times", url=url)
 
 
-def upstream_is_private(*, upstream: Upstream) -> bool:
+def upstream_is_private(*, upstream: UpstreamSnapshot) -> bool:
     """True when the upstream lives on a non-public address (its image URLs are useless to callers)."""
     origin = _origin(upstream.base_url)
     if origin is None:

@@ -38,10 +38,10 @@ from images.uploads import EditUploads, edit_uploads_decode
 from images.validation import ImageParams, edit_fields_validate, generation_params_validate
 from keys.credentials import Credential
 from upstreams.errors import upstream_error_to_api_error
-from upstreams.models import Upstream
 from upstreams.providers import adapter_for
 from upstreams.providers.base import ImageRequest, ImageResult, UpstreamError
 from upstreams.routing import upstreams_for_model
+from upstreams.snapshots import UpstreamSnapshot
 
 Operation = Literal["generate", "edit"]
 ENDPOINTS: dict[Operation, str] = {"generate": "images.generations", "edit": "images.edits"}
@@ -240,7 +240,7 @@ def _call_upstream(
 ) -> bytes:
     """Call the model's upstreams with retries and failover, then render the answer for the caller."""
 
-    def attempt(upstream: Upstream, deadline: float) -> ImageResult:
+    def attempt(upstream: UpstreamSnapshot, deadline: float) -> ImageResult:
         return adapter_for(upstream, deadline=deadline).image_call(upstream_request)
 
     result, upstream = upstream_attempts_run(

@@ -34,7 +34,7 @@ from upstreams.imageformats import CONTENT_TYPES, image_format_sniff
 from upstreams.providers.base import ImageItem, ImageResult
 
 if TYPE_CHECKING:
-    from upstreams.models import Upstream
+    from upstreams.snapshots import UpstreamSnapshot
 
 logger = logging.getLogger("gateway.images")
 
@@ -65,7 +65,7 @@ class RenderedResult:
 
 
 def result_render(
-    *, result: ImageResult, response_format: str, upstream: Upstream, output_format: str | None
+    *, result: ImageResult, response_format: str, upstream: UpstreamSnapshot, output_format: str | None
 ) -> RenderedResult:
     """Every image as the caller asked for it (`url` or `b64_json`); raises UpstreamError when one
     cannot be delivered. Nothing here holds on to `result`: once rendered, the caller can drop it."""
@@ -115,7 +115,12 @@ def _json(value: Any) -> bytes:
 
 
 def _item_render(
-    *, item: ImageItem, response_format: str, upstream: Upstream, output_format: str | None, rehost: bool
+    *,
+    item: ImageItem,
+    response_format: str,
+    upstream: UpstreamSnapshot,
+    output_format: str | None,
+    rehost: bool,
 ) -> RenderedImage:
     revised_prompt = item.revised_prompt or None
     if response_format == "b64_json":
@@ -140,7 +145,7 @@ def _item_render(
     return RenderedImage(url=url, revised_prompt=revised_prompt)
 
 
-def _fetched(*, item: ImageItem, upstream: Upstream) -> bytes:
+def _fetched(*, item: ImageItem, upstream: UpstreamSnapshot) -> bytes:
     if not item.url:
         raise UpstreamError(
             "upstream answered an image item without data", status=502, retryable=False, sent=True

@@ -25,10 +25,10 @@ from api.usage import UsageScope
 from core.errors import ApiError, UpstreamFailed, compatible_body
 from images.access import ResolvedModel
 from upstreams.errors import upstream_error_to_api_error
-from upstreams.models import Upstream
 from upstreams.providers import adapter_for
 from upstreams.providers.base import IMAGES_STREAM, ImageRequest, StreamEvent, UpstreamError
 from upstreams.routing import upstreams_for_model
+from upstreams.snapshots import UpstreamSnapshot
 
 logger = logging.getLogger("gateway.stream")
 
@@ -86,7 +86,7 @@ class _ImageRelay:
         self.resolved = resolved
         self.upstream_request = upstream_request
         self.events: Iterator[StreamEvent] | None = None
-        self.upstream: Upstream | None = None
+        self.upstream: UpstreamSnapshot | None = None
         self.completed = 0
 
     def body(self) -> Iterator[bytes]:
@@ -126,7 +126,7 @@ class _ImageRelay:
         return sse("error", {"type": "error", **compatible_body(error, request_id=self.usage.request_id)})
 
 
-def _converted(error: UpstreamError, upstream: Upstream | None) -> ApiError:
+def _converted(error: UpstreamError, upstream: UpstreamSnapshot | None) -> ApiError:
     if upstream is None:
         return UpstreamFailed("The model's provider failed.", code="upstream_error")
     return upstream_error_to_api_error(error=error, upstream=upstream)
@@ -134,10 +134,10 @@ def _converted(error: UpstreamError, upstream: Upstream | None) -> ApiError:
 
 def _open_stream(
     *, usage: UsageScope, resolved: ResolvedModel, upstream_request: ImageRequest
-) -> tuple[StreamEvent, Iterator[StreamEvent], Upstream]:
+) -> tuple[StreamEvent, Iterator[StreamEvent], UpstreamSnapshot]:
     """Fail over between upstreams until one has sent its first event."""
 
-    def attempt(upstream: Upstream, deadline: float) -> tuple[StreamEvent, Iterator[StreamEvent]]:
+    def attempt(upstream: UpstreamSnapshot, deadline: float) -> tuple[StreamEvent, Iterator[StreamEvent]]:
         events = adapter_for(upstream, deadline=None).call(IMAGES_STREAM, upstream_request)
         try:
             first = next(events)

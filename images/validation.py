@@ -29,7 +29,7 @@ from core.errors import InvalidRequest
 from core.validation import RequestBody, body_validate, context_of, echo, json_type, refusal
 from images.capabilities import COMPRESSIBLE_FORMATS, SIZE_PATTERN
 from images.models import RESPONSE_FORMATS
-from images.uploads import EditUploads, edit_uploads_collect, edit_uploads_decode
+from images.uploads import EditUploads, edit_uploads_collect
 
 Operation = Literal["generate", "edit"]
 
@@ -275,18 +275,6 @@ def generation_params_validate(*, body: object, image_model: ImageCapabilities) 
             code="invalid_body",
         )
     return _params_validate(values=body, image_model=image_model, operation="generate")
-
-
-def edit_params_validate(
-    *, data: QueryDict, files: MultiValueDict, image_model: ImageCapabilities
-) -> tuple[ImageParams, tuple[bytes, ...], bytes | None]:
-    """Validate a multipart POST /v1/images/edits: the form fields, then the images and the mask.
-
-    Returns the parameters, the image bytes (in the order sent) and the mask bytes (or None).
-    """
-    params, uploads = edit_fields_validate(data=data, files=files, image_model=image_model)
-    images, mask = edit_uploads_decode(uploads=uploads)
-    return params, images, mask
 
 
 def edit_fields_validate(

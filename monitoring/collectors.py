@@ -18,7 +18,7 @@ rest of the scrape is still answered.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import REGISTRY, Collector
@@ -78,5 +78,5 @@ class ProcessRegistryCollector(Collector):
     """This process's default registry, when the metrics are not shared through files (tests,
     runserver): what core.metrics recorded here, and the process's own figures."""
 
-    def collect(self) -> Iterator[Metric]:
+    def collect(self) -> Iterable[Metric]:
         return REGISTRY.collect()

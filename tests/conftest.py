@@ -10,27 +10,25 @@ import requests
 
 from accounts.services import account_create, account_set_groups
 from billing.ledger import wallet_top_up
-from billing.limits import limits_local_clear
 from core.config_cache import config_caches_clear
-from core.redis_health import redis_health_reset
 from groups.services import group_upsert
 from images.services import image_model_upsert
 from tests.factories import alpha_group_make, image_model_make, upstream_make
 from tests.listening_process import listening_process
+from tests.process_state import limits_local_fresh, redis_health_fresh
 from upstreams.services import upstream_upsert
 
 
 @pytest.fixture(autouse=True)
-def _fresh_config_caches():
+def _fresh_config_caches(monkeypatch):
     """Each test starts with empty per-process caches: rolled-back rows fire no invalidation, and the
-    fixtures reuse ids (group 1, 2) from test to test."""
+    fixtures reuse ids (group 1, 2) from test to test. Redis counts as reachable, and the limits'
+    per-process counters and slots (used without Redis or while it is down) are new."""
     config_caches_clear()
-    redis_health_reset()
-    limits_local_clear()
+    redis_health_fresh(monkeypatch)
+    limits_local_fresh(monkeypatch)
     yield
     config_caches_clear()
-    redis_health_reset()
-    limits_local_clear()
 
 
 @pytest.fixture

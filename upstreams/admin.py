@@ -1,5 +1,10 @@
+from typing import Any
+
 from django.contrib import admin
 from django.db import models
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
 
 from core.admin_confirm import admin_action_confirmed
 from upstreams.circuit import STATS_WINDOW_MINUTES, circuit_reset, circuit_state
@@ -7,7 +12,7 @@ from upstreams.models import Upstream
 
 
 @admin.register(Upstream)
-class UpstreamAdmin(admin.ModelAdmin):
+class UpstreamAdmin(admin.ModelAdmin[Upstream]):
     list_display = (
         "name",
         "kind",
@@ -41,8 +46,8 @@ class UpstreamAdmin(admin.ModelAdmin):
         return f"{state.recent_errors}/{state.recent_calls} ({state.recent_error_rate:.0%})"
 
     @admin.action(description="Close the circuit of selected upstreams…")
-    def close_circuits(self, request, queryset):
-        def close(upstreams):
+    def close_circuits(self, request: HttpRequest, queryset: QuerySet[Upstream]) -> TemplateResponse | None:
+        def close(upstreams: list[Any]) -> str:
             for upstream in upstreams:
                 circuit_reset(upstream_id=upstream.pk)
             return f"Closed the circuit of {len(upstreams)} upstream(s)."

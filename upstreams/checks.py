@@ -39,7 +39,7 @@ def upstream_keys_check(
         )
     except DatabaseError:
         return []  # no database (or no table yet): nothing to check
-    warnings = []
+    warnings: list[checks.CheckMessage] = []
     for name, kind, env_name in upstreams:
         if (env_name and os.environ.get(env_name, "").strip()) or (kind == KEY_OPTIONAL and not env_name):
             continue

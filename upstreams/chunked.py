@@ -22,8 +22,8 @@ What it uses, checked by tests/upstreams/test_chunked.py, which fails if a relea
   reader holds; then the socket's descriptor is read directly.
 
 Anything else (a body not chunked, or content-encoded, or a response that is not urllib3's, such as
-the `responses` mocks of the tests) is read through the public API as before (`chunked_body` returns
-None).
+the `responses` mocks of the tests) is read through urllib3's and requests' public API (`chunked_body`
+returns None).
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ class ChunkedBody:
         seconds while what comes is the body's end (the last chunk and its trailer, which a provider
         writes with its final event or just after it), so that `release` gives the connection back
         instead of it being dropped. More data (an event after the final one), or nothing in time:
-        stop with the body unfinished, and the connection is dropped with the reply, as before. Waits
+        stop with the body unfinished, and the connection is dropped with the reply. Waits
         in `select.poll` (no limit on the descriptor's number, unlike `select.select`), which gevent
         makes cooperative in its workers."""
         if self.done:

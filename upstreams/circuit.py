@@ -17,7 +17,7 @@ without CLIENT TRACKING, a connection not proven recently), a view lasts CLEAN_V
 circuit opened by another process is seen here within that (a few more calls may go to the failing
 upstream meanwhile, and fail over as usual). A failure, a reset or a configuration change made in
 this process ends the view at once. Opening, the cooldown and the single half-open probe are decided
-in Redis as before. A success writes nothing when its admission found the circuit
+in Redis, shared by every process. A success writes nothing when its admission found the circuit
 closed with no failure counted, which is the steady state: no round trip per call at all. Otherwise
 (failures counted, or the call is the half-open probe) the success resets the circuit with one
 DELETE. A success thus resets what its admission saw: a failure counted by another call while this
@@ -207,7 +207,8 @@ def circuit_admit_panic(*, upstream_id: int, cooldown: float = DEFAULT_COOLDOWN_
 def circuit_open_until(*, upstream_id: int) -> float | None:
     """When the upstream's open circuit lets a call through again (time.time()), or None if closed."""
     key = _key(upstream_id, "open_until")
-    return _stored(lambda store: store.get(key))
+    open_until: float | None = _stored(lambda store: store.get(key))
+    return open_until
 
 
 def circuit_record_success(*, upstream_id: int, admission: Admission | None = None) -> None:

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 from core.errors import TYPE_FOR_STATUS, ApiError, PassthroughError, RateLimited, UpstreamFailed
 
 if TYPE_CHECKING:
-    from upstreams.models import Upstream
+    from upstreams.snapshots import UpstreamSnapshot
 
 logger = logging.getLogger("gateway.upstream")
 
@@ -85,7 +85,7 @@ class UpstreamMisconfigured(UpstreamError):
         super().__init__(message, status=None, retryable=True, sent=False)
 
 
-def upstream_error_to_api_error(*, error: UpstreamError, upstream: Upstream) -> ApiError:
+def upstream_error_to_api_error(*, error: UpstreamError, upstream: UpstreamSnapshot) -> ApiError:
     """The answer to the caller for a failed upstream call; logs what the operator must act on."""
     status = error.status
     if isinstance(error, UpstreamMisconfigured):
@@ -146,7 +146,7 @@ def upstream_error_to_api_error(*, error: UpstreamError, upstream: Upstream) -> 
     )
 
 
-def _passthrough(*, error: UpstreamError, upstream: Upstream, status: int) -> ApiError:
+def _passthrough(*, error: UpstreamError, upstream: UpstreamSnapshot, status: int) -> ApiError:
     """The upstream's own verdict on the request, in its native shape when it has one, scrubbed."""
     body = error.body
     inner = body.get("error") if isinstance(body, dict) else None
@@ -154,7 +154,7 @@ def _passthrough(*, error: UpstreamError, upstream: Upstream, status: int) -> Ap
         message = _scrub(inner["message"], upstream=upstream)
         if body.get("type") == "error":
             # Anthropic's shape: {"type": "error", "error": {"type": ..., "message": ...}}
-            native_error = {
+            native_error: dict[str, Any] = {
                 "type": "error",
                 "error": {"type": _token(inner.get("type")) or "invalid_request_error", "message": message},
             }
@@ -212,13 +212,15 @@ def _message_of(body: Any) -> str | None:
     if not isinstance(body, dict):
         return None
     inner = body.get("error")
-    if isinstance(inner, dict) and isinstance(inner.get("message"), str):
-        return inner["message"]
+    message = inner.get("message") if isinstance(inner, dict) else None
+    if isinstance(message, str):
+        return message
     if isinstance(inner, str):
         return inner
     for key in ("message", "detail"):
-        if isinstance(body.get(key), str):
-            return body[key]
+        value = body.get(key)
+        if isinstance(value, str):
+            return value
     return None
 
 
@@ -229,7 +231,7 @@ def _token(value: Any) -> str | None:
     return None
 
 
-def _scrub(text: str, *, upstream: Upstream) -> str:
+def _scrub(text: str, *, upstream: UpstreamSnapshot) -> str:
     """Remove what could be a credential or an internal URL, host or address from an upstream message."""
     secrets = []
     if upstream.api_key_env:

@@ -48,7 +48,7 @@ from upstreams.circuit import (
     circuit_record_success,
 )
 from upstreams.errors import UpstreamError, UpstreamMisconfigured
-from upstreams.models import Upstream
+from upstreams.snapshots import UpstreamSnapshot
 
 logger = logging.getLogger("gateway.upstream")
 T = TypeVar("T")
@@ -69,7 +69,7 @@ class RetryPolicy:
     circuit_cooldown: float
 
     @classmethod
-    def for_upstream(cls, upstream: Upstream) -> RetryPolicy:
+    def for_upstream(cls, upstream: UpstreamSnapshot) -> RetryPolicy:
         """The policy of a call is that of its first (primary) upstream; 0/None fields use the defaults."""
         defaults = settings.GATEWAY_RETRY
 
@@ -88,7 +88,7 @@ class RetryPolicy:
         )
 
     def backoff(self, round_number: int, retry_after: float | None) -> float:
-        delay = self.base_delay * (2**round_number)
+        delay = self.base_delay * 2.0**round_number
         delay *= 1 + random.uniform(-self.jitter, self.jitter)
         if retry_after is not None:
             delay = max(delay, retry_after)
@@ -97,7 +97,7 @@ class RetryPolicy:
 
 @dataclass
 class _Failure:
-    upstream: Upstream
+    upstream: UpstreamSnapshot
     error: UpstreamError
 
 
@@ -119,15 +119,15 @@ class _Call:
         # Upstream id -> clock() before which it asked (Retry-After on a 429) not to be called.
         self.not_before: dict[int, float] = {}
 
-    def candidate(self, upstream: Upstream) -> bool:
+    def candidate(self, upstream: UpstreamSnapshot) -> bool:
         return upstream.pk not in self.excluded and self.not_before.get(upstream.pk, 0.0) <= self.clock()
 
     def failed(
         self,
-        upstream: Upstream,
+        upstream: UpstreamSnapshot,
         exc: UpstreamError,
         admission: Admission,
-        classify: Callable[[UpstreamError, Upstream], ApiError],
+        classify: Callable[[UpstreamError, UpstreamSnapshot], ApiError],
     ) -> None:
         """Book a failed attempt; raises the caller's error when it must not be retried."""
         if isinstance(exc, UpstreamMisconfigured):
@@ -164,7 +164,7 @@ class _Call:
             exc.message,
         )
 
-    def admissible_after(self, upstreams: Sequence[Upstream], delay: float) -> bool:
+    def admissible_after(self, upstreams: Sequence[UpstreamSnapshot], delay: float) -> bool:
         """Whether any upstream could be tried after waiting `delay`: not excluded, past its Retry-After,
         and its circuit closed or due to let a probe through by then."""
         wake, wall_wake = self.clock() + delay, time.time() + delay
@@ -179,13 +179,13 @@ class _Call:
 
 def upstream_call_resilient(
     *,
-    upstreams: Sequence[Upstream],
-    attempt: Callable[[Upstream, float], T],
+    upstreams: Sequence[UpstreamSnapshot],
+    attempt: Callable[[UpstreamSnapshot, float], T],
     request_id: str = "",
-    classify: Callable[[UpstreamError, Upstream], ApiError],
+    classify: Callable[[UpstreamError, UpstreamSnapshot], ApiError],
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-) -> tuple[T, Upstream]:
+) -> tuple[T, UpstreamSnapshot]:
     """Call `attempt(upstream, deadline)` until one succeeds, following the module's rules.
 
     `attempt` gets the absolute `clock()` deadline its own timeouts must respect (the transport cuts
@@ -258,11 +258,11 @@ def upstream_call_resilient(
 
 def _attempt(
     call: _Call,
-    upstream: Upstream,
+    upstream: UpstreamSnapshot,
     admission: Admission,
-    attempt: Callable[[Upstream, float], T],
+    attempt: Callable[[UpstreamSnapshot, float], T],
     deadline: float,
-    classify: Callable[[UpstreamError, Upstream], ApiError],
+    classify: Callable[[UpstreamError, UpstreamSnapshot], ApiError],
 ) -> tuple[T] | None:
     """One attempt: (its result,) on success, None after a failure worth going on from."""
     retry, started = bool(call.attempts or call.excluded), time.monotonic()
@@ -283,7 +283,9 @@ def _attempt(
     return (result,)
 
 
-def _attempt_observe(upstream: Upstream, started: float, retry: bool, error: UpstreamError | None) -> None:
+def _attempt_observe(
+    upstream: UpstreamSnapshot, started: float, retry: bool, error: UpstreamError | None
+) -> None:
     """The attempt in the Prometheus metrics (core/metrics.py), its failure by class."""
     upstream_attempt_observe(
         upstream=upstream.name,

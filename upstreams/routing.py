@@ -1,11 +1,11 @@
 """Which upstreams serve a model, in the order they are tried.
 
-A model of any endpoint family (an image model today) names its upstreams through a many-to-many
-field called `upstreams`; a call names the model by its label and primary key. Its enabled upstreams
-are read once per configuration generation and kept per process as snapshots (`GenerationCache`,
-core/config_cache.py): every write to an upstream, a model or a model's upstream list bumps the
-generation after commit, so the next call on every process routes by the new rows. The order is drawn
-anew for every call from the cached candidates.
+A model of any endpoint family (`images.ImageModel`, `chat.TextModel`) names its upstreams through
+a many-to-many field called `upstreams`; a call names the model by its label and primary key. Its
+enabled upstreams are read once per configuration generation and kept per process as snapshots
+(`GenerationCache`, core/config_cache.py): every write to an upstream, a model or a model's upstream
+list bumps the generation after commit, so the next call on every process routes by the new rows.
+The order is drawn anew for every call from the cached candidates.
 """
 
 from __future__ import annotations

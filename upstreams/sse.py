@@ -38,8 +38,8 @@ class SSEEvent:
     a model thinks), yielded only when asked for (`sse_events(..., comments=True)`): no event, but
     bytes a relay passes on so that its caller's connection does not sit idle either.
 
-    Not frozen, for speed (a frozen dataclass sets each field through `object.__setattr__`, 0.7 µs
-    an event against 0.26), but read-only all the same: nothing changes an event once made.
+    Not frozen, for speed (a frozen dataclass sets each field through `object.__setattr__`, on
+    every event of every stream), but read-only all the same: nothing changes an event once made.
 
     `skimmed` is True for a run of whole events that the reader's `skim` found nothing in to follow
     (`sse_events(..., skim=...)`): `raw` holds them as they arrived, unparsed, for a relay to pass on;
@@ -195,7 +195,8 @@ def _sse_fields(
     None. Comment lines (":...") and fields other than `event` and `data` are skipped; a line without
     a colon is a field without value; one space after the colon is not part of the value."""
     raw = bytes(buffer[start : end + 2])
-    event_type, data_lines = b"", []
+    event_type = b""
+    data_lines: list[bytes] = []
     for line in raw[:-2].split(_LF):
         if not line:  # a blank line before the event's own lines (e.g. after a comment-only event)
             event_type, data_lines = b"", []

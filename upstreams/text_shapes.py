@@ -136,7 +136,9 @@ def chat_chunks(
     chunks: list[dict[str, Any]] = []
     for choice in completion["choices"]:
 
-        def chunk(delta: dict[str, Any], finish_reason: str | None = None, index: int = choice["index"]):
+        def chunk(
+            delta: dict[str, Any], finish_reason: str | None = None, index: int = choice["index"]
+        ) -> dict[str, Any]:
             part = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
             return {**head, "choices": [part], **no_usage_yet}
 
@@ -247,7 +249,9 @@ def response_object(
     }
 
 
-def _response_item_events(index: int, item: dict[str, Any], deltas: Sequence[str]) -> list[tuple[str, dict]]:
+def _response_item_events(
+    index: int, item: dict[str, Any], deltas: Sequence[str]
+) -> list[tuple[str, dict[str, Any]]]:
     """One output item streamed: added, its content (a text part's deltas, or a call's arguments in
     pieces), done."""
     if item["type"] == "function_call":

@@ -36,7 +36,7 @@ from upstreams.chunked import ChunkedBody, SocketBody, chunked_body
 from upstreams.errors import UpstreamError
 
 if TYPE_CHECKING:
-    from upstreams.models import Upstream
+    from upstreams.snapshots import UpstreamSnapshot
 
 CONNECT_TIMEOUT_SECONDS = 5.0
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
@@ -83,7 +83,7 @@ class UpstreamReply:
         return self.status in REDIRECT_STATUSES and "Location" in self.headers
 
     def body_take(self) -> bytes:
-        """The body, which the reply no longer holds (the caller keeps what it makes of it)."""
+        """The body, taken out of the reply, which then holds none: the caller keeps what it makes of it."""
         body, self.body = self.body, b""
         return body
 
@@ -235,7 +235,7 @@ class UpstreamHTTPAdapter(HTTPAdapter):
         super().close()
 
 
-def _bounded_put(cache: dict, key: Any, value: Any) -> None:
+def _bounded_put(cache: dict[Any, Any], key: Any, value: Any) -> None:
     if len(cache) >= UpstreamHTTPAdapter.CACHE_SIZE:
         cache.clear()
     cache[key] = value
@@ -289,7 +289,7 @@ class Transport:
                 self._prepared(method, url, headers=headers, json=json, data=data, files=files),
                 stream=True,
                 timeout=timeout,
-                verify=session.verify,
+                verify=True if session.verify is None else session.verify,
                 cert=session.cert,
                 proxies=session.proxies,
             )
@@ -327,7 +327,7 @@ _transports: dict[tuple[int, str], Transport] = {}
 _transports_lock = threading.Lock()
 
 
-def transport_for(upstream: Upstream) -> Transport:
+def transport_for(upstream: UpstreamSnapshot) -> Transport:
     """One pooled transport per upstream (and base URL) per process, shared by the worker's calls."""
     key = (upstream.pk, upstream.base_url)
     transport = _transports.get(key)
@@ -341,7 +341,7 @@ def transport_for(upstream: Upstream) -> Transport:
 
 def upstream_request(
     *,
-    upstream: Upstream,
+    upstream: UpstreamSnapshot,
     method: str,
     url: str,
     deadline: float | None = None,

@@ -7,10 +7,10 @@ from django.db import connection
 
 from accounts.models import Account, User
 from billing.models import LedgerEntry, Wallet
-from billing.selectors import wallet_ledger_sum
 from keys.models import ApiKey
 from keys.secrets import api_key_hash, api_key_well_formed
 from keys.services import api_key_create, api_key_revoke
+from tests.ledger import wallet_ledger_sum
 
 pytestmark = pytest.mark.django_db
 

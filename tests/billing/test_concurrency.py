@@ -16,7 +16,7 @@ from billing.holds import hold_capture, hold_reserve, holds_release_stale
 from billing.idempotency import StoredResponse, idempotent_execute
 from billing.ledger import wallet_top_up
 from billing.models import Hold, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
-from billing.selectors import ledger_check, wallet_ledger_sum
+from billing.selectors import ledger_check
 from core.errors import BillingError, Conflict, RateLimited
 from groups.models import Group
 from tests.billing.conftest import (
@@ -29,6 +29,7 @@ from tests.billing.conftest import (
     run_concurrently,
     subscribe,
 )
+from tests.ledger import wallet_ledger_sum
 from upstreams.providers.base import UpstreamError
 
 pytestmark = [pytest.mark.postgres, postgres_only, pytest.mark.django_db(transaction=True)]

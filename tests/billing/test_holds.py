@@ -14,10 +14,11 @@ from django.utils import timezone
 from billing.holds import hold_capture, hold_release, hold_reserve, holds_release_stale
 from billing.ledger import InsufficientFunds, wallet_adjust, wallet_top_up
 from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
-from billing.selectors import ledger_check, wallet_ledger_sum
+from billing.selectors import ledger_check
 from core.errors import BillingError
 from core.process_identity import process_owner
 from tests.billing.conftest import usage_record_draft
+from tests.ledger import wallet_ledger_sum
 
 pytestmark = pytest.mark.django_db
 

@@ -23,8 +23,9 @@ from accounts.services import account_create
 from billing.holds import hold_capture, hold_release, hold_reserve, holds_release_stale
 from billing.ledger import wallet_top_up
 from billing.models import Hold, LedgerEntry, Wallet
-from billing.selectors import ledger_check, wallet_ledger_sum
+from billing.selectors import ledger_check
 from core.errors import BillingError
+from tests.ledger import wallet_ledger_sum
 
 pytestmark = pytest.mark.django_db
 

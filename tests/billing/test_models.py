@@ -5,10 +5,10 @@ from django.db import IntegrityError, transaction
 
 from billing.ledger import InsufficientFunds, wallet_adjust, wallet_top_up
 from billing.models import AppendOnlyError, LedgerEntry, Wallet
-from billing.selectors import wallet_ledger_sum
 from keys.models import ApiKey
 from keys.secrets import api_key_hash
 from keys.services import api_key_create, api_key_revoke
+from tests.ledger import wallet_ledger_sum
 
 pytestmark = pytest.mark.django_db
 

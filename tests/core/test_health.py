@@ -14,16 +14,16 @@ import pytest
 from django.db.migrations.recorder import MigrationRecorder
 
 from billing.models import UsageRecord
-from core.health import health_cache_reset
+from core import health
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
-def _fresh_health():
-    health_cache_reset()
-    yield
-    health_cache_reset()
+def _fresh_health(monkeypatch):
+    """No migration check has passed yet and no failure has been logged in this process."""
+    monkeypatch.setattr(health, "_migrations_applied", False)
+    monkeypatch.setattr(health, "_last_failures", {})
 
 
 def closed_port() -> int:

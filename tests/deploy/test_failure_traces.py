@@ -17,10 +17,10 @@ from django.utils import timezone
 from billing.holds import holds_release_stale
 from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
 from billing.selectors import ledger_check
-from core import redis_health
 from keys.services import api_key_create
 from tests.factories import alpha_group_make, image_model_make
 from tests.postgres_backends import backends_terminate
+from tests.process_state import redis_health_fresh
 from tests.redis_process import redis_process
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -49,9 +49,11 @@ def generate(client, key):
     )
 
 
-def test_it_leases_a_concurrency_slot_for_far_less_than_a_hold(client, key, fake_upstream):
+def test_it_leases_a_concurrency_slot_for_far_less_than_a_hold(client, key, fake_upstream, monkeypatch):
     with redis_process() as server, override_settings(REDIS_URL=server.url, CACHES=server.caches()):
-        redis_health.redis_health_reset()
+        # The new server starts reachable: a failure of the previous one (e.g. a timeout under load
+        # while the fixtures ran) would otherwise send the slot to the per-process store.
+        redis_health_fresh(monkeypatch)
         fake_upstream.script(GEN, {"delay": 0.6})
         seen: list[int] = []
 

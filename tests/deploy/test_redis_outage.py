@@ -22,6 +22,7 @@ from core.config_cache import config_generation
 from core.errors import ApiError, RateLimited
 from keys.services import api_key_create
 from tests.factories import alpha_group_make, image_model_make
+from tests.process_state import redis_health_fresh
 from tests.rate_windows import local_rate_window_wait
 from tests.redis_process import redis_process
 
@@ -37,16 +38,15 @@ def alpha_group(db):
 
 
 @pytest.fixture
-def own_redis():
+def own_redis(monkeypatch):
     with redis_process() as server, override_settings(REDIS_URL=server.url, CACHES=server.caches()):
-        redis_health.redis_health_reset()
+        redis_health_fresh(monkeypatch)  # the outage a test makes is this server's alone
         yield server
-    redis_health.redis_health_reset()
 
 
 @pytest.fixture
 def limit_key() -> str:
-    """A credential of this test alone: the per-process counters and slots outlive a test."""
+    """A credential of this test alone, whatever the other tests counted."""
     return f"api_key:outage-{uuid.uuid4().hex}"
 
 

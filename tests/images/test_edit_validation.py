@@ -1,4 +1,5 @@
-"""edit_params_validate and the upload checks: strict form fields, and the upload attacks of the issue."""
+"""An edit's validation (the form fields, then the uploads) and the upload checks: strict form
+fields, and the upload attacks of the issue."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from django.utils.datastructures import MultiValueDict
 from PIL import Image
 
 from core.errors import InvalidRequest, PayloadTooLarge
-from images.validation import edit_params_validate
+from images.validation import edit_fields_validate, edit_uploads_decode
 from tests.images.conftest import image_bytes, mask_bytes
 
 pytestmark = pytest.mark.django_db
@@ -41,8 +42,16 @@ def files(**parts) -> MultiValueDict:
     )
 
 
+def edit_validate(*, data, files, image_model):
+    """An edit's validation in the pipeline's two steps (images/pipeline.py): the cheap checks of the
+    form fields and the file parts, then the reading and decoding of the files."""
+    params, uploads = edit_fields_validate(data=data, files=files, image_model=image_model)
+    images, mask = edit_uploads_decode(uploads=uploads)
+    return params, images, mask
+
+
 def validate(model, data=None, uploads=None):
-    return edit_params_validate(
+    return edit_validate(
         data=data if data is not None else form(prompt="make it blue"),
         files=uploads if uploads is not None else files(image=upload(image_bytes())),
         image_model=model,
@@ -285,7 +294,7 @@ def test_without_the_upload_handler_a_30_mb_file_spools_to_disk_and_is_refused_u
         uploaded = request.FILES
         assert isinstance(uploaded["image"], TemporaryUploadedFile)
         with pytest.raises(PayloadTooLarge) as info:
-            edit_params_validate(data=request.POST, files=uploaded, image_model=alpha_model)
+            edit_validate(data=request.POST, files=uploaded, image_model=alpha_model)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -313,7 +322,5 @@ def test_an_upload_within_the_limits_parses_and_validates(alpha_model):
         "/v1/images/edits",
         data={"prompt": "p", "n": "2", "image": SimpleUploadedFile("x.png", data, "image/png")},
     )
-    params, images, mask = edit_params_validate(
-        data=request.POST, files=request.FILES, image_model=alpha_model
-    )
+    params, images, mask = edit_validate(data=request.POST, files=request.FILES, image_model=alpha_model)
     assert (params.n, images, mask) == (2, (data,), None)

@@ -13,9 +13,9 @@ from django.core.files.uploadhandler import MemoryFileUploadHandler
 from django.http.multipartparser import MultiPartParser
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
-from images.validation import edit_params_validate, generation_params_validate
+from images.validation import generation_params_validate
 from tests.images.conftest import OPENAI_BASE, OPENAI_KEY, OPENAI_KEY_ENV, image_bytes, mask_bytes
-from tests.images.test_edit_validation import files, form, upload
+from tests.images.test_edit_validation import edit_validate, files, form, upload
 from upstreams.errors import UpstreamMisconfigured, upstream_error_to_api_error
 from upstreams.providers import ADAPTERS, adapter_for
 from upstreams.providers.base import ImageRequest, UpstreamError
@@ -153,7 +153,7 @@ def test_it_maps_a_success_to_an_image_result(alpha_model, openai_upstream, mock
 def test_an_edit_is_multipart_with_image_and_mask(alpha_model, openai_upstream, mocked):
     mocked.post(EDITS, json=GPT_IMAGE_OK)
     source, mask = image_bytes("JPEG"), mask_bytes()
-    params, images, got_mask = edit_params_validate(
+    params, images, got_mask = edit_validate(
         data=form(prompt="add a hat", n="1", size="1024x1024", input_fidelity="high", seed="1"),
         files=files(image=upload(source, "x.png"), mask=upload(mask, "m.png")),
         image_model=alpha_model,

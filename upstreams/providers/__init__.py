@@ -17,7 +17,7 @@ from upstreams.providers.openai import OpenAIAdapter
 from upstreams.providers.openai_compatible import OpenAICompatibleAdapter
 
 if TYPE_CHECKING:
-    from upstreams.models import Upstream
+    from upstreams.snapshots import UpstreamSnapshot
 
 ADAPTERS: dict[str, type[Adapter]] = {
     AnthropicAdapter.kind: AnthropicAdapter,
@@ -28,7 +28,7 @@ ADAPTERS: dict[str, type[Adapter]] = {
 }
 
 
-def adapter_for(upstream: Upstream, *, deadline: float | None = None) -> Adapter:
+def adapter_for(upstream: UpstreamSnapshot, *, deadline: float | None = None) -> Adapter:
     try:
         adapter_class = ADAPTERS[upstream.kind]
     except KeyError:

@@ -22,7 +22,7 @@ from upstreams.sse import SSE_READ_BYTES, SSEDirect, SSEEvent, SSEParser, sse_ev
 from upstreams.transport import UpstreamReply, upstream_request
 
 if TYPE_CHECKING:
-    from upstreams.models import Upstream
+    from upstreams.snapshots import UpstreamSnapshot
 
 __all__ = [
     "CHAT_COMPLETIONS",
@@ -232,7 +232,7 @@ class Adapter:
         IMAGES_STREAM: "stream",
     }
 
-    def __init__(self, upstream: Upstream, *, deadline: float | None = None) -> None:
+    def __init__(self, upstream: UpstreamSnapshot, *, deadline: float | None = None) -> None:
         self.upstream = upstream
         # Absolute time.monotonic() by which the whole call must end (set by the retry loop).
         self.deadline = deadline
@@ -251,7 +251,8 @@ class Adapter:
 
     def image_call(self, request: ImageRequest) -> ImageResult:
         """Generate or edit, as the request says (not streamed)."""
-        return self.call(request.upstream_operation, request)
+        result: ImageResult = self.call(request.upstream_operation, request)
+        return result
 
     def operation_check(self, operation: str) -> None:
         if operation not in self.operations:

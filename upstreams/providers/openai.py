@@ -158,7 +158,12 @@ class OpenAIAdapter(Adapter):
         except ValueError:
             payload = None
         items = payload.get("data") if isinstance(payload, dict) else None
-        if not isinstance(items, list) or not items or not all(_valid_item(item) for item in items):
+        if (
+            not isinstance(payload, dict)
+            or not isinstance(items, list)
+            or not items
+            or not all(_valid_item(item) for item in items)
+        ):
             raise UpstreamError(
                 f"upstream answered HTTP {response.status} without a valid image list "
                 f"(Content-Type {content_type or 'missing'})",

@@ -1,3 +1,5 @@
+from typing import Any
+
 from django.core.management.base import BaseCommand, CommandError
 
 from billing.selectors import ledger_check
@@ -9,7 +11,7 @@ class Command(BaseCommand):
         "open holds, available >= 0; subscription counters = their holds. Exits non-zero on a failure."
     )
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         problems = ledger_check()
         if problems:
             for problem in problems:

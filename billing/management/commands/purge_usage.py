@@ -1,5 +1,7 @@
+from typing import Any
+
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from billing.idempotency import idempotency_records_purge
 from billing.usage import usage_records_purge
@@ -11,11 +13,11 @@ class Command(BaseCommand):
         "expired idempotency keys."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--days", type=int, default=None, help="Retention in days (default: setting).")
         parser.add_argument("--batch-size", type=int, default=5000)
 
-    def handle(self, *args, days, batch_size, **options):
+    def handle(self, *args: Any, days: Any, batch_size: Any, **options: Any) -> None:
         if days is not None and days < 1:
             raise CommandError("--days must be at least 1")
         retention = days if days is not None else settings.GATEWAY_USAGE_RETENTION_DAYS

@@ -1,4 +1,6 @@
-from django.core.management.base import BaseCommand
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
 
 from billing.holds import holds_release_stale
 
@@ -9,9 +11,9 @@ class Command(BaseCommand):
         "Safe to run from cron on many machines at once."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--batch-size", type=int, default=500)
 
-    def handle(self, *args, batch_size, **options):
+    def handle(self, *args: Any, batch_size: Any, **options: Any) -> None:
         released = holds_release_stale(batch_size=max(1, batch_size))
         self.stdout.write(f"Released {released} stale hold(s).")

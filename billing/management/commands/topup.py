@@ -1,4 +1,6 @@
-from django.core.management.base import BaseCommand, CommandError
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from accounts.models import Account
 from accounts.selectors import account_get_by_username
@@ -9,12 +11,12 @@ from billing.money import MoneyError, money_display
 class Command(BaseCommand):
     help = "Credit USERNAME's wallet with AMOUNT (e.g. 10.00), writing a ledger entry."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("username")
         parser.add_argument("amount")
         parser.add_argument("--note", default="")
 
-    def handle(self, *args, username, amount, note, **options):
+    def handle(self, *args: Any, username: Any, amount: Any, note: Any, **options: Any) -> None:
         try:
             account = account_get_by_username(username=username)
             entry = wallet_top_up(account=account, amount=amount, note=note, reference="command:topup")

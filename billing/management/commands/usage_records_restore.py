@@ -1,6 +1,7 @@
 import sys
+from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 
 from billing.usage import usage_records_restore
 
@@ -12,10 +13,10 @@ class Command(BaseCommand):
         "lines are refused and reported. Safe to run twice."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("logs", nargs="*", help="Log files (default: standard input).")
 
-    def handle(self, *args, logs, **options):
+    def handle(self, *args: Any, logs: Any, **options: Any) -> None:
         written = skipped = refused = 0
         for name in logs or ["-"]:
             if name == "-":

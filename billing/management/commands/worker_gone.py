@@ -1,4 +1,6 @@
-from django.core.management.base import BaseCommand
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
 
 from billing.holds import holds_release_owner
 from billing.limits import concurrency_slots_release_owner
@@ -11,10 +13,10 @@ class Command(BaseCommand):
         "`<instance>:<pid>` (core/process_identity.py)."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("owner")
 
-    def handle(self, *args, owner, **options):
+    def handle(self, *args: Any, owner: Any, **options: Any) -> None:
         slots = concurrency_slots_release_owner(owner=owner)
         holds = holds_release_owner(owner=owner)
         self.stdout.write(
