@@ -45,6 +45,16 @@ from typing import Any
 
 from translators import TranslatedCall, TranslatedTokens, TranslationRefused
 
+
+def _obj(value: Any) -> dict[str, Any]:
+    """`value` when it is a JSON object, else an empty one: any JSON may stand anywhere."""
+    return value if isinstance(value, dict) else {}
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 JSON_TOOL = "json_output"
 _FINISH = {
     "end_turn": "stop",
@@ -111,7 +121,7 @@ def _user_blocks(content: Any, *, param: str) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     for index, part in enumerate(content):
         at = f"{param}[{index}]"
-        kind = part.get("type") if isinstance(part, dict) else None
+        kind = _obj(part).get("type")
         if kind == "text" and isinstance(part.get("text"), str):
             blocks.append({"type": "text", "text": part["text"]})
         elif kind == "image_url":
@@ -128,7 +138,7 @@ def _input_of(arguments: Any) -> dict[str, Any]:
         except ValueError:
             return {"arguments": arguments}
         return parsed if isinstance(parsed, dict) else {"arguments": arguments}
-    return arguments if isinstance(arguments, dict) else {}
+    return _obj(arguments)
 
 
 def _assistant_blocks(message: Mapping[str, Any], *, param: str) -> list[dict[str, Any]]:
@@ -138,7 +148,7 @@ def _assistant_blocks(message: Mapping[str, Any], *, param: str) -> list[dict[st
     if isinstance(content, list):
         parts = []
         for index, part in enumerate(content):
-            kind = part.get("type") if isinstance(part, dict) else None
+            kind = _obj(part).get("type")
             if kind in ("text", "refusal") and isinstance(part.get(kind), str):
                 parts.append(part[kind])
             else:
@@ -152,7 +162,7 @@ def _assistant_blocks(message: Mapping[str, Any], *, param: str) -> list[dict[st
     if calls is not None and not isinstance(calls, list):
         raise TranslationRefused("`tool_calls` is a list.", param=f"{param}.tool_calls")
     for index, call in enumerate(calls or ()):
-        function = call.get("function") if isinstance(call, dict) else None
+        function = _obj(call).get("function")
         if (
             not isinstance(function, dict)
             or not isinstance(call.get("id"), str)
@@ -225,7 +235,7 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
     out = []
     for index, tool in enumerate(tools):
         where = f"tools[{index}]"
-        function = tool.get("function") if isinstance(tool, dict) else None
+        function = _obj(tool).get("function")
         if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(function, dict):
             raise TranslationRefused("Only function tools can be given to this model.", param=where)
         if not isinstance(function.get("name"), str):
@@ -266,7 +276,7 @@ def _json_tool(response_format: Any) -> dict[str, Any] | None:
     schema: Any = {"type": "object"}
     if kind == "json_schema":
         spec = response_format.get("json_schema")
-        schema = spec.get("schema") if isinstance(spec, dict) else None
+        schema = _obj(spec).get("schema")
         if not isinstance(schema, dict):
             raise TranslationRefused(
                 "A json_schema response format needs its schema.", param="response_format.json_schema"
@@ -360,30 +370,28 @@ class ChatViaMessages:
     # A whole answer.
 
     def response_body(self, body: Any) -> dict[str, Any]:
-        message = body if isinstance(body, dict) else {}
+        message = _obj(body)
         texts: list[str] = []
         reasoning: list[str] = []
         calls: list[dict[str, Any]] = []
         content = message.get("content")
         for block in content if isinstance(content, list) else ():
-            kind = block.get("type") if isinstance(block, dict) else None
+            kind = _obj(block).get("type")
             if kind == "text" and isinstance(block.get("text"), str):
                 texts.append(block["text"])
             elif kind == "thinking" and isinstance(block.get("thinking"), str):
                 reasoning.append(block["thinking"])
             elif kind == "tool_use":
-                arguments = json.dumps(
-                    block.get("input") if isinstance(block.get("input"), dict) else {}, ensure_ascii=False
-                )
+                arguments = json.dumps(_obj(block.get("input")), ensure_ascii=False)
                 if self._json and block.get("name") == JSON_TOOL:
                     texts.append(arguments)
                     continue
                 calls.append(
                     {
-                        "id": block.get("id") if isinstance(block.get("id"), str) else f"call_{len(calls)}",
+                        "id": _str(block.get("id")) or f"call_{len(calls)}",
                         "type": "function",
                         "function": {
-                            "name": block.get("name") if isinstance(block.get("name"), str) else "",
+                            "name": _str(block.get("name")) or "",
                             "arguments": arguments,
                         },
                     }
@@ -397,7 +405,7 @@ class ChatViaMessages:
             reply["reasoning_content"] = "".join(reasoning)
         if calls:
             reply["tool_calls"] = calls
-        finish = _FINISH.get(message.get("stop_reason"), "stop")
+        finish = _FINISH.get(_str(message.get("stop_reason")) or "", "stop")
         if self._json and finish == "tool_calls" and not calls:
             finish = "stop"
         msg_id = message.get("id")
@@ -423,7 +431,7 @@ class ChatViaMessages:
             return b""
         kind = event.get("type")
         if kind == "message_start":
-            message = event.get("message") if isinstance(event.get("message"), dict) else {}
+            message = _obj(event.get("message"))
             if isinstance(message.get("id"), str):
                 self._id = f"chatcmpl-{message['id']}"
             self.tokens = _tokens_of(message.get("usage"), before=self.tokens)
@@ -434,7 +442,7 @@ class ChatViaMessages:
         elif kind == "content_block_delta":
             out += self._block_delta(event)
         elif kind == "message_delta":
-            delta = event.get("delta") if isinstance(event.get("delta"), dict) else {}
+            delta = _obj(event.get("delta"))
             if isinstance(delta.get("stop_reason"), str):
                 self._finish = _FINISH.get(delta["stop_reason"], "stop")
                 if self._json and self._finish == "tool_calls" and not self._calls:
@@ -444,11 +452,9 @@ class ChatViaMessages:
             out += self.stream_end()
         elif kind == "error":
             self._stopped = True
-            error = event.get("error") if isinstance(event.get("error"), dict) else {}
-            message = (
-                error.get("message") if isinstance(error.get("message"), str) else "The upstream failed."
-            )
-            out += _data({"error": {"message": message, "type": "server_error", "param": None, "code": None}})
+            error = _obj(event.get("error"))
+            said = _str(error.get("message")) or "The upstream failed."
+            out += _data({"error": {"message": said, "type": "server_error", "param": None, "code": None}})
         return bytes(out)
 
     def stream_end(self) -> bytes:
@@ -482,7 +488,7 @@ class ChatViaMessages:
 
     def _block_start(self, event: Mapping[str, Any]) -> bytes:
         index = event.get("index")
-        block = event.get("content_block") if isinstance(event.get("content_block"), dict) else {}
+        block = _obj(event.get("content_block"))
         if not isinstance(index, int) or isinstance(index, bool):
             return b""
         kind = block.get("type")
@@ -495,10 +501,10 @@ class ChatViaMessages:
                     "tool_calls": [
                         {
                             "index": call,
-                            "id": block.get("id") if isinstance(block.get("id"), str) else f"call_{call}",
+                            "id": _str(block.get("id")) or f"call_{call}",
                             "type": "function",
                             "function": {
-                                "name": block.get("name") if isinstance(block.get("name"), str) else "",
+                                "name": _str(block.get("name")) or "",
                                 "arguments": "",
                             },
                         }
@@ -512,7 +518,7 @@ class ChatViaMessages:
 
     def _block_delta(self, event: Mapping[str, Any]) -> bytes:
         index = event.get("index")
-        delta = event.get("delta") if isinstance(event.get("delta"), dict) else {}
+        delta = _obj(event.get("delta"))
         kind, call = self._blocks.get(index, ("", 0)) if isinstance(index, int) else ("", 0)
         piece_type = delta.get("type")
         if piece_type == "text_delta" and isinstance(delta.get("text"), str):
@@ -540,7 +546,7 @@ class ChatViaMessages:
             parsed = json.loads(body)
         except ValueError:
             parsed = None
-        error = parsed.get("error") if isinstance(parsed, dict) else None
+        error = _obj(parsed).get("error")
         if isinstance(error, dict) and isinstance(error.get("message"), str):
             message = error["message"]
         if not message:

@@ -43,6 +43,16 @@ from typing import Any
 
 from translators import TranslatedCall, TranslatedTokens, TranslationRefused
 
+
+def _obj(value: Any) -> dict[str, Any]:
+    """`value` when it is a JSON object, else an empty one: any JSON may stand anywhere."""
+    return value if isinstance(value, dict) else {}
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 # Anthropic's error types by status (https://docs.anthropic.com/en/api/errors).
 _ERROR_TYPE = {
     400: "invalid_request_error",
@@ -91,9 +101,7 @@ def _image_part(block: Mapping[str, Any], *, param: str) -> dict[str, Any]:
     source = block.get("source")
     if isinstance(source, dict):
         if source.get("type") == "base64" and isinstance(source.get("data"), str):
-            media_type = (
-                source.get("media_type") if isinstance(source.get("media_type"), str) else "image/png"
-            )
+            media_type = _str(source.get("media_type")) or "image/png"
             return {"type": "image_url", "image_url": {"url": f"data:{media_type};base64,{source['data']}"}}
         if source.get("type") == "url" and isinstance(source.get("url"), str):
             return {"type": "image_url", "image_url": {"url": source["url"]}}
@@ -111,7 +119,7 @@ def _tool_result_content(value: Any, *, param: str) -> str | list[dict[str, Any]
         parts: list[dict[str, Any]] = []
         for index, block in enumerate(value):
             where = f"{param}[{index}]"
-            kind = block.get("type") if isinstance(block, dict) else None
+            kind = _obj(block).get("type")
             if kind == "text" and isinstance(block.get("text"), str):
                 parts.append({"type": "text", "text": block["text"]})
             elif kind == "image":
@@ -126,7 +134,7 @@ def _tool_result_content(value: Any, *, param: str) -> str | list[dict[str, Any]
 
 
 def _arguments_of(value: Any) -> str:
-    return json.dumps(value if isinstance(value, dict) else {}, ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(_obj(value), ensure_ascii=False, separators=(",", ":"))
 
 
 def _messages_of(messages: Any) -> list[dict[str, Any]]:
@@ -156,7 +164,7 @@ def _messages_of(messages: Any) -> list[dict[str, Any]]:
         tool_messages: list[dict[str, Any]] = []
         for position, block in enumerate(content):
             at = f"{where}.content[{position}]"
-            kind = block.get("type") if isinstance(block, dict) else None
+            kind = _obj(block).get("type")
             if kind == "text" and isinstance(block.get("text"), str):
                 parts.append({"type": "text", "text": block["text"]})
             elif kind == "image" and role == "user":
@@ -349,9 +357,9 @@ class MessagesViaChat:
 
     def response_body(self, body: Any) -> dict[str, Any]:
         """The Messages answer for a Chat Completions answer."""
-        choices = body.get("choices") if isinstance(body, dict) else None
+        choices = _obj(body).get("choices")
         choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
-        message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+        message = _obj(choice.get("message"))
         content: list[dict[str, Any]] = []
         reasoning = message.get("reasoning_content")
         if isinstance(reasoning, str) and reasoning:
@@ -361,7 +369,7 @@ class MessagesViaChat:
                 content.append({"type": "text", "text": message[field]})
         calls = message.get("tool_calls")
         for call in calls if isinstance(calls, list) else ():
-            function = call.get("function") if isinstance(call, dict) else None
+            function = _obj(call).get("function")
             if isinstance(function, dict):
                 content.append(
                     {
@@ -369,18 +377,18 @@ class MessagesViaChat:
                         "id": call.get("id")
                         if isinstance(call.get("id"), str)
                         else f"toolu_{secrets.token_hex(12)}",
-                        "name": function.get("name") if isinstance(function.get("name"), str) else "",
+                        "name": _str(function.get("name")) or "",
                         "input": _input_of(function.get("arguments")),
                     }
                 )
-        self.tokens = _tokens_of(body.get("usage") if isinstance(body, dict) else None)
+        self.tokens = _tokens_of(_obj(body).get("usage"))
         return {
             "id": self._id,
             "type": "message",
             "role": "assistant",
             "model": self.model,
             "content": content,
-            "stop_reason": _STOP_REASON.get(choice.get("finish_reason"), "end_turn"),
+            "stop_reason": _STOP_REASON.get(_str(choice.get("finish_reason")) or "", "end_turn"),
             "stop_sequence": None,
             "usage": _usage_body(self.tokens),
         }
@@ -402,9 +410,7 @@ class MessagesViaChat:
         if isinstance(chunk.get("error"), dict):
             self._stopped = True
             error = chunk["error"]
-            message = (
-                error.get("message") if isinstance(error.get("message"), str) else "The upstream failed."
-            )
+            message = _str(error.get("message")) or "The upstream failed."
             return _event("error", {"type": "error", "error": {"type": "api_error", "message": message}})
         out = bytearray(self._start())
         if chunk.get("usage") is not None:
@@ -415,7 +421,7 @@ class MessagesViaChat:
         )
         if choice is None:
             return bytes(out)
-        delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+        delta = _obj(choice.get("delta"))
         reasoning = delta.get("reasoning_content")
         if isinstance(reasoning, str) and reasoning:
             out += self._open("thinking", {"type": "thinking", "thinking": "", "signature": ""})
@@ -457,7 +463,7 @@ class MessagesViaChat:
         if self._started:
             return b""
         self._started = True
-        message = {
+        message: dict[str, Any] = {
             "id": self._id,
             "type": "message",
             "role": "assistant",
@@ -493,15 +499,16 @@ class MessagesViaChat:
         )
 
     def _tool_call_piece(self, call: Mapping[str, Any]) -> bytes:
-        position = call.get("index") if isinstance(call.get("index"), int) else 0
-        function = call.get("function") if isinstance(call.get("function"), dict) else {}
+        index_given = call.get("index")
+        position = index_given if isinstance(index_given, int) else 0
+        function = _obj(call.get("function"))
         out = bytearray()
         index = self._call_blocks.get(position)
         if index is None:
             block = {
                 "type": "tool_use",
-                "id": call.get("id") if isinstance(call.get("id"), str) else f"toolu_{secrets.token_hex(12)}",
-                "name": function.get("name") if isinstance(function.get("name"), str) else "",
+                "id": _str(call.get("id")) or f"toolu_{secrets.token_hex(12)}",
+                "name": _str(function.get("name")) or "",
                 "input": {},
             }
             out += self._open(f"tool:{position}", block)
@@ -530,7 +537,7 @@ class MessagesViaChat:
             parsed = json.loads(body)
         except ValueError:
             parsed = None
-        error = parsed.get("error") if isinstance(parsed, dict) else None
+        error = _obj(parsed).get("error")
         if isinstance(error, dict) and isinstance(error.get("message"), str):
             message = error["message"]
         elif isinstance(error, str):
@@ -548,4 +555,4 @@ def _input_of(arguments: Any) -> dict[str, Any]:
         except ValueError:
             return {"arguments": arguments}
         return parsed if isinstance(parsed, dict) else {"arguments": arguments}
-    return arguments if isinstance(arguments, dict) else {}
+    return _obj(arguments)
