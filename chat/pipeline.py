@@ -43,6 +43,7 @@ from chat.answers import refusal_for_caller, tokens_charge
 from chat.families import CHAT, Family
 from chat.pricing import text_call_ceiling
 from chat.streaming import StreamBody, StreamedTextCall, stream_open, text_stream_relay
+from chat.token_count import messages_input_tokens
 from chat.translation import translator_make
 from chat.validation import TextBody, input_ceiling_tokens, output_limit_validate, text_body_parse
 from core.errors import InvalidRequest, UpstreamFailed
@@ -150,6 +151,8 @@ def text_call_run(
         if not family.billed:
             # Free (token counting), but authenticated, group-checked and rate-limited.
             rate_limit_hit(limit_key=credential.limit_key, rpm=resolved.group.rpm)
+            if resolved.translation.counted_locally:
+                return _counted_locally(body=parsed.body, resolved=resolved)
             return _answer(
                 reply_and_upstream=_call(usage=usage, resolved=resolved, request=text_request),
                 translator=translator,
@@ -231,6 +234,20 @@ def _translated_body(*, translator: Translator, body: dict[str, Any]) -> dict[st
             "another API.)",
             param=refused.param,
         ) from None
+
+
+def _counted_locally(*, body: dict[str, Any], resolved: ResolvedTextModel) -> StoredResponse:
+    """A Messages body's input tokens, counted here for a model whose upstream cannot count them."""
+    try:
+        tokens = messages_input_tokens(body=body, upstream_model=resolved.text_model.upstream_model_name)
+    except TranslationRefused as refused:
+        raise InvalidRequest(f"{refused.param}: {refused.message}", param=refused.param) from None
+    return StoredResponse(
+        status=200,
+        body=json.dumps({"input_tokens": tokens}).encode("utf-8"),
+        content_type="application/json",
+        headers={},
+    )
 
 
 def _usage_asked(body: dict[str, Any]) -> bool:

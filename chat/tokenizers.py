@@ -38,6 +38,13 @@ def output_encoder(*, upstream_kind: str, upstream_model: str) -> Callable[[str]
     return None if encoding is None else encoding.encode_ordinary
 
 
+def o200k_encoder() -> Callable[[str], Sequence[int]] | None:
+    """o200k_base's `encode_ordinary`, for counting a request's tokens (chat/token_count.py); None if
+    the encoding cannot be loaded (logged)."""
+    encoding = _o200k()
+    return None if encoding is None else encoding.encode_ordinary
+
+
 @functools.cache
 def _o200k():  # -> tiktoken.Encoding | None
     import tiktoken

@@ -3,7 +3,8 @@
 A model is served on a family's endpoint natively when its upstreams' kind serves that family, and
 through a translator when one exists from the caller's family to a family the kind serves. Today:
 `/v1/messages` on a Chat Completions upstream (`openai`, `openai-compatible`), and
-`/v1/chat/completions` on a Messages upstream (`anthropic`).
+`/v1/chat/completions` on a Messages upstream (`anthropic`). `/v1/messages/count_tokens` for a model
+whose upstream cannot count is counted by the gateway itself (chat/token_count.py).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from chat.families import CHAT, MESSAGES_FAMILY, Family
+from chat.families import CHAT, COUNT_TOKENS, MESSAGES_FAMILY, Family
 from translators import TranslatedCall, Translator
 from translators.chat_via_messages import ChatViaMessages
 from translators.messages_via_chat import MessagesViaChat
@@ -27,10 +28,12 @@ TRANSLATORS: dict[tuple[Family, Family], Callable[[TranslatedCall], Translator]]
 @dataclass(frozen=True)
 class Translation:
     """How a call reaches its upstream: the family spoken there, and the translator between the
-    caller's family and it (None when they are the same)."""
+    caller's family and it (None when they are the same); or, for token counting on an upstream
+    that cannot count, no upstream call at all (`counted_locally`)."""
 
     upstream_family: Family
     translator: Callable[[TranslatedCall], Translator] | None
+    counted_locally: bool = False
 
 
 def translation_for(*, family: Family, kind: str) -> Translation | None:
@@ -41,6 +44,8 @@ def translation_for(*, family: Family, kind: str) -> Translation | None:
     for (caller, upstream_family), translator in TRANSLATORS.items():
         if caller is family and adapter_serves(kind=kind, operation=upstream_family.operation):
             return Translation(upstream_family=upstream_family, translator=translator)
+    if family is COUNT_TOKENS and translation_for(family=MESSAGES_FAMILY, kind=kind) is not None:
+        return Translation(upstream_family=family, translator=None, counted_locally=True)
     return None
 
 

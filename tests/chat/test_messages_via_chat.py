@@ -9,6 +9,7 @@ import json
 from decimal import Decimal
 
 import pytest
+import tiktoken
 
 from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
 from billing.selectors import ledger_check
@@ -337,3 +338,85 @@ def test_a_compatible_server_without_a_key_is_sent_no_authorization(
     assert response.status_code == 200, response.content
     assert response.json()["content"] == [{"type": "text", "text": "ok"}]
     assert "Authorization" not in upstream.calls[0].request.headers
+
+
+def test_count_tokens_is_counted_by_the_gateway_free_and_without_a_call(
+    client, upstream, deepseek, tara, tara_key
+):
+    body = {
+        "model": "alpha-deepseek",
+        "system": "You are terse.",
+        "messages": [
+            {"role": "user", "content": "How many tokens is this sentence, more or less?"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "t1", "name": "get_weather", "input": {"city": "Oslo"}}
+                ],
+            },
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "12C"}]},
+        ],
+        "tools": [WEATHER_TOOL],
+    }
+    before = balance(tara)
+    response = client.post(
+        "/v1/messages/count_tokens",
+        data=json.dumps(body),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {tara_key}"},
+    )
+
+    assert response.status_code == 200, response.content
+    encoding = tiktoken.get_encoding("o200k_base")
+
+    def tokens(*texts: str) -> int:
+        return sum(len(encoding.encode_ordinary(text)) for text in texts)
+
+    tools = json.dumps(
+        [
+            {
+                "type": "function",
+                "function": {
+                    "name": "get_weather",
+                    "parameters": WEATHER_TOOL["input_schema"],
+                    "description": "Get the weather",
+                },
+            }
+        ],
+        separators=(",", ":"),
+    )
+    expected = (
+        3  # the answer's start
+        + 4 * 3  # four messages
+        + tokens("system", "You are terse.")
+        + tokens("user", "How many tokens is this sentence, more or less?")
+        + tokens("assistant", "t1", "function", "get_weather", '{"city":"Oslo"}')
+        + tokens("tool", "t1", "12C")
+        + tokens(tools)
+    )
+    assert response.json() == {"input_tokens": expected}
+    assert len(upstream.calls) == 0
+    assert balance(tara) == before
+    record = UsageRecord.objects.get()
+    assert (record.endpoint, record.status, record.amount) == ("messages.count_tokens", 200, 0)
+    assert not Hold.objects.exists()
+
+
+def test_count_tokens_refuses_what_the_model_could_not_read(client, upstream, deepseek, tara, tara_key):
+    body = {
+        "model": "alpha-deepseek",
+        "messages": [
+            {"role": "user", "content": [{"type": "document", "source": {"type": "text", "data": "x"}}]}
+        ],
+    }
+    response = client.post(
+        "/v1/messages/count_tokens",
+        data=json.dumps(body),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {tara_key}"},
+    )
+
+    assert response.status_code == 400
+    assert response.json()["type"] == "error"
+    assert response.json()["error"]["message"].startswith("messages[0].content[0]: ")
+    assert len(upstream.calls) == 0
