@@ -17,7 +17,8 @@ from django.utils.datastructures import MultiValueDict
 from PIL import Image
 
 from core.errors import InvalidRequest, PayloadTooLarge
-from images.validation import edit_fields_validate, edit_uploads_decode
+from images.uploads import edit_uploads_decode
+from images.validation import edit_fields_validate
 from tests.images.conftest import image_bytes, mask_bytes
 
 pytestmark = pytest.mark.django_db
