@@ -44,16 +44,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from translators import TranslatedCall, TranslatedTokens, TranslationRefused
-
-
-def _obj(value: Any) -> dict[str, Any]:
-    """`value` when it is a JSON object, else an empty one: any JSON may stand anywhere."""
-    return value if isinstance(value, dict) else {}
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
+from translators.values import arguments_parsed, count, error_message, obj, string, text_joined
 
 JSON_TOOL = "json_output"
 _FINISH = {
@@ -72,31 +63,6 @@ _ERROR_TYPE = {
     404: "not_found_error",
     429: "rate_limit_error",
 }
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
-def _text_of(content: Any, *, param: str) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for index, part in enumerate(content):
-            if (
-                not isinstance(part, dict)
-                or part.get("type") != "text"
-                or not isinstance(part.get("text"), str)
-            ):
-                raise TranslationRefused(
-                    "Only text parts can be given here on this model.", param=f"{param}[{index}]"
-                )
-            texts.append(part["text"])
-        return "\n".join(texts)
-    if content is None:
-        return ""
-    raise TranslationRefused("Expected a string or a list of text parts.", param=param)
 
 
 def _image_block(part: Mapping[str, Any], *, param: str) -> dict[str, Any]:
@@ -121,7 +87,7 @@ def _user_blocks(content: Any, *, param: str) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     for index, part in enumerate(content):
         at = f"{param}[{index}]"
-        kind = _obj(part).get("type")
+        kind = obj(part).get("type")
         if kind == "text" and isinstance(part.get("text"), str):
             blocks.append({"type": "text", "text": part["text"]})
         elif kind == "image_url":
@@ -131,24 +97,14 @@ def _user_blocks(content: Any, *, param: str) -> list[dict[str, Any]]:
     return blocks
 
 
-def _input_of(arguments: Any) -> dict[str, Any]:
-    if isinstance(arguments, str):
-        try:
-            parsed = json.loads(arguments) if arguments.strip() else {}
-        except ValueError:
-            return {"arguments": arguments}
-        return parsed if isinstance(parsed, dict) else {"arguments": arguments}
-    return _obj(arguments)
-
-
 def _assistant_blocks(message: Mapping[str, Any], *, param: str) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     content = message.get("content")
-    text = _text_of(content, param=f"{param}.content") if not isinstance(content, list) else ""
+    text = text_joined(content, param=f"{param}.content", absent="") if not isinstance(content, list) else ""
     if isinstance(content, list):
         parts = []
         for index, part in enumerate(content):
-            kind = _obj(part).get("type")
+            kind = obj(part).get("type")
             if kind in ("text", "refusal") and isinstance(part.get(kind), str):
                 parts.append(part[kind])
             else:
@@ -162,7 +118,7 @@ def _assistant_blocks(message: Mapping[str, Any], *, param: str) -> list[dict[st
     if calls is not None and not isinstance(calls, list):
         raise TranslationRefused("`tool_calls` is a list.", param=f"{param}.tool_calls")
     for index, call in enumerate(calls or ()):
-        function = _obj(call).get("function")
+        function = obj(call).get("function")
         if (
             not isinstance(function, dict)
             or not isinstance(call.get("id"), str)
@@ -176,7 +132,7 @@ def _assistant_blocks(message: Mapping[str, Any], *, param: str) -> list[dict[st
                 "type": "tool_use",
                 "id": call["id"],
                 "name": function["name"],
-                "input": _input_of(function.get("arguments")),
+                "input": arguments_parsed(function.get("arguments")),
             }
         )
     return blocks
@@ -188,7 +144,7 @@ def _tool_result(message: Mapping[str, Any], *, param: str) -> dict[str, Any]:
     return {
         "type": "tool_result",
         "tool_use_id": message["tool_call_id"],
-        "content": _text_of(message.get("content"), param=f"{param}.content"),
+        "content": text_joined(message.get("content"), param=f"{param}.content", absent=""),
     }
 
 
@@ -212,7 +168,7 @@ def _conversation(messages: Any) -> tuple[str, list[dict[str, Any]]]:
             raise TranslationRefused("Each message is an object.", param=where)
         role = message.get("role")
         if role in ("system", "developer"):
-            text = _text_of(message.get("content"), param=f"{where}.content")
+            text = text_joined(message.get("content"), param=f"{where}.content", absent="")
             if text:
                 system.append(text)
         elif role == "user":
@@ -235,7 +191,7 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
     out = []
     for index, tool in enumerate(tools):
         where = f"tools[{index}]"
-        function = _obj(tool).get("function")
+        function = obj(tool).get("function")
         if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(function, dict):
             raise TranslationRefused("Only function tools can be given to this model.", param=where)
         if not isinstance(function.get("name"), str):
@@ -276,7 +232,7 @@ def _json_tool(response_format: Any) -> dict[str, Any] | None:
     schema: Any = {"type": "object"}
     if kind == "json_schema":
         spec = response_format.get("json_schema")
-        schema = _obj(spec).get("schema")
+        schema = obj(spec).get("schema")
         if not isinstance(schema, dict):
             raise TranslationRefused(
                 "A json_schema response format needs its schema.", param="response_format.json_schema"
@@ -370,28 +326,28 @@ class ChatViaMessages:
     # A whole answer.
 
     def response_body(self, body: Any) -> dict[str, Any]:
-        message = _obj(body)
+        message = obj(body)
         texts: list[str] = []
         reasoning: list[str] = []
         calls: list[dict[str, Any]] = []
         content = message.get("content")
         for block in content if isinstance(content, list) else ():
-            kind = _obj(block).get("type")
+            kind = obj(block).get("type")
             if kind == "text" and isinstance(block.get("text"), str):
                 texts.append(block["text"])
             elif kind == "thinking" and isinstance(block.get("thinking"), str):
                 reasoning.append(block["thinking"])
             elif kind == "tool_use":
-                arguments = json.dumps(_obj(block.get("input")), ensure_ascii=False)
+                arguments = json.dumps(obj(block.get("input")), ensure_ascii=False)
                 if self._json and block.get("name") == JSON_TOOL:
                     texts.append(arguments)
                     continue
                 calls.append(
                     {
-                        "id": _str(block.get("id")) or f"call_{len(calls)}",
+                        "id": string(block.get("id")) or f"call_{len(calls)}",
                         "type": "function",
                         "function": {
-                            "name": _str(block.get("name")) or "",
+                            "name": string(block.get("name")) or "",
                             "arguments": arguments,
                         },
                     }
@@ -405,7 +361,7 @@ class ChatViaMessages:
             reply["reasoning_content"] = "".join(reasoning)
         if calls:
             reply["tool_calls"] = calls
-        finish = _FINISH.get(_str(message.get("stop_reason")) or "", "stop")
+        finish = _FINISH.get(string(message.get("stop_reason")) or "", "stop")
         if self._json and finish == "tool_calls" and not calls:
             finish = "stop"
         msg_id = message.get("id")
@@ -431,7 +387,7 @@ class ChatViaMessages:
             return b""
         kind = event.get("type")
         if kind == "message_start":
-            message = _obj(event.get("message"))
+            message = obj(event.get("message"))
             if isinstance(message.get("id"), str):
                 self._id = f"chatcmpl-{message['id']}"
             self.tokens = _tokens_of(message.get("usage"), before=self.tokens)
@@ -442,7 +398,7 @@ class ChatViaMessages:
         elif kind == "content_block_delta":
             out += self._block_delta(event)
         elif kind == "message_delta":
-            delta = _obj(event.get("delta"))
+            delta = obj(event.get("delta"))
             if isinstance(delta.get("stop_reason"), str):
                 self._finish = _FINISH.get(delta["stop_reason"], "stop")
                 if self._json and self._finish == "tool_calls" and not self._calls:
@@ -452,8 +408,8 @@ class ChatViaMessages:
             out += self.stream_end()
         elif kind == "error":
             self._stopped = True
-            error = _obj(event.get("error"))
-            said = _str(error.get("message")) or "The upstream failed."
+            error = obj(event.get("error"))
+            said = string(error.get("message")) or "The upstream failed."
             out += _data({"error": {"message": said, "type": "server_error", "param": None, "code": None}})
         return bytes(out)
 
@@ -488,7 +444,7 @@ class ChatViaMessages:
 
     def _block_start(self, event: Mapping[str, Any]) -> bytes:
         index = event.get("index")
-        block = _obj(event.get("content_block"))
+        block = obj(event.get("content_block"))
         if not isinstance(index, int) or isinstance(index, bool):
             return b""
         kind = block.get("type")
@@ -501,10 +457,10 @@ class ChatViaMessages:
                     "tool_calls": [
                         {
                             "index": call,
-                            "id": _str(block.get("id")) or f"call_{call}",
+                            "id": string(block.get("id")) or f"call_{call}",
                             "type": "function",
                             "function": {
-                                "name": _str(block.get("name")) or "",
+                                "name": string(block.get("name")) or "",
                                 "arguments": "",
                             },
                         }
@@ -518,7 +474,7 @@ class ChatViaMessages:
 
     def _block_delta(self, event: Mapping[str, Any]) -> bytes:
         index = event.get("index")
-        delta = _obj(event.get("delta"))
+        delta = obj(event.get("delta"))
         kind, call = self._blocks.get(index, ("", 0)) if isinstance(index, int) else ("", 0)
         piece_type = delta.get("type")
         if piece_type == "text_delta" and isinstance(delta.get("text"), str):
@@ -541,16 +497,7 @@ class ChatViaMessages:
     # Errors.
 
     def error_body(self, status: int, body: bytes) -> bytes:
-        message = ""
-        try:
-            parsed = json.loads(body)
-        except ValueError:
-            parsed = None
-        error = _obj(parsed).get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            message = error["message"]
-        if not message:
-            message = body.decode("utf-8", "replace")[:1000] or f"The upstream answered {status}."
+        message = error_message(status, body)
         error_type = _ERROR_TYPE.get(status, "server_error" if status >= 500 else "invalid_request_error")
         return json.dumps(
             {"error": {"message": message, "type": error_type, "param": None, "code": None}}
@@ -563,7 +510,7 @@ def _tokens_of(usage: Any, *, before: TranslatedTokens | None = None) -> Transla
     base = before or TranslatedTokens()
 
     def pick(field: str, current: int) -> int:
-        return _count(usage[field]) if usage.get(field) is not None else current
+        return count(usage[field]) if usage.get(field) is not None else current
 
     return TranslatedTokens(
         input=pick("input_tokens", base.input),

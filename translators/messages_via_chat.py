@@ -42,16 +42,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from translators import TranslatedCall, TranslatedTokens, TranslationRefused
-
-
-def _obj(value: Any) -> dict[str, Any]:
-    """`value` when it is a JSON object, else an empty one: any JSON may stand anywhere."""
-    return value if isinstance(value, dict) else {}
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
+from translators.values import arguments_parsed, count, error_message, obj, string, text_joined
 
 # Anthropic's error types by status (https://docs.anthropic.com/en/api/errors).
 _ERROR_TYPE = {
@@ -77,31 +68,11 @@ _EFFORT_BUDGETS = ((4096, "low"), (16384, "medium"))
 _DROPPED_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 
 
-def _text_of(value: Any, *, param: str) -> str:
-    """A string, or the text of a list of text blocks joined by newlines."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        texts = []
-        for index, block in enumerate(value):
-            if (
-                not isinstance(block, dict)
-                or block.get("type") != "text"
-                or not isinstance(block.get("text"), str)
-            ):
-                raise TranslationRefused(
-                    "Only text blocks can be given here on this model.", param=f"{param}[{index}]"
-                )
-            texts.append(block["text"])
-        return "\n".join(texts)
-    raise TranslationRefused("Expected a string or a list of text blocks.", param=param)
-
-
 def _image_part(block: Mapping[str, Any], *, param: str) -> dict[str, Any]:
     source = block.get("source")
     if isinstance(source, dict):
         if source.get("type") == "base64" and isinstance(source.get("data"), str):
-            media_type = _str(source.get("media_type")) or "image/png"
+            media_type = string(source.get("media_type")) or "image/png"
             return {"type": "image_url", "image_url": {"url": f"data:{media_type};base64,{source['data']}"}}
         if source.get("type") == "url" and isinstance(source.get("url"), str):
             return {"type": "image_url", "image_url": {"url": source["url"]}}
@@ -119,7 +90,7 @@ def _tool_result_content(value: Any, *, param: str) -> str | list[dict[str, Any]
         parts: list[dict[str, Any]] = []
         for index, block in enumerate(value):
             where = f"{param}[{index}]"
-            kind = _obj(block).get("type")
+            kind = obj(block).get("type")
             if kind == "text" and isinstance(block.get("text"), str):
                 parts.append({"type": "text", "text": block["text"]})
             elif kind == "image":
@@ -134,7 +105,7 @@ def _tool_result_content(value: Any, *, param: str) -> str | list[dict[str, Any]
 
 
 def _arguments_of(value: Any) -> str:
-    return json.dumps(_obj(value), ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(obj(value), ensure_ascii=False, separators=(",", ":"))
 
 
 def _messages_of(messages: Any) -> list[dict[str, Any]]:
@@ -148,7 +119,7 @@ def _messages_of(messages: Any) -> list[dict[str, Any]]:
         role, content = message.get("role"), message.get("content")
         if role == "system":
             # Claude Code sends some of its instructions as system messages among the turns.
-            out.append({"role": "system", "content": _text_of(content, param=f"{where}.content")})
+            out.append({"role": "system", "content": text_joined(content, param=f"{where}.content")})
             continue
         if role not in ("user", "assistant"):
             raise TranslationRefused("A message's role is user, assistant or system.", param=f"{where}.role")
@@ -164,7 +135,7 @@ def _messages_of(messages: Any) -> list[dict[str, Any]]:
         tool_messages: list[dict[str, Any]] = []
         for position, block in enumerate(content):
             at = f"{where}.content[{position}]"
-            kind = _obj(block).get("type")
+            kind = obj(block).get("type")
             if kind == "text" and isinstance(block.get("text"), str):
                 parts.append({"type": "text", "text": block["text"]})
             elif kind == "image" and role == "user":
@@ -268,10 +239,6 @@ def _effort_of(thinking: Any) -> str | None:
 def _tokens_of(usage: Any) -> TranslatedTokens | None:
     if not isinstance(usage, dict):
         return None
-
-    def count(value: Any) -> int:
-        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
     prompt = count(usage.get("prompt_tokens"))
     details = usage.get("prompt_tokens_details")
     cached = min(count(details.get("cached_tokens")) if isinstance(details, dict) else 0, prompt)
@@ -319,7 +286,7 @@ class MessagesViaChat:
         """The Chat Completions body for the caller's Messages body; raises TranslationRefused."""
         messages = _messages_of(body.get("messages"))
         if "system" in body and body["system"] is not None:
-            system = _text_of(body["system"], param="system")
+            system = text_joined(body["system"], param="system")
             if system:
                 messages.insert(0, {"role": "system", "content": system})
         out: dict[str, Any] = {"model": self.upstream_model, "messages": messages}
@@ -357,9 +324,9 @@ class MessagesViaChat:
 
     def response_body(self, body: Any) -> dict[str, Any]:
         """The Messages answer for a Chat Completions answer."""
-        choices = _obj(body).get("choices")
+        choices = obj(body).get("choices")
         choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
-        message = _obj(choice.get("message"))
+        message = obj(choice.get("message"))
         content: list[dict[str, Any]] = []
         reasoning = message.get("reasoning_content")
         if isinstance(reasoning, str) and reasoning:
@@ -369,7 +336,7 @@ class MessagesViaChat:
                 content.append({"type": "text", "text": message[field]})
         calls = message.get("tool_calls")
         for call in calls if isinstance(calls, list) else ():
-            function = _obj(call).get("function")
+            function = obj(call).get("function")
             if isinstance(function, dict):
                 content.append(
                     {
@@ -377,18 +344,18 @@ class MessagesViaChat:
                         "id": call.get("id")
                         if isinstance(call.get("id"), str)
                         else f"toolu_{secrets.token_hex(12)}",
-                        "name": _str(function.get("name")) or "",
-                        "input": _input_of(function.get("arguments")),
+                        "name": string(function.get("name")) or "",
+                        "input": arguments_parsed(function.get("arguments")),
                     }
                 )
-        self.tokens = _tokens_of(_obj(body).get("usage"))
+        self.tokens = _tokens_of(obj(body).get("usage"))
         return {
             "id": self._id,
             "type": "message",
             "role": "assistant",
             "model": self.model,
             "content": content,
-            "stop_reason": _STOP_REASON.get(_str(choice.get("finish_reason")) or "", "end_turn"),
+            "stop_reason": _STOP_REASON.get(string(choice.get("finish_reason")) or "", "end_turn"),
             "stop_sequence": None,
             "usage": _usage_body(self.tokens),
         }
@@ -410,7 +377,7 @@ class MessagesViaChat:
         if isinstance(chunk.get("error"), dict):
             self._stopped = True
             error = chunk["error"]
-            message = _str(error.get("message")) or "The upstream failed."
+            message = string(error.get("message")) or "The upstream failed."
             return _event("error", {"type": "error", "error": {"type": "api_error", "message": message}})
         out = bytearray(self._start())
         if chunk.get("usage") is not None:
@@ -421,7 +388,7 @@ class MessagesViaChat:
         )
         if choice is None:
             return bytes(out)
-        delta = _obj(choice.get("delta"))
+        delta = obj(choice.get("delta"))
         reasoning = delta.get("reasoning_content")
         if isinstance(reasoning, str) and reasoning:
             out += self._open("thinking", {"type": "thinking", "thinking": "", "signature": ""})
@@ -501,14 +468,14 @@ class MessagesViaChat:
     def _tool_call_piece(self, call: Mapping[str, Any]) -> bytes:
         index_given = call.get("index")
         position = index_given if isinstance(index_given, int) else 0
-        function = _obj(call.get("function"))
+        function = obj(call.get("function"))
         out = bytearray()
         index = self._call_blocks.get(position)
         if index is None:
             block = {
                 "type": "tool_use",
-                "id": _str(call.get("id")) or f"toolu_{secrets.token_hex(12)}",
-                "name": _str(function.get("name")) or "",
+                "id": string(call.get("id")) or f"toolu_{secrets.token_hex(12)}",
+                "name": string(function.get("name")) or "",
                 "input": {},
             }
             out += self._open(f"tool:{position}", block)
@@ -532,27 +499,6 @@ class MessagesViaChat:
     def error_body(self, status: int, body: bytes) -> bytes:
         """The caller's error body for an upstream's error answer: Anthropic's shape, the upstream's
         message kept."""
-        message = ""
-        try:
-            parsed = json.loads(body)
-        except ValueError:
-            parsed = None
-        error = _obj(parsed).get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            message = error["message"]
-        elif isinstance(error, str):
-            message = error
-        if not message:
-            message = body.decode("utf-8", "replace")[:1000] or f"The upstream answered {status}."
+        message = error_message(status, body)
         error_type = _ERROR_TYPE.get(status, "api_error" if status >= 500 else "invalid_request_error")
         return json.dumps({"type": "error", "error": {"type": error_type, "message": message}}).encode()
-
-
-def _input_of(arguments: Any) -> dict[str, Any]:
-    if isinstance(arguments, str):
-        try:
-            parsed = json.loads(arguments)
-        except ValueError:
-            return {"arguments": arguments}
-        return parsed if isinstance(parsed, dict) else {"arguments": arguments}
-    return _obj(arguments)

@@ -29,6 +29,7 @@ from upstreams.sse import SSEEvent, SSEParser
 
 # The modules whose code runs inside the stream loop for each event.
 PURE_MODULES = (
+    "translators.values",
     "chat.families",
     "chat.output_count",
     "upstreams.sse",

@@ -1,0 +1,70 @@
+"""Reading any JSON a caller or an upstream sent, as every translator must: a value is used only where
+it has the type wanted, and anything else reads as absent (never an exception)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from translators import TranslationRefused
+
+
+def obj(value: Any) -> dict[str, Any]:
+    """`value` when it is a JSON object, else an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
+def string(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def count(value: Any) -> int:
+    """A token count as reported: anything but a positive integer is 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def text_joined(value: Any, *, param: str, absent: str | None = None) -> str:
+    """A string, or the text of a list of text blocks or parts joined by newlines; `absent` for null
+    when given. Anything else is refused, naming `param`."""
+    if isinstance(value, str):
+        return value
+    if value is None and absent is not None:
+        return absent
+    if isinstance(value, list):
+        texts = []
+        for index, part in enumerate(value):
+            if (
+                not isinstance(part, dict)
+                or part.get("type") != "text"
+                or not isinstance(part.get("text"), str)
+            ):
+                raise TranslationRefused(
+                    "Only text can be given here on this model.", param=f"{param}[{index}]"
+                )
+            texts.append(part["text"])
+        return "\n".join(texts)
+    raise TranslationRefused("Expected a string or a list of text parts.", param=param)
+
+
+def arguments_parsed(arguments: Any) -> dict[str, Any]:
+    """A tool call's arguments as an object: a JSON object's text parsed (empty text is `{}`); any other
+    text kept whole as `{"arguments": "<text>"}`."""
+    if isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments) if arguments.strip() else {}
+        except ValueError:
+            return {"arguments": arguments}
+        return parsed if isinstance(parsed, dict) else {"arguments": arguments}
+    return obj(arguments)
+
+
+def error_message(status: int, body: bytes) -> str:
+    """The message of an upstream's error body in any family's shape (`error.message`, or `error` as a
+    string), else the body's start, else the status."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        parsed = None
+    error = obj(parsed).get("error")
+    message = string(obj(error).get("message")) or string(error)
+    return message or body.decode("utf-8", "replace")[:1000] or f"The upstream answered {status}."
