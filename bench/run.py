@@ -49,6 +49,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -358,6 +359,9 @@ TEXT_MODELS = {
     "bench-chat-long": ("openai", "textlong"),
     "bench-claude-long": ("anthropic", "textlong"),
     "bench-chat-real": ("openai", "textreal"),
+    # /v1/messages on Chat Completions upstreams, through the gateway's translator (docs/text.md).
+    "bench-claude-via-chat": ("openai-compatible", "text0"),
+    "bench-claude-via-chat-long": ("openai-compatible", "textlong"),
 }
 TEXT_PRICES = {"input_price": "2.00", "output_price": "8.00"}
 CHAT_PATH, MESSAGES_PATH, IMAGES_PATH = "/v1/chat/completions", "/v1/messages", "/v1/images/generations"
@@ -519,6 +523,7 @@ def peer_start(procs: Processes, workdir: Path, ports: dict[str, int], *, worker
     for name, (kind, upstream) in TEXT_MODELS.items():
         # LiteLLM's OpenAI provider appends /chat/completions to the base; its Anthropic one appends
         # /v1/messages to the origin.
+        kind = "openai" if kind == "openai-compatible" else kind  # LiteLLM's name for either
         base = f"http://127.0.0.1:{ports[upstream]}" + ("/v1" if kind == "openai" else "")
         lines += [
             f"  - model_name: {name}",
@@ -870,6 +875,8 @@ def scenarios(quick: bool, rounds: int | None = None) -> list[Scenario]:
     long_messages = text_body("bench-claude-long", stream=True, messages=True)
     ttft_calls = 100 if not quick else 20
     real_chat = text_body("bench-chat-real", stream=True)
+    via_chat = text_body("bench-claude-via-chat", stream=True, messages=True)
+    via_chat_long = text_body("bench-claude-via-chat-long", stream=True, messages=True)
     real_calls = 30 if not quick else 10
     listing = [
         Scenario("overhead", "1. Overhead: concurrency 1, upstream latency 0", "bench-fast", "fast", 1,
@@ -911,6 +918,17 @@ def scenarios(quick: bool, rounds: int | None = None) -> list[Scenario]:
                  "20 ms apart", "bench-chat-real", "textreal", 1000, 3 * REAL_STREAM_S,
                  max_requests=2000 if not quick else 1000, targets=("direct", "gateway"), path=CHAT_PATH,
                  body=real_chat, streamed=True, ramp=REAL_STREAM_S, events=50, interval_ms=20),
+        Scenario("messages-via-chat", "14. /v1/messages on a chat completions upstream, one stream at a "
+                 "time: 50 events 10 ms apart, the first at once (against chat-ttft, the native pair)",
+                 "bench-claude-via-chat", "text0", 1, ttft_calls * 0.5, max_requests=ttft_calls, warmup=1,
+                 targets=("gateway",), path=MESSAGES_PATH, body=via_chat, headers=ANTHROPIC_HEADERS,
+                 streamed=True, events=50, interval_ms=10),
+        Scenario("messages-via-chat-1k", "15. 1,000 /v1/messages streams on a chat completions upstream: "
+                 "200 events 20 ms apart after 200 ms (against chat-streams-1k)",
+                 "bench-claude-via-chat-long", "textlong", 1000, 3 * LONG_STREAM_S,
+                 max_requests=2000 if not quick else 1000, targets=("gateway",), path=MESSAGES_PATH,
+                 body=via_chat_long, headers=ANTHROPIC_HEADERS, streamed=True, ramp=LONG_STREAM_S,
+                 events=200, interval_ms=20),
     ]  # fmt: skip
     return [dataclasses.replace(s, rounds=rounds) if s.id in RATIO_SCENARIOS else s for s in listing]
 
@@ -1409,7 +1427,7 @@ def derive_text(report: dict[str, Any], by: dict[tuple[str, str], dict[str, Any]
         )
     scenario_by_id = {s.id: s for s in scenarios(report.get("quick", False))}
     pool = (report["gunicorn"].get("workers") or 1) * int(report.get("db_pool_per_worker") or 16)
-    for sid in ("chat-streams-1k", "messages-streams-2k", "real-chat-1k"):
+    for sid in ("chat-streams-1k", "messages-streams-2k", "real-chat-1k", "messages-via-chat-1k"):
         interval = scenario_by_id[sid].interval_ms
         for name in ("gateway", "peer", "direct"):
             r = by.get((sid, name))
@@ -1451,6 +1469,7 @@ def derive_text(report: dict[str, Any], by: dict[tuple[str, str], dict[str, Any]
             f"chat-streams-1k: first event p99 {r['ttfb_ms']['p99']:,.1f} ms, {late:+,.1f} ms over direct's "
             f"(target within 1,000 ms, 0 errors): {verdict(late <= 1000 and r['errors'] == 0)}"
         )
+    out.extend(_translation_lines(by, verdict=verdict))
     for sid in REALISTIC_SCENARIOS:
         direct = by.get((sid, "direct"))
         for name in ("gateway", "peer"):
@@ -1462,6 +1481,34 @@ def derive_text(report: dict[str, Any], by: dict[tuple[str, str], dict[str, Any]
                     f"{what} +{r['p50_ms'] - direct['p50_ms']:.2f} ms, "
                     f"p99 +{r['p99_ms'] - direct['p99_ms']:.2f} ms over direct, {r['errors']} errors"
                 )
+    return out
+
+
+def _translation_lines(
+    by: dict[tuple[str, str], dict[str, Any]], *, verdict: Callable[[bool], str]
+) -> list[str]:
+    """The translated pair against the native one in the same run (issue targets: first event p50 at
+    most +1 ms, 0 errors, RSS per open stream within +20 %)."""
+    out = []
+    native, translated = by.get(("chat-ttft", "gateway")), by.get(("messages-via-chat", "gateway"))
+    firsts = [r["ttfb_ms"]["p50"] for r in (native, translated) if r]
+    if len(firsts) == 2 and None not in firsts:
+        added = firsts[1] - firsts[0]
+        assert translated is not None
+        out.append(
+            f"messages-via-chat: first event p50 {translated['ttfb_ms']['p50']:.2f} ms, {added:+.2f} ms over "
+            f"the native chat-ttft's, {translated['errors']} errors (target ≤ +1 ms, 0 errors): "
+            f"{verdict(added <= 1 and translated['errors'] == 0)}"
+        )
+    native, translated = by.get(("chat-streams-1k", "gateway")), by.get(("messages-via-chat-1k", "gateway"))
+    if native and translated:
+        mine, theirs = rss_per_stream_kb(translated), rss_per_stream_kb(native)
+        if mine is not None and theirs:
+            out.append(
+                f"messages-via-chat-1k: {translated['errors']} errors, {mine:.0f} KB RSS per open stream "
+                f"against the native's {theirs:.0f} (target within +20 %, 0 errors): "
+                f"{verdict(mine <= 1.2 * theirs and translated['errors'] == 0)}"
+            )
     return out
 
 
