@@ -36,6 +36,7 @@ PURE_MODULES = (
     "translators",
     "translators.messages_via_chat",
     "translators.chat_via_messages",
+    "translators.responses_via_chat",
 )
 
 # Modules (and their submodules) that do I/O, wait or lock.

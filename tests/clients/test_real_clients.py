@@ -387,6 +387,35 @@ def test_openai_sdk_chat_tool_loop_on_an_anthropic_model_through_the_translator(
 
 
 @needs_own_connections
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_openai_sdk_responses_tool_loop_on_a_chat_completions_model_through_the_translator(live, stream):
+    """The openai SDK on /v1/responses; the model's upstream speaks only Chat Completions."""
+    billing = Billing(live)
+
+    result = drivers.openai_responses_tool_loop(
+        f"{live.url}/v1", live.demo.key, VIA_CHAT_MODEL, stream=stream
+    )
+
+    _check_loop(result)
+    records = billing.assert_each_call_billed_once(
+        calls=2 * result.calls, endpoints={"responses", "chat.completions"}, model=None
+    )
+    assert [r.model_id for r in records if r.endpoint == "responses"] == [VIA_CHAT_MODEL] * result.calls
+
+
+@needs_own_connections
+def test_openai_agents_sdk_runs_on_a_chat_completions_model_through_the_translator(live):
+    billing = Billing(live)
+
+    result = drivers.agents_tool_loop(f"{live.url}/v1", live.demo.key, VIA_CHAT_MODEL)
+
+    _check_loop(result)
+    billing.assert_each_call_billed_once(
+        calls=2 * result.calls, endpoints={"responses", "chat.completions"}, model=None
+    )
+
+
+@needs_own_connections
 def test_langchain_openai_tool_loop_on_an_anthropic_model_through_the_translator(live):
     billing = Billing(live)
 
