@@ -254,6 +254,36 @@ def test_codex_exec_answers_through_the_gateway_and_each_call_is_billed_once(liv
     billing.assert_each_call_billed_once(calls=len(records), endpoints={"responses"}, model="demo-chat")
 
 
+@needs_own_connections
+def test_codex_exec_works_on_a_chat_completions_model_through_the_translator(live, tmp_path):
+    """Codex speaks only /v1/responses; the model's upstream only Chat Completions. With the doc's
+    recipe for such a model (web search off), each of its calls is billed once on /v1/responses,
+    and once more where the translated call lands (demo-chat on /v1/chat/completions)."""
+    _installed("codex")
+    billing = Billing(live)
+    (tmp_path / "home").mkdir()
+    (tmp_path / "project").mkdir()
+
+    done = cli_run(
+        "Codex CLI on a model without the Responses API",
+        base_url=live.url,
+        key=live.demo.key,
+        home=tmp_path / "home",
+        cwd=tmp_path / "project",
+        model=VIA_CHAT_MODEL,
+    )
+
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
+    assert DEMO_REPLY in done.stdout
+    records = billing.records_settled()
+    outer = [r for r in records if r.endpoint == "responses"]
+    assert outer and {r.model_id for r in outer} == {VIA_CHAT_MODEL}
+    assert [r.model_id for r in records if r.endpoint == "chat.completions"] == ["demo-chat"] * len(outer)
+    billing.assert_each_call_billed_once(
+        calls=len(records), endpoints={"responses", "chat.completions"}, model=None
+    )
+
+
 def test_the_recipes_are_read_from_the_doc():
     """The recipes the CLIs run are the doc's, with the live address and key in its placeholders."""
     claude = recipe("Claude Code", base_url="http://gw.test", key="sk-live")
