@@ -2,19 +2,22 @@
 
 A model is served on a family's endpoint natively when its upstreams' kind serves that family, and
 through a translator when one exists from the caller's family to a family the kind serves. Today:
-`/v1/messages` on a Chat Completions upstream (`openai`, `openai-compatible`), `/v1/responses` on a
-Chat Completions one that does not speak Responses (`openai-compatible`), and `/v1/chat/completions`
-on a Messages upstream (`anthropic`). `/v1/messages/count_tokens` for a model
-whose upstream cannot count is counted by the gateway itself (chat/token_count.py).
+`/v1/messages` on a Chat Completions upstream (`openai`, `openai-compatible`), `/v1/responses` on one
+that does not speak Responses (`openai-compatible`) or on a Messages upstream (through Chat
+Completions), and `/v1/chat/completions` on a Messages upstream (`anthropic`).
+`/v1/messages/count_tokens` for a model whose upstream cannot count is counted by the gateway itself
+(chat/token_count.py).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from chat.families import CHAT, COUNT_TOKENS, MESSAGES_FAMILY, RESPONSES_FAMILY, Family
 from translators import TranslatedCall, Translator
+from translators.chained import Chained
 from translators.chat_via_messages import ChatViaMessages
 from translators.messages_via_chat import MessagesViaChat
 from translators.responses_via_chat import ResponsesViaChat
@@ -25,6 +28,8 @@ TRANSLATORS: dict[tuple[Family, Family], Callable[[TranslatedCall], Translator]]
     (MESSAGES_FAMILY, CHAT): MessagesViaChat,
     (CHAT, MESSAGES_FAMILY): ChatViaMessages,
     (RESPONSES_FAMILY, CHAT): ResponsesViaChat,
+    # Through Chat Completions as the hub (translators/chained.py).
+    (RESPONSES_FAMILY, MESSAGES_FAMILY): functools.partial(Chained, ResponsesViaChat, ChatViaMessages),
 }
 
 

@@ -55,7 +55,9 @@ class TranslatedTokens:
 class Translator(Protocol):
     """What every translator offers the pipeline: made per call from its TranslatedCall."""
 
-    tokens: TranslatedTokens | None  # the usage the upstream reported, once seen
+    @property
+    def tokens(self) -> TranslatedTokens | None:
+        """The usage the upstream reported, once seen (every bucket, as billing reads it)."""
 
     def request_body(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """The upstream's body for the caller's; raises TranslationRefused."""

@@ -162,3 +162,45 @@ def test_a_server_tool_is_a_400_naming_it_and_nothing_is_sent(client, upstream, 
     assert response.json()["error"]["param"] == "tools[1]"
     assert len(upstream.calls) == 0
     assert not Hold.objects.exists()
+
+
+def test_a_responses_call_on_an_anthropic_model_goes_through_chat_completions_and_keeps_cache_writes(
+    client, upstream, claude_model, tara, tara_key
+):
+    """Codex's API on Claude: Responses -> Chat Completions -> Messages, charged on Anthropic's usage."""
+    usage = {
+        "input_tokens": 40,
+        "cache_read_input_tokens": 100,
+        "cache_creation_input_tokens": 20,
+        "output_tokens": 30,
+    }
+    upstream.post(
+        "https://api.anthropic.test/v1/messages",
+        json={
+            "id": "msg_1",
+            "content": [{"type": "text", "text": "Bonjour"}],
+            "stop_reason": "end_turn",
+            "usage": usage,
+        },
+    )
+    before = balance(tara)
+    response = post(
+        client,
+        {"model": "alpha-claude", "instructions": "French.", "input": "Hello", "store": False},
+        tara_key,
+    )
+
+    assert response.status_code == 200, response.content
+    assert response.json()["output"][0]["content"][0]["text"] == "Bonjour"
+    sent = sent_json(upstream.calls[0])
+    assert (sent["system"], sent["messages"]) == (
+        "French.",
+        [{"role": "user", "content": [{"type": "text", "text": "Hello"}]}],
+    )
+    # claude_model: 3.00 input, 0.30 cache reads, 3.75 cache writes, 15.00 output, per million tokens.
+    cost = (
+        40 * Decimal("3.00") + 100 * Decimal("0.30") + 20 * Decimal("3.75") + 30 * Decimal("15.00")
+    ) / Decimal(1_000_000)
+    assert balance(tara) == before - cost
+    assert UsageRecord.objects.get().cache_write_tokens == 20
+    assert ledger_check() == []

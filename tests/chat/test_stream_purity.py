@@ -37,6 +37,7 @@ PURE_MODULES = (
     "translators.messages_via_chat",
     "translators.chat_via_messages",
     "translators.responses_via_chat",
+    "translators.chained",
 )
 
 # Modules (and their submodules) that do I/O, wait or lock.

@@ -12,7 +12,8 @@ from accounts.services import account_set_groups
 from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
 from billing.selectors import ledger_check
 from keys.services import oauth_token_create
-from tests.chat.conftest import ANTHROPIC_BASE, OPENAI_BASE, PROVIDER_KEY, sent_json
+from tests.chat.conftest import ANTHROPIC_BASE, KEY_ENV, OPENAI_BASE, PROVIDER_KEY, sent_json
+from tests.factories import text_model_make, upstream_make
 
 pytestmark = pytest.mark.django_db
 
@@ -279,14 +280,20 @@ def test_upstream_rate_limit_headers_are_not_passed_to_the_caller(
 
 
 def test_a_model_is_refused_on_an_endpoint_its_upstream_does_not_serve(
-    client, upstream, chat_model, claude_model, tara, tara_key
+    client, upstream, chat_group, tara, tara_key, monkeypatch
 ):
-    # Served natively, or through a translator (chat completions on a messages upstream).
-    response = post(client, "/v1/responses", {"model": "alpha-claude", "input": "x"}, tara_key)
+    # openai, openai-compatible and anthropic upstreams serve every text endpoint, natively or through
+    # a translator (docs/text.md, "Translation"); gemini serves none of them yet.
+    gemini = upstream_make(
+        name="gemini-main", base_url="https://gemini.test/v1beta", api_key_env=KEY_ENV, kind="gemini"
+    )
+    text_model_make(model_id="alpha-gemini", group=chat_group, upstreams=[gemini])
+    response = post(client, "/v1/chat/completions", {"model": "alpha-gemini", "messages": []}, tara_key)
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "unsupported_endpoint"
-    message = response.json()["error"]["message"]
-    assert "use /v1/chat/completions or /v1/messages or /v1/messages/count_tokens." in message
+    assert (
+        "is not served on /v1/chat/completions; use another endpoint." in response.json()["error"]["message"]
+    )
     assert len(upstream.calls) == 0
 
 

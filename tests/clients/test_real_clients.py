@@ -255,10 +255,18 @@ def test_codex_exec_answers_through_the_gateway_and_each_call_is_billed_once(liv
 
 
 @needs_own_connections
-def test_codex_exec_works_on_a_chat_completions_model_through_the_translator(live, tmp_path):
-    """Codex speaks only /v1/responses; the model's upstream only Chat Completions. With the doc's
-    recipe for such a model (web search off), each of its calls is billed once on /v1/responses,
-    and once more where the translated call lands (demo-chat on /v1/chat/completions)."""
+@pytest.mark.parametrize(
+    ("model", "inner_endpoint", "inner_model"),
+    [(VIA_CHAT_MODEL, "chat.completions", "demo-chat"), (VIA_MESSAGES_MODEL, "messages", "demo-claude")],
+    ids=["chat-completions-upstream", "anthropic-upstream"],
+)
+def test_codex_exec_works_on_a_model_of_another_family_through_the_translator(
+    live, tmp_path, model, inner_endpoint, inner_model
+):
+    """Codex speaks only /v1/responses; the model's upstream speaks Chat Completions, or Anthropic's
+    Messages (reached through Chat Completions as the hub). With the doc's recipe for such a model
+    (web search off), each of its calls is billed once on /v1/responses, and once more where the
+    translated call lands."""
     _installed("codex")
     billing = Billing(live)
     (tmp_path / "home").mkdir()
@@ -270,17 +278,17 @@ def test_codex_exec_works_on_a_chat_completions_model_through_the_translator(liv
         key=live.demo.key,
         home=tmp_path / "home",
         cwd=tmp_path / "project",
-        model=VIA_CHAT_MODEL,
+        model=model,
     )
 
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
     assert DEMO_REPLY in done.stdout
     records = billing.records_settled()
     outer = [r for r in records if r.endpoint == "responses"]
-    assert outer and {r.model_id for r in outer} == {VIA_CHAT_MODEL}
-    assert [r.model_id for r in records if r.endpoint == "chat.completions"] == ["demo-chat"] * len(outer)
+    assert outer and {r.model_id for r in outer} == {model}
+    assert [r.model_id for r in records if r.endpoint == inner_endpoint] == [inner_model] * len(outer)
     billing.assert_each_call_billed_once(
-        calls=len(records), endpoints={"responses", "chat.completions"}, model=None
+        calls=len(records), endpoints={"responses", inner_endpoint}, model=None
     )
 
 
