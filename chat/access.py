@@ -4,7 +4,7 @@ After `keys.group_access.models_invoke_check` (OAuth tokens need `models:invoke`
 `keys.group_access` resolves for the credential (states, `<group_id>:<model>`):
 - the model must be an enabled text model of that group: unknown everywhere 404 `model_not_found`,
   known in another group 403 `model_not_allowed`;
-- its upstreams' kind must serve the endpoint, natively (an `openai` upstream serves chat completions
+- each of its upstreams' kinds must serve the endpoint, natively (an `openai` upstream serves chat completions
   and responses, `openai-compatible` chat completions, an `anthropic` one messages and token
   counting, `demo` all four) or through a translator (chat/translation.py: messages on a chat
   completions upstream): else 400 `unsupported_endpoint` naming the endpoints the model does serve.
@@ -33,7 +33,12 @@ class ResolvedTextModel:
     group: GroupSnapshot
     text_model: TextModelSnapshot
     upstreams: list[UpstreamSnapshot]  # in the order this call tries them
-    translation: Translation  # how the upstreams serve the caller's family
+    translations: dict[str, Translation]  # how each kind among them serves the caller's family
+
+    @property
+    def counted_locally(self) -> bool:
+        """Token counting done by the gateway: some upstream of the model cannot count."""
+        return any(translation.counted_locally for translation in self.translations.values())
 
 
 def _shown(name: str) -> str:
@@ -62,17 +67,19 @@ def text_model_resolve(*, credential: Credential, requested_model: str, family: 
             param="model",
         )
     upstreams = upstreams_for_model(model_label=text_model.model_label, model_pk=text_model.pk)
-    translation = Translation(upstream_family=family, translator=None)
-    if upstreams:
-        kind = upstreams[0].kind  # a text model's upstreams are all of one kind (configuration)
-        found = translation_for(family=family, kind=kind)
-        if found is None:
-            served = [f.path for f in FAMILIES if translation_for(family=f, kind=kind) is not None]
-            raise InvalidRequest(
-                f"The model {_shown(model_name)!r} is not served on {family.path}; use "
-                f"{' or '.join(served) or 'another endpoint'}.",
-                param="model",
-                code=UNSUPPORTED_ENDPOINT,
-            )
-        translation = found
-    return ResolvedTextModel(group=group, text_model=text_model, upstreams=upstreams, translation=translation)
+    kinds = sorted({upstream.kind for upstream in upstreams})
+    translations = {kind: translation_for(family=family, kind=kind) for kind in kinds}
+    if any(translation is None for translation in translations.values()):
+        served = [f.path for f in FAMILIES if all(translation_for(family=f, kind=k) for k in kinds)]
+        raise InvalidRequest(
+            f"The model {_shown(model_name)!r} is not served on {family.path}; use "
+            f"{' or '.join(served) or 'another endpoint'}.",
+            param="model",
+            code=UNSUPPORTED_ENDPOINT,
+        )
+    return ResolvedTextModel(
+        group=group,
+        text_model=text_model,
+        upstreams=upstreams,
+        translations={kind: translation for kind, translation in translations.items() if translation},
+    )

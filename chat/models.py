@@ -14,11 +14,25 @@ PRICE_HELP = "¥ per million tokens."
 def upstream_kinds_problem(kinds: Mapping[str, str]) -> str | None:
     """Why these upstreams (name -> kind) cannot serve one text model, or None when they can.
 
-    They must be of one kind: a call is written for that kind's API and may fail over to any of
-    them, so an upstream of another kind would be sent a request it does not speak."""
-    if len(set(kinds.values())) <= 1:
+    Each must be of a kind that serves text (chat completions or messages). Kinds may differ: a call
+    is translated for each upstream it tries (chat/translation.py), so a model fails over from an
+    Anthropic upstream to an OpenAI-compatible one."""
+    from upstreams.providers import adapter_serves
+    from upstreams.providers.base import CHAT_COMPLETIONS, MESSAGES
+
+    refused = {
+        name: kind
+        for name, kind in kinds.items()
+        if not (
+            adapter_serves(kind=kind, operation=CHAT_COMPLETIONS)
+            or adapter_serves(kind=kind, operation=MESSAGES)
+        )
+    }
+    if not refused:
         return None
-    return "must all be of one kind, got " + ", ".join(f"{name!r} ({kind})" for name, kind in kinds.items())
+    return "must each serve text (openai, openai-compatible, anthropic or demo), got " + ", ".join(
+        f"{name!r} ({kind})" for name, kind in refused.items()
+    )
 
 
 def image_model_exists(*, group_id: int, model_id: str) -> bool:
@@ -31,7 +45,8 @@ def image_model_exists(*, group_id: int, model_id: str) -> bool:
 
 class TextModel(models.Model):
     """A text model offered in one group, billed per token: its prices per million tokens, the most
-    output a call may ask for, and the upstreams that serve it (all of one kind).
+    output a call may ask for, and the upstreams that serve it (of any kinds that serve text: a call
+    is translated for each upstream it tries).
 
     A model id is unique within its group across image and text models: a group may hold both, and a
     caller names either with the same `model` field.

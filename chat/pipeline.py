@@ -44,7 +44,7 @@ from chat.families import CHAT, Family
 from chat.pricing import text_call_ceiling
 from chat.streaming import StreamBody, StreamedTextCall, stream_open, text_stream_relay
 from chat.token_count import messages_input_tokens
-from chat.translation import translator_make
+from chat.translation import Route, Translation, translator_make
 from chat.validation import TextBody, input_ceiling_tokens, output_limit_validate, text_body_parse
 from core.errors import InvalidRequest, UpstreamFailed
 from core.metrics import stream_counted
@@ -126,39 +126,22 @@ def text_call_run(
         text_model = resolved.text_model
         usage.set_target(group=resolved.group, model_id=text_model.model_id)
         output_limit = output_limit_validate(body=parsed.body, family=family, text_model=text_model)
-        translator = translator_make(
-            translation=resolved.translation,
-            call=TranslatedCall(
-                model=text_model.model_id,
-                upstream_model=text_model.upstream_model_name,
-                upstream_kind=resolved.upstreams[0].kind if resolved.upstreams else "",
-                max_tokens=output_limit,
-                created=int(time.time()),
-            ),
-        )
-        sent = (
-            parsed.body if translator is None else _translated_body(translator=translator, body=parsed.body)
-        )
-        text_request = TextRequest(
-            operation=resolved.translation.upstream_family.operation,
-            body=_forward_body(parsed=parsed, resolved=resolved, family=family)
-            if translator is None
-            else json.dumps(sent, ensure_ascii=False, separators=(",", ":")).encode("utf-8"),
-            stream=parsed.stream,
-            headers=headers if translator is None else {},
+        routes = _routes(
+            parsed=parsed,
+            resolved=resolved,
+            family=family,
+            headers=headers,
             request_id=request_id,
+            output_limit=output_limit,
         )
         if not family.billed:
             # Free (token counting), but authenticated, group-checked and rate-limited.
             rate_limit_hit(limit_key=credential.limit_key, rpm=resolved.group.rpm)
-            if resolved.translation.counted_locally:
+            if resolved.counted_locally:
                 return _counted_locally(body=parsed.body, resolved=resolved)
-            return _answer(
-                reply_and_upstream=_call(usage=usage, resolved=resolved, request=text_request),
-                translator=translator,
-                family=family,
-            )
-        input_ceiling = input_ceiling_tokens(body=sent)
+            return _answer(*_call(usage=usage, resolved=resolved, routes=routes), family=family)
+        # The hold covers the largest body any upstream of the call may be sent.
+        input_ceiling = max(input_ceiling_tokens(body=route.sent) for route in routes.values())
         ceiling = text_call_ceiling(
             text_model=text_model, input_tokens=input_ceiling, output_tokens=output_limit
         )
@@ -173,9 +156,8 @@ def text_call_run(
                 price=ceiling,
             )
             stack.callback(meter.close)
-            opened = stream_open(
-                usage=usage, resolved=resolved, request=text_request, family=family, translator=translator
-            )
+            opened = stream_open(usage=usage, resolved=resolved, routes=routes, family=family)
+            route = routes[opened.upstream.kind]
             owned = stack.pop_all()  # from here the stream owns the usage scope and the hold
             after = ExitStack()  # what waits until the caller has the end of the answer
             relay = text_stream_relay(
@@ -189,7 +171,8 @@ def text_call_run(
                 input_ceiling=input_ceiling,
                 after=after,
                 caller=caller,
-                translator=translator,
+                upstream_family=route.upstream_family,
+                translator=route.translator,
             )
             return StreamedTextCall(
                 events=StreamBody(stream_counted(relay, endpoint=usage.endpoint), after=after)
@@ -208,11 +191,54 @@ def text_call_run(
                 credential=credential,
                 resolved=resolved,
                 family=family,
-                request=text_request,
+                routes=routes,
                 ceiling=ceiling,
-                translator=translator,
             ),
         )
+
+
+def _routes(
+    *,
+    parsed: TextBody,
+    resolved: ResolvedTextModel,
+    family: Family,
+    headers: dict[str, str],
+    request_id: str,
+    output_limit: int,
+) -> dict[str, Route]:
+    """A route per kind among the model's upstreams (a failover may cross kinds, each attempt sent its
+    kind's body); a native one when the model has no upstream. What some kind's API cannot express is
+    the caller's 400, as the call could land there."""
+    translations = resolved.translations or {"": Translation(upstream_family=family, translator=None)}
+    routes = {}
+    for kind, translation in translations.items():
+        translator = translator_make(
+            translation=translation,
+            call=TranslatedCall(
+                model=resolved.text_model.model_id,
+                upstream_model=resolved.text_model.upstream_model_name,
+                upstream_kind=kind,
+                max_tokens=output_limit,
+                created=int(time.time()),
+            ),
+        )
+        if translator is None:
+            body = _forward_body(parsed=parsed, resolved=resolved, family=family)
+            sent = parsed.body
+        else:
+            sent = _translated_body(translator=translator, body=parsed.body)
+            body = json.dumps(sent, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        request = TextRequest(
+            operation=translation.upstream_family.operation,
+            body=body,
+            stream=parsed.stream,
+            headers=headers if translator is None else {},
+            request_id=request_id,
+        )
+        routes[kind] = Route(
+            upstream_family=translation.upstream_family, translator=translator, request=request, sent=sent
+        )
+    return routes
 
 
 def _forward_body(*, parsed: TextBody, resolved: ResolvedTextModel, family: Family) -> bytes:
@@ -256,31 +282,29 @@ def _usage_asked(body: dict[str, Any]) -> bool:
 
 
 def _call(
-    *, usage: UsageScope, resolved: ResolvedTextModel, request: TextRequest
-) -> tuple[TextReply, UpstreamSnapshot]:
-    """One non-streamed call through the model's upstreams with retries and failover: the upstream's
-    success, or its 4xx about the request (passed through), read whole."""
+    *, usage: UsageScope, resolved: ResolvedTextModel, routes: dict[str, Route]
+) -> tuple[TextReply, Route, UpstreamSnapshot]:
+    """One non-streamed call through the model's upstreams with retries and failover, each sent its
+    kind's body: the upstream's success, or its 4xx about the request (passed through), read whole,
+    with the route it went by."""
 
     def attempt(upstream: UpstreamSnapshot, deadline: float) -> TextReply:
+        request = routes[upstream.kind].request
         return adapter_for(upstream, deadline=deadline).call(request.operation, request)
 
-    return upstream_attempts_run(
+    reply, upstream = upstream_attempts_run(
         usage=usage,
         upstreams=resolved.upstreams,
         attempt=attempt,
-        request_id=request.request_id,
+        request_id=usage.request_id,
     )
+    return reply, routes[upstream.kind], upstream
 
 
-def _answer(
-    *,
-    reply_and_upstream: tuple[TextReply, UpstreamSnapshot],
-    translator: Translator | None,
-    family: Family,
-) -> StoredResponse:
+def _answer(reply: TextReply, route: Route, upstream: UpstreamSnapshot, *, family: Family) -> StoredResponse:
     """The upstream's answer for the caller: its success as it came (or translated into the caller's
     family), or its refusal passed through."""
-    reply, upstream = reply_and_upstream
+    translator = route.translator
     if not 200 <= reply.status < 300:
         raise refusal_for_caller(reply=reply, upstream=upstream, translator=translator, family=family)
     if translator is None:
@@ -311,19 +335,17 @@ def _produce(
     credential: Credential,
     resolved: ResolvedTextModel,
     family: Family,
-    request: TextRequest,
+    routes: dict[str, Route],
     ceiling: Decimal,
-    translator: Translator | None,
 ) -> StoredResponse:
     """Limits, the hold for the ceiling, the upstream call, and the capture of the exact cost of the
     usage the upstream reported."""
+    answered: list[Route] = []  # the route of the attempt that answered
 
     def call() -> StoredResponse:
-        return _answer(
-            reply_and_upstream=_call(usage=usage, resolved=resolved, request=request),
-            translator=translator,
-            family=family,
-        )
+        reply, route, upstream = _call(usage=usage, resolved=resolved, routes=routes)
+        answered.append(route)
+        return _answer(reply, route, upstream, family=family)
 
     def charge(answer: StoredResponse) -> Decimal | None:
         try:
@@ -334,6 +356,7 @@ def _produce(
             raise UpstreamFailed(
                 "The model's provider answered without a valid JSON body.", code="upstream_error"
             )
+        translator = answered[-1].translator if answered else None
         if translator is not None:
             # The usage as the upstream reported it, every bucket kept: the caller's family may have
             # no field for some (Chat Completions has none for cache writes).

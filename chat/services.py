@@ -27,9 +27,10 @@ def text_model_upsert(
     """Create the group's text model `model_id`, or update only what differs; returns it with
     "created", "updated" or "unchanged", so that applying the same values twice writes nothing.
 
-    Refuses (ValidationError, nothing written) what no column can: no upstream, upstreams of more
-    than one kind, and an id the group already has as an image model. A blank `upstream_model` sends
-    the model id upstream; a None cached-input or cache-write price charges the input price."""
+    Refuses (ValidationError, nothing written) what no column can: no upstream, an upstream of a
+    kind that serves no text, and an id the group already has as an image model. A blank
+    `upstream_model` sends the model id upstream; a None cached-input or cache-write price charges
+    the input price."""
     if not upstreams:
         raise ValidationError({"upstreams": "A text model needs at least one upstream."})
     problem = upstream_kinds_problem({upstream.name: upstream.kind for upstream in upstreams})

@@ -53,11 +53,12 @@ from chat.answers import refusal_for_caller, tokens_charge
 from chat.families import RESPONSES_FAMILY, Family, StreamTracker
 from chat.output_count import output_tokens_counted
 from chat.tokenizers import output_encoder
+from chat.translation import Route
 from core.errors import ApiError, UpstreamFailed, compatible_body, native_body
 from translators import Translator
 from upstreams.errors import UpstreamError, upstream_error_to_api_error
 from upstreams.providers import adapter_for
-from upstreams.providers.base import SSEEvent, TextReply, TextRequest
+from upstreams.providers.base import SSEEvent, TextReply
 from upstreams.snapshots import UpstreamSnapshot
 from upstreams.sse import SSEDirect
 from upstreams.transport import upstream_read_timed_out
@@ -119,17 +120,13 @@ class OpenedStream:
 
 
 def stream_open(
-    *,
-    usage: UsageScope,
-    resolved: ResolvedTextModel,
-    request: TextRequest,
-    family: Family,
-    translator: Translator | None = None,
+    *, usage: UsageScope, resolved: ResolvedTextModel, routes: dict[str, Route], family: Family
 ) -> OpenedStream:
     """Fail over between upstreams until one has sent its first event. An upstream's 4xx about the
     request is the caller's error, with the upstream's status and shape."""
 
     def attempt(upstream: UpstreamSnapshot, deadline: float) -> tuple[TextReply, SSEEvent | None]:
+        request = routes[upstream.kind].request  # each kind its own body (a failover may cross kinds)
         reply = adapter_for(upstream, deadline=None).call(request.operation, request)
         if not 200 <= reply.status < 300 or reply.events is None:
             return reply, None
@@ -147,12 +144,13 @@ def stream_open(
         usage=usage,
         upstreams=resolved.upstreams,
         attempt=attempt,
-        request_id=request.request_id,
+        request_id=usage.request_id,
     )
     if first is None:
         reply.close()
         if 200 <= reply.status < 300:
             raise UpstreamFailed("The model's provider did not answer with an event stream.")
+        translator = routes[upstream.kind].translator
         raise refusal_for_caller(reply=reply, upstream=upstream, translator=translator, family=family)
     return OpenedStream(reply=reply, first=first, upstream=upstream)
 
@@ -198,6 +196,7 @@ def text_stream_relay(
     input_ceiling: int,
     after: ExitStack,
     caller: CallerSocket | None = None,
+    upstream_family: Family | None = None,
     translator: Translator | None = None,
 ) -> Iterator[bytes]:
     """The response body of a streamed text call. `owned` holds the usage scope and the hold and is
@@ -206,8 +205,8 @@ def text_stream_relay(
     answer. With `caller` (gunicorn's gevent worker), the events after the first read go through the
     worker's stream loop (api/stream_loop.py), straight to the caller's connection, until the final
     event. `input_ceiling` (the hold's input tokens) is the input charged to a caller who leaves
-    before the upstream has reported its input. `translator` turns a translated call's upstream
-    events into the caller's."""
+    before the upstream has reported its input. `upstream_family` is the family the upstream speaks
+    (the caller's when None), and `translator` turns a translated call's events into the caller's."""
     relay = _TextRelay(
         owned=owned,
         meter=meter,
@@ -218,6 +217,7 @@ def text_stream_relay(
         usage_asked=usage_asked,
         input_ceiling=input_ceiling,
         after=after,
+        upstream_family=upstream_family or family,
         translator=translator,
     )
     return stream_settled(
@@ -260,9 +260,9 @@ class _TextRelay:
         usage_asked: bool,
         input_ceiling: int,
         after: ExitStack,
+        upstream_family: Family,
         translator: Translator | None,
     ) -> None:
-        upstream_family = resolved.translation.upstream_family
         assert upstream_family.tracker is not None
         # The upstream's events are tracked in its own family; a translated stream always asks its
         # upstream for the usage (the translator), whatever the caller asked.

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from chat.families import CHAT, COUNT_TOKENS, MESSAGES_FAMILY, RESPONSES_FAMILY, Family
 from translators import TranslatedCall, Translator
@@ -22,6 +23,7 @@ from translators.chat_via_messages import ChatViaMessages
 from translators.messages_via_chat import MessagesViaChat
 from translators.responses_via_chat import ResponsesViaChat
 from upstreams.providers import adapter_serves
+from upstreams.providers.base import TextRequest
 
 # (the caller's family, the family spoken upstream) -> the translator's class.
 TRANSLATORS: dict[tuple[Family, Family], Callable[[TranslatedCall], Translator]] = {
@@ -42,6 +44,17 @@ class Translation:
     upstream_family: Family
     translator: Callable[[TranslatedCall], Translator] | None
     counted_locally: bool = False
+
+
+@dataclass(frozen=True)
+class Route:
+    """How this call reaches the upstreams of one kind: the family spoken there, the translator (None
+    when it is the caller's), the request sent and its body as the input ceiling reads it."""
+
+    upstream_family: Family
+    translator: Translator | None
+    request: TextRequest
+    sent: dict[str, Any]
 
 
 def translation_for(*, family: Family, kind: str) -> Translation | None:

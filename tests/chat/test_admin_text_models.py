@@ -53,15 +53,15 @@ def test_it_refuses_an_id_the_group_has_as_an_image_model(staff_client, chat_gro
     assert not TextModel.objects.exists()
 
 
-def test_it_refuses_upstreams_of_mixed_kinds(staff_client, chat_group, demo_upstream):
-    openai = upstream_make(
-        name="openai-main", base_url="https://provider.example/v1", api_key_env="OPENAI_KEY"
+def test_it_refuses_an_upstream_that_serves_no_text(staff_client, chat_group, demo_upstream):
+    gemini = upstream_make(
+        name="gemini-main", base_url="https://g.example/v1beta", api_key_env="GEMINI_KEY", kind="gemini"
     )
 
-    response = staff_client.post(ADD, form(chat_group, [demo_upstream, openai]))
+    response = staff_client.post(ADD, form(chat_group, [demo_upstream, gemini]))
 
     assert response.status_code == 200
-    assert "The upstreams must all be of one kind" in response.content.decode()
+    assert "The upstreams must each serve text" in response.content.decode()
     assert not TextModel.objects.exists()
 
 

@@ -420,3 +420,85 @@ def test_count_tokens_refuses_what_the_model_could_not_read(client, upstream, de
     assert response.json()["type"] == "error"
     assert response.json()["error"]["message"].startswith("messages[0].content[0]: ")
     assert len(upstream.calls) == 0
+
+
+@pytest.fixture
+def claude_then_deepseek(chat_group, monkeypatch, settings):
+    """A model served by Anthropic first and an OpenAI-compatible server second: failover crosses kinds."""
+    settings.GATEWAY_RETRY = {**settings.GATEWAY_RETRY, "base_delay": 0.0, "max_retries": 1}
+    monkeypatch.setenv(KEY_ENV, PROVIDER_KEY)
+    anthropic = upstream_make(
+        name="anthropic-first",
+        base_url="https://api.anthropic.test/v1",
+        api_key_env=KEY_ENV,
+        kind="anthropic",
+    )
+    compatible = upstream_make(
+        name="deepseek-second", base_url=OPENAI_BASE, api_key_env=KEY_ENV, kind="openai-compatible"
+    )
+    anthropic.priority, compatible.priority = 0, 1
+    anthropic.save(update_fields=["priority"])
+    compatible.save(update_fields=["priority"])
+    return text_model_make(
+        model_id="alpha-failover",
+        group=chat_group,
+        upstreams=[anthropic, compatible],
+        upstream_model="shared-name",
+        cached_input_price=str(CACHED),
+        max_output_tokens=1000,
+    )
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_failover_crosses_kinds_each_attempt_sent_its_kinds_body(
+    client, upstream, claude_then_deepseek, tara, tara_key, stream
+):
+    upstream.post(
+        "https://api.anthropic.test/v1/messages",
+        status=529,
+        json={"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+    )
+    if stream:
+        upstream.post(
+            CHAT_URL,
+            body=sse_body(
+                ("", chunk({"role": "assistant", "content": "Hi"})),
+                ("", chunk({}, finish="stop")),
+                ("", chunk(usage=SMALL_USAGE)),
+                ("", "[DONE]"),
+            ),
+            content_type="text/event-stream",
+        )
+    else:
+        upstream.post(
+            CHAT_URL,
+            json={
+                "choices": [{"message": {"role": "assistant", "content": "Hi"}, "finish_reason": "stop"}],
+                "usage": SMALL_USAGE,
+            },
+        )
+    before = balance(tara)
+    body = {
+        "model": "alpha-failover",
+        "max_tokens": 100,
+        "system": "Terse.",
+        "messages": [{"role": "user", "content": "Hello"}],
+    }
+    response = post(client, body, tara_key, stream=stream)
+
+    assert response.status_code == 200, response.content if not stream else ""
+    if stream:
+        events = events_of(b"".join(response.streaming_content).decode())
+        assert events[0][0] == "message_start" and events[-1][0] == "message_stop"
+    else:
+        assert response.json()["content"] == [{"type": "text", "text": "Hi"}]
+    first, second = (json.loads(call.request.body) for call in upstream.calls)
+    assert first["system"] == "Terse." and first["messages"] == [{"role": "user", "content": "Hello"}]
+    assert second["messages"] == [
+        {"role": "system", "content": "Terse."},
+        {"role": "user", "content": "Hello"},
+    ]
+    assert balance(tara) == before - cost(prompt=120, cached=20, completion=34)
+    record = UsageRecord.objects.get()
+    assert (record.upstream, record.amount) == ("deepseek-second", cost(prompt=120, cached=20, completion=34))
+    assert ledger_check() == []

@@ -11,9 +11,10 @@ import pytest
 from accounts.services import account_set_groups
 from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
 from billing.selectors import ledger_check
+from chat.models import TextModel
 from keys.services import oauth_token_create
 from tests.chat.conftest import ANTHROPIC_BASE, KEY_ENV, OPENAI_BASE, PROVIDER_KEY, sent_json
-from tests.factories import text_model_make, upstream_make
+from tests.factories import upstream_make
 
 pytestmark = pytest.mark.django_db
 
@@ -287,7 +288,15 @@ def test_a_model_is_refused_on_an_endpoint_its_upstream_does_not_serve(
     gemini = upstream_make(
         name="gemini-main", base_url="https://gemini.test/v1beta", api_key_env=KEY_ENV, kind="gemini"
     )
-    text_model_make(model_id="alpha-gemini", group=chat_group, upstreams=[gemini])
+    # Configuration refuses a text model on it: this one is a row written around the service.
+    model = TextModel.objects.create(
+        model_id="alpha-gemini",
+        group=chat_group,
+        input_price=Decimal(1),
+        output_price=Decimal(1),
+        max_output_tokens=10,
+    )
+    model.upstreams.add(gemini)
     response = post(client, "/v1/chat/completions", {"model": "alpha-gemini", "messages": []}, tara_key)
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "unsupported_endpoint"
