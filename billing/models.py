@@ -271,10 +271,12 @@ class UsageRecord(models.Model):
     upstream = models.CharField(max_length=100, blank=True)
     # Tokens of a text call as the upstream reported them (null for the image endpoints): input
     # tokens at the input price (cached and cache-write ones not included), then the cached ones, the
-    # cache writes (Anthropic) and the output tokens (reasoning included).
+    # cache writes (Anthropic; those to a one-hour cache among them also apart) and the output tokens
+    # (reasoning included).
     input_tokens = models.PositiveIntegerField(null=True, blank=True)
     cached_tokens = models.PositiveIntegerField(null=True, blank=True)
     cache_write_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cache_write_1h_tokens = models.PositiveIntegerField(null=True, blank=True)
     output_tokens = models.PositiveIntegerField(null=True, blank=True)
     latency_ms = models.PositiveIntegerField()
     created_at = models.DateTimeField(db_index=True)

@@ -31,12 +31,14 @@ def text_storable(text: str) -> str:
 @dataclass(frozen=True)
 class TokenCounts:
     """A text call's tokens as the upstream reported them, split by price: `input` excludes the
-    cached and cache-write tokens; `output` includes reasoning tokens."""
+    cached and cache-write tokens; `cache_write_1h` is the part of `cache_write` written to a one-hour
+    cache (Anthropic prices it apart); `output` includes reasoning tokens."""
 
     input: int = 0
     cached: int = 0
     cache_write: int = 0
     output: int = 0
+    cache_write_1h: int = 0
 
 
 def usage_record_build(
@@ -76,6 +78,7 @@ def usage_record_build(
         input_tokens=tokens.input if tokens is not None else None,
         cached_tokens=tokens.cached if tokens is not None else None,
         cache_write_tokens=tokens.cache_write if tokens is not None else None,
+        cache_write_1h_tokens=tokens.cache_write_1h if tokens is not None else None,
         output_tokens=tokens.output if tokens is not None else None,
         created_at=created_at or timezone.now(),
     )

@@ -5,7 +5,7 @@ from django.contrib import admin
 
 from chat.models import TextModel, upstream_kinds_problem
 
-PRICES = ("input_price", "output_price", "cached_input_price", "cache_write_price")
+PRICES = ("input_price", "output_price", "cached_input_price", "cache_write_price", "cache_write_1h_price")
 
 
 def price_text(amount: Decimal) -> str:
@@ -62,6 +62,7 @@ class TextModelAdmin(admin.ModelAdmin):
         "output",
         "cached_input",
         "cache_write",
+        "cache_write_1h",
         "max_output_tokens",
         "upstream_model",
         "enabled",
@@ -86,6 +87,10 @@ class TextModelAdmin(admin.ModelAdmin):
     @admin.display(description="Cache write ¥/M tokens", ordering="cache_write_price")
     def cache_write(self, obj: TextModel) -> str:
         return _or_input_price(obj.cache_write_price)
+
+    @admin.display(description="1-hour cache write ¥/M tokens", ordering="cache_write_1h_price")
+    def cache_write_1h(self, obj: TextModel) -> str:
+        return "= twice input" if obj.cache_write_1h_price is None else price_text(obj.cache_write_1h_price)
 
 
 def _or_input_price(amount: Decimal | None) -> str:

@@ -71,7 +71,16 @@ def anthropic_tokens(usage: Any, *, before: TokenCounts | None = None) -> TokenC
         cached=pick("cache_read_input_tokens", base.cached),
         cache_write=pick("cache_creation_input_tokens", base.cache_write),
         output=pick("output_tokens", base.output),
+        cache_write_1h=_one_hour_writes(usage, base.cache_write_1h),
     )
+
+
+def _one_hour_writes(usage: Mapping[str, Any], current: int) -> int:
+    """Anthropic's `cache_creation.ephemeral_1h_input_tokens`: the cache writes to a one-hour cache."""
+    creation = usage.get("cache_creation")
+    if isinstance(creation, dict) and "ephemeral_1h_input_tokens" in creation:
+        return _count(creation["ephemeral_1h_input_tokens"])
+    return current
 
 
 class StreamTracker(ABC):

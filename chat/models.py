@@ -78,6 +78,14 @@ class TextModel(models.Model):
         validators=[MinValueValidator(Decimal("0"))],
         help_text="¥ per million cache-write input tokens (Anthropic); blank = the input price.",
     )
+    cache_write_1h_price = models.DecimalField(
+        **MONEY,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(Decimal("0"))],
+        help_text="¥ per million tokens written to a one-hour cache (Anthropic); blank = twice the input "
+        "price.",
+    )
     max_output_tokens = models.PositiveIntegerField(
         validators=[MinValueValidator(1)],
         help_text="The most output tokens a call may ask for, and the hold's ceiling when it asks for none.",
@@ -93,7 +101,8 @@ class TextModel(models.Model):
             models.CheckConstraint(
                 condition=models.Q(input_price__gte=0, output_price__gte=0)
                 & (models.Q(cached_input_price__isnull=True) | models.Q(cached_input_price__gte=0))
-                & (models.Q(cache_write_price__isnull=True) | models.Q(cache_write_price__gte=0)),
+                & (models.Q(cache_write_price__isnull=True) | models.Q(cache_write_price__gte=0))
+                & (models.Q(cache_write_1h_price__isnull=True) | models.Q(cache_write_1h_price__gte=0)),
                 name="text_model_prices_not_negative",
             ),
             models.CheckConstraint(

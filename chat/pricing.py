@@ -16,19 +16,27 @@ PER = Decimal(1_000_000)
 
 
 def text_call_ceiling(*, text_model: TextModelSnapshot, input_tokens: int, output_tokens: int) -> Decimal:
-    """The most a call can cost: its input ceiling at the highest input price (a token may turn out
-    to be a cache write, priced above plain input) plus its output limit at the output price."""
-    input_price = max(text_model.input_price, text_model.cached_input_price, text_model.cache_write_price)
+    """The most a call can cost: its input ceiling at the highest input-side price (a token may turn
+    out to be a cache write, priced above plain input) plus its output limit at the output price."""
+    input_price = max(
+        text_model.input_price,
+        text_model.cached_input_price,
+        text_model.cache_write_price,
+        text_model.cache_write_1h_price,
+    )
     return money_round_up((input_tokens * input_price + output_tokens * text_model.output_price) / PER)
 
 
 def text_call_cost(*, text_model: TextModelSnapshot, tokens: TokenCounts) -> Decimal:
-    """The exact cost of the tokens the upstream reported, by kind of token."""
+    """The exact cost of the tokens the upstream reported, by kind of token (the cache writes to a
+    one-hour cache at their own price, the rest of the writes at the five-minute one)."""
+    one_hour = min(tokens.cache_write_1h, tokens.cache_write)
     return money_round_up(
         (
             tokens.input * text_model.input_price
             + tokens.cached * text_model.cached_input_price
-            + tokens.cache_write * text_model.cache_write_price
+            + (tokens.cache_write - one_hour) * text_model.cache_write_price
+            + one_hour * text_model.cache_write_1h_price
             + tokens.output * text_model.output_price
         )
         / PER

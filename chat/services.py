@@ -22,6 +22,7 @@ def text_model_upsert(
     cache_write_price: Decimal | None,
     max_output_tokens: int,
     enabled: bool,
+    cache_write_1h_price: Decimal | None = None,
     upstreams: Sequence[Upstream],
 ) -> tuple[TextModel, str]:
     """Create the group's text model `model_id`, or update only what differs; returns it with
@@ -47,6 +48,7 @@ def text_model_upsert(
             "output_price": output_price,
             "cached_input_price": cached_input_price,
             "cache_write_price": cache_write_price,
+            "cache_write_1h_price": cache_write_1h_price,
             "max_output_tokens": max_output_tokens,
             "enabled": enabled,
         },

@@ -25,6 +25,7 @@ class TextModelSnapshot:
     output_price: Decimal
     cached_input_price: Decimal
     cache_write_price: Decimal
+    cache_write_1h_price: Decimal
     max_output_tokens: int
     created_at: datetime
 
@@ -52,6 +53,12 @@ class TextModelSnapshot:
             ),
             cache_write_price=(
                 text_model.cache_write_price if text_model.cache_write_price is not None else input_price
+            ),
+            # Anthropic lists a one-hour cache write at twice the input price.
+            cache_write_1h_price=(
+                text_model.cache_write_1h_price
+                if text_model.cache_write_1h_price is not None
+                else 2 * input_price
             ),
             max_output_tokens=text_model.max_output_tokens,
             created_at=text_model.created_at,

@@ -302,6 +302,7 @@ class TextModelEntry(GroupModelEntry):
     output_price: column(TextModel, "output_price")
     cached_input_price: column(TextModel, "cached_input_price") | None = None
     cache_write_price: column(TextModel, "cache_write_price") | None = None
+    cache_write_1h_price: column(TextModel, "cache_write_1h_price") | None = None
     max_output_tokens: column(TextModel, "max_output_tokens")
     enabled: column(TextModel, "enabled") = True
 
@@ -330,6 +331,7 @@ def text_models_apply(entries: list[TextModelEntry], path: Path) -> Iterator[str
             # Absent: the input price (stored as none, so it follows the input price).
             cached_input_price=e.cached_input_price,
             cache_write_price=e.cache_write_price,
+            cache_write_1h_price=e.cache_write_1h_price,
             max_output_tokens=e.max_output_tokens,
             enabled=e.enabled,
             upstreams=[upstreams[name] for name in e.upstreams],

@@ -44,12 +44,14 @@ class TranslationRefused(ValueError):
 @dataclass(frozen=True, slots=True)
 class TranslatedTokens:
     """The tokens an upstream reported, split by price as billing reads them: `input` excludes the
-    cached (`cached`) and cache-write (`cache_write`) tokens; `output` includes reasoning tokens."""
+    cached (`cached`) and cache-write (`cache_write`) tokens; `cache_write_1h` is the part of the
+    writes made to a one-hour cache; `output` includes reasoning tokens."""
 
     input: int = 0
     cached: int = 0
     cache_write: int = 0
     output: int = 0
+    cache_write_1h: int = 0
 
 
 class Translator(Protocol):

@@ -517,6 +517,11 @@ def _tokens_of(usage: Any, *, before: TranslatedTokens | None = None) -> Transla
         cached=pick("cache_read_input_tokens", base.cached),
         cache_write=pick("cache_creation_input_tokens", base.cache_write),
         output=pick("output_tokens", base.output),
+        cache_write_1h=(
+            count(obj(usage.get("cache_creation")).get("ephemeral_1h_input_tokens"))
+            if "ephemeral_1h_input_tokens" in obj(usage.get("cache_creation"))
+            else base.cache_write_1h
+        ),
     )
 
 

@@ -59,6 +59,7 @@ input_price = "2.00"
 output_price = "8.00"
 cached_input_price = "0.50"
 cache_write_price = "2.50"
+cache_write_1h_price = "4.00"
 max_output_tokens = 4096
 enabled = true
 
@@ -98,6 +99,7 @@ def test_it_creates_text_models_with_their_prices_and_upstreams(tmp_path):
     assert chat.upstream_model_name == "vendor-name"
     assert (chat.input_price, chat.output_price) == (Decimal("2.00"), Decimal("8.00"))
     assert (chat.cached_input_price, chat.cache_write_price) == (Decimal("0.50"), Decimal("2.50"))
+    assert chat.cache_write_1h_price == Decimal("4.00")
     assert chat.max_output_tokens == 4096
     assert chat.enabled
     assert set(chat.upstreams.values_list("name", flat=True)) == {"openai-main", "openai-backup"}
@@ -111,6 +113,7 @@ def test_the_optional_keys_default_to_the_id_and_the_input_price(tmp_path):
     assert mini.input_price == Decimal("0.0000015")
     # Stored as none: the cache prices follow the input price, also when it changes later.
     assert mini.cached_input_price is None and mini.cache_write_price is None
+    assert mini.cache_write_1h_price is None  # twice the input price
     assert mini.enabled
 
 
