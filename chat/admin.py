@@ -3,7 +3,7 @@ from decimal import Decimal
 from django import forms
 from django.contrib import admin
 
-from chat.models import TextModel, upstream_kinds_problem
+from chat.models import TextModel
 
 PRICES = ("input_price", "output_price", "cached_input_price", "cache_write_price", "cache_write_1h_price")
 
@@ -41,15 +41,6 @@ class TextModelForm(forms.ModelForm):
             "enabled",
         )
         field_classes = dict.fromkeys(PRICES, PriceField)
-
-    def clean(self):
-        cleaned = super().clean()
-        upstreams = cleaned.get("upstreams")
-        if upstreams:
-            problem = upstream_kinds_problem({upstream.name: upstream.kind for upstream in upstreams})
-            if problem is not None:
-                self.add_error("upstreams", f"The upstreams {problem}.")
-        return cleaned
 
 
 @admin.register(TextModel)

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from billing.usage import TokenCounts
-from chat.output_count import CHAT_OUTPUT, MESSAGES_OUTPUT, RESPONSES_OUTPUT, ReceivedOutput
+from chat.output_count import CHAT_OUTPUT, GEMINI_OUTPUT, MESSAGES_OUTPUT, RESPONSES_OUTPUT, ReceivedOutput
 from core.errors import Shape
 from upstreams.providers.base import (
     CHAT_COMPLETIONS,
+    GEMINI_GENERATE,
     MESSAGES,
     MESSAGES_COUNT_TOKENS,
     RESPONSES,
@@ -54,6 +55,17 @@ def openai_responses_tokens(usage: Any) -> TokenCounts | None:
     prompt = _count(usage.get("input_tokens"))
     cached = min(_count(_mapping(usage.get("input_tokens_details")).get("cached_tokens")), prompt)
     return TokenCounts(input=prompt - cached, cached=cached, output=_count(usage.get("output_tokens")))
+
+
+def gemini_tokens(usage: Any) -> TokenCounts | None:
+    """Gemini's `usageMetadata`: prompt tokens (cached ones among them); candidates' and thoughts'
+    tokens, both billed as output."""
+    if not isinstance(usage, dict):
+        return None
+    prompt = _count(usage.get("promptTokenCount"))
+    cached = min(_count(usage.get("cachedContentTokenCount")), prompt)
+    output = _count(usage.get("candidatesTokenCount")) + _count(usage.get("thoughtsTokenCount"))
+    return TokenCounts(input=prompt - cached, cached=cached, output=output)
 
 
 def anthropic_tokens(usage: Any, *, before: TokenCounts | None = None) -> TokenCounts | None:
@@ -278,6 +290,32 @@ class MessagesTracker(StreamTracker):
         return True
 
 
+class GeminiTracker(StreamTracker):
+    """streamGenerateContent's events: generateContent answers, `usageMetadata` on the way (cumulative),
+    the one with a candidate's `finishReason` ends the call; an `error` object is a failure. The
+    stream has no end marker of its own."""
+
+    OUTPUT = GEMINI_OUTPUT
+
+    def feed(self, event: SSEEvent) -> bool:
+        payload = self._json(event)
+        if not isinstance(payload, dict):
+            return True
+        if payload.get("error"):
+            self.error = payload["error"]
+            return False
+        tokens = gemini_tokens(payload.get("usageMetadata"))
+        if tokens is not None:
+            self.tokens = tokens
+            self.output_reported = True
+        candidates = payload.get("candidates")
+        if isinstance(candidates, list) and any(
+            isinstance(candidate, dict) and candidate.get("finishReason") for candidate in candidates
+        ):
+            self.complete = True
+        return True
+
+
 @dataclass(frozen=True)
 class Family:
     """One text endpoint."""
@@ -296,9 +334,9 @@ class Family:
         return self.endpoint
 
 
-def _usage_of(extract: Callable[[Any], TokenCounts | None]) -> Callable[[Any], TokenCounts | None]:
+def _usage_of(key: str, extract: Callable[[Any], TokenCounts | None]) -> Callable[[Any], TokenCounts | None]:
     def tokens_of(payload: Any) -> TokenCounts | None:
-        return extract(payload.get("usage")) if isinstance(payload, dict) else None
+        return extract(payload.get(key)) if isinstance(payload, dict) else None
 
     return tokens_of
 
@@ -310,7 +348,7 @@ CHAT = Family(
     limit_fields=("max_completion_tokens", "max_tokens"),
     billed=True,
     streams=True,
-    tokens_of=_usage_of(openai_chat_tokens),
+    tokens_of=_usage_of("usage", openai_chat_tokens),
     tracker=ChatCompletionsTracker,
 )
 RESPONSES_FAMILY = Family(
@@ -320,7 +358,7 @@ RESPONSES_FAMILY = Family(
     limit_fields=("max_output_tokens",),
     billed=True,
     streams=True,
-    tokens_of=_usage_of(openai_responses_tokens),
+    tokens_of=_usage_of("usage", openai_responses_tokens),
     tracker=ResponsesTracker,
 )
 MESSAGES_FAMILY = Family(
@@ -330,7 +368,7 @@ MESSAGES_FAMILY = Family(
     limit_fields=("max_tokens",),
     billed=True,
     streams=True,
-    tokens_of=_usage_of(anthropic_tokens),
+    tokens_of=_usage_of("usage", anthropic_tokens),
     tracker=MessagesTracker,
 )
 COUNT_TOKENS = Family(
@@ -342,6 +380,17 @@ COUNT_TOKENS = Family(
     streams=False,
     tokens_of=lambda payload: None,
     tracker=None,
+)
+# Gemini's generateContent: a family upstreams speak, reached only through a translator (no endpoint).
+GEMINI_FAMILY = Family(
+    endpoint=GEMINI_GENERATE,
+    path="",
+    shape="google",
+    limit_fields=(),
+    billed=True,
+    streams=True,
+    tokens_of=_usage_of("usageMetadata", gemini_tokens),
+    tracker=GeminiTracker,
 )
 FAMILIES: tuple[Family, ...] = (CHAT, RESPONSES_FAMILY, MESSAGES_FAMILY, COUNT_TOKENS)
 FAMILY_BY_OPERATION: dict[str, Family] = {family.operation: family for family in FAMILIES}

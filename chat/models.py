@@ -1,4 +1,3 @@
-from collections.abc import Mapping
 from decimal import Decimal
 
 from django.apps import apps
@@ -9,30 +8,6 @@ from django.db import models
 from core.modelutils import MONEY
 
 PRICE_HELP = "¥ per million tokens."
-
-
-def upstream_kinds_problem(kinds: Mapping[str, str]) -> str | None:
-    """Why these upstreams (name -> kind) cannot serve one text model, or None when they can.
-
-    Each must be of a kind that serves text (chat completions or messages). Kinds may differ: a call
-    is translated for each upstream it tries (chat/translation.py), so a model fails over from an
-    Anthropic upstream to an OpenAI-compatible one."""
-    from upstreams.providers import adapter_serves
-    from upstreams.providers.base import CHAT_COMPLETIONS, MESSAGES
-
-    refused = {
-        name: kind
-        for name, kind in kinds.items()
-        if not (
-            adapter_serves(kind=kind, operation=CHAT_COMPLETIONS)
-            or adapter_serves(kind=kind, operation=MESSAGES)
-        )
-    }
-    if not refused:
-        return None
-    return "must each serve text (openai, openai-compatible, anthropic or demo), got " + ", ".join(
-        f"{name!r} ({kind})" for name, kind in refused.items()
-    )
 
 
 def image_model_exists(*, group_id: int, model_id: str) -> bool:

@@ -29,6 +29,9 @@ CHAT_OUTPUT = re.compile(
 # Responses: the `delta` of every `response.*.delta` event (output text, function-call arguments,
 # reasoning text and summaries, refusals); no other event has a string `delta`.
 RESPONSES_OUTPUT = re.compile(rb'"delta"\s*:\s*' + _STRING)
+# Gemini: a candidate part's `text` (thoughts included) and a function call's `name` (its `args`, an
+# object rather than a string, are not counted: a caller who leaves mid-call pays for them as the rest).
+GEMINI_OUTPUT = re.compile(rb'"(?:text|name)"\s*:\s*' + _STRING)
 # Messages: `content_block_delta`'s text, tool input JSON and thinking, and a tool use's name.
 MESSAGES_OUTPUT = re.compile(rb'"(?:text|partial_json|thinking|name)"\s*:\s*' + _STRING)
 

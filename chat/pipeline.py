@@ -234,6 +234,7 @@ def _routes(
             stream=parsed.stream,
             headers=headers if translator is None else {},
             request_id=request_id,
+            model=resolved.text_model.upstream_model_name,
         )
         routes[kind] = Route(
             upstream_family=translation.upstream_family, translator=translator, request=request, sent=sent

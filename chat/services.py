@@ -5,7 +5,7 @@ from decimal import Decimal
 
 from django.core.exceptions import ValidationError
 
-from chat.models import TextModel, image_model_exists, upstream_kinds_problem
+from chat.models import TextModel, image_model_exists
 from core.modelutils import model_upsert
 from groups.models import Group
 from upstreams.models import Upstream
@@ -28,15 +28,13 @@ def text_model_upsert(
     """Create the group's text model `model_id`, or update only what differs; returns it with
     "created", "updated" or "unchanged", so that applying the same values twice writes nothing.
 
-    Refuses (ValidationError, nothing written) what no column can: no upstream, an upstream of a
-    kind that serves no text, and an id the group already has as an image model. A blank
+    Refuses (ValidationError, nothing written) what no column can: no upstream, and an id the group
+    already has as an image model. Upstreams of any kinds may serve it: a call is translated for each
+    upstream it tries (chat/translation.py). A blank
     `upstream_model` sends the model id upstream; a None cached-input or cache-write price charges
     the input price."""
     if not upstreams:
         raise ValidationError({"upstreams": "A text model needs at least one upstream."})
-    problem = upstream_kinds_problem({upstream.name: upstream.kind for upstream in upstreams})
-    if problem is not None:
-        raise ValidationError({"upstreams": f"The upstreams {problem}."})
     if image_model_exists(group_id=group.pk, model_id=model_id):
         raise ValidationError({"model_id": f"The group already has an image model called {model_id!r}."})
     text_model, outcome = model_upsert(

@@ -26,7 +26,7 @@ from accounts.services import account_create, account_set_groups
 from billing.ledger import wallet_top_up
 from billing.models import Subscription, Wallet
 from billing.subscriptions import subscription_upsert
-from chat.models import TextModel, upstream_kinds_problem
+from chat.models import TextModel
 from chat.services import text_model_upsert
 from configuration.columns import NonEmptyStrings, column
 from groups.models import Group
@@ -310,11 +310,6 @@ class TextModelEntry(GroupModelEntry):
         found = super().problems(config)
         if self.id in config.group_image_models(self.group):
             found.append(_family_clash(self.id, self.group, "an image model"))
-        known = config.upstream_kinds  # an undefined upstream is reported by the base class
-        kinds = {name: known[name] for name in self.upstreams if name in known}
-        problem = upstream_kinds_problem(kinds)
-        if problem is not None:
-            found.append(f"upstreams {problem}")
         return found
 
 

@@ -11,10 +11,8 @@ import pytest
 from accounts.services import account_set_groups
 from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
 from billing.selectors import ledger_check
-from chat.models import TextModel
 from keys.services import oauth_token_create
-from tests.chat.conftest import ANTHROPIC_BASE, KEY_ENV, OPENAI_BASE, PROVIDER_KEY, sent_json
-from tests.factories import upstream_make
+from tests.chat.conftest import ANTHROPIC_BASE, OPENAI_BASE, PROVIDER_KEY, sent_json
 
 pytestmark = pytest.mark.django_db
 
@@ -278,32 +276,6 @@ def test_upstream_rate_limit_headers_are_not_passed_to_the_caller(
 
     assert response.status_code == 200
     assert not [name for name in response.headers if "ratelimit" in name.lower()]
-
-
-def test_a_model_is_refused_on_an_endpoint_its_upstream_does_not_serve(
-    client, upstream, chat_group, tara, tara_key, monkeypatch
-):
-    # openai, openai-compatible and anthropic upstreams serve every text endpoint, natively or through
-    # a translator (docs/text.md, "Translation"); gemini serves none of them yet.
-    gemini = upstream_make(
-        name="gemini-main", base_url="https://gemini.test/v1beta", api_key_env=KEY_ENV, kind="gemini"
-    )
-    # Configuration refuses a text model on it: this one is a row written around the service.
-    model = TextModel.objects.create(
-        model_id="alpha-gemini",
-        group=chat_group,
-        input_price=Decimal(1),
-        output_price=Decimal(1),
-        max_output_tokens=10,
-    )
-    model.upstreams.add(gemini)
-    response = post(client, "/v1/chat/completions", {"model": "alpha-gemini", "messages": []}, tara_key)
-    assert response.status_code == 400
-    assert response.json()["error"]["code"] == "unsupported_endpoint"
-    assert (
-        "is not served on /v1/chat/completions; use another endpoint." in response.json()["error"]["message"]
-    )
-    assert len(upstream.calls) == 0
 
 
 def test_server_errors_are_retried_and_failures_cost_nothing(

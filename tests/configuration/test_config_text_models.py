@@ -13,7 +13,7 @@ from chat.services import text_model_upsert
 from configuration.loader import ConfigError, config_load
 from groups.models import Group
 from images.models import ImageModel
-from tests.factories import image_model_make, text_model_make, upstream_make
+from tests.factories import image_model_make, text_model_make
 from upstreams.models import Upstream
 
 pytestmark = pytest.mark.django_db
@@ -262,22 +262,6 @@ def test_it_refuses_a_bad_entry_in_a_first_load_and_writes_nothing_at_all(tmp_pa
     assert not Upstream.objects.exists() and not Group.objects.exists() and not TextModel.objects.exists()
 
 
-def test_it_judges_upstream_kinds_as_the_file_leaves_them(tmp_path):
-    config_load(path=write(tmp_path, VALID))
-    # The file turns openai-backup into a gemini upstream, which serves no text.
-    text = VALID.replace(
-        'name = "openai-backup"\nkind = "openai"\nbase_url = "https://backup.example/v1"\n',
-        'name = "openai-backup"\nkind = "gemini"\nbase_url = "https://backup.example/v1beta"\n',
-    )
-    assert text != VALID
-    before = snapshot()
-
-    with pytest.raises(ConfigError, match=r"'openai-backup' \(gemini\)"):
-        config_load(path=write(tmp_path, text))
-
-    assert snapshot() == before
-
-
 def test_it_refuses_a_text_model_whose_id_the_group_has_as_an_image_model_in_the_database(tmp_path):
     config_load(path=write(tmp_path, VALID))
     image_model_make(
@@ -380,11 +364,7 @@ def test_the_service_writes_nothing_the_second_time(chat_group, demo_upstream, d
     assert model.input_price == Decimal("2")
 
 
-def test_the_service_refuses_a_kind_without_text_and_an_image_models_id(chat_group, demo_upstream):
-    gemini = upstream_make(name="gemini", base_url="https://g.example/v1beta", api_key_env="K", kind="gemini")
-
-    with pytest.raises(ValidationError, match=r"must each serve text .*'gemini' \(gemini\)"):
-        upsert(chat_group, [demo_upstream, gemini])
+def test_the_service_refuses_no_upstream_and_an_image_models_id(chat_group, demo_upstream):
     with pytest.raises(ValidationError, match="at least one upstream"):
         upsert(chat_group, [])
     image_model_make(model_id="alpha-chat", group=chat_group, upstreams=[demo_upstream])

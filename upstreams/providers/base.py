@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHAT_COMPLETIONS",
+    "GEMINI_GENERATE",
     "IMAGES_EDIT",
     "IMAGES_GENERATE",
     "IMAGES_STREAM",
@@ -56,6 +57,9 @@ RESPONSES = "responses"
 MESSAGES = "messages"
 MESSAGES_COUNT_TOKENS = "messages.count_tokens"
 TEXT_OPERATIONS = (CHAT_COMPLETIONS, RESPONSES, MESSAGES, MESSAGES_COUNT_TOKENS)
+# Google's generateContent for text (streamed as streamGenerateContent): no endpoint of the gateway
+# speaks it; callers reach it through a translator.
+GEMINI_GENERATE = "gemini.generate_content"
 
 # An error body is kept whole when it is JSON, else this much of its text.
 ERROR_BODY_LIMIT = 4000
@@ -116,13 +120,15 @@ class TextRequest:
 
     `body` is the JSON to send, already encoded (model replaced, stream options set); it goes out byte
     for byte. `stream` asks for an event stream. `headers` are the caller's headers to forward
-    (lowercase names; only "anthropic-version" and "anthropic-beta" are ever given)."""
+    (lowercase names; only "anthropic-version" and "anthropic-beta" are ever given). `model` is the
+    upstream's name for the model, for a kind whose address names it (Gemini's)."""
 
     operation: str
     body: bytes
     stream: bool
     headers: Mapping[str, str] = field(default_factory=dict)
     request_id: str = ""
+    model: str = ""
 
 
 class TextReply:

@@ -1,10 +1,14 @@
-"""The `gemini` upstream kind: Google's generateContent API with image output.
+"""The `gemini` upstream kind: Google's generateContent API, for image output and for text.
 
 `POST {base_url}/models/{upstream_model}:generateContent`, key in `x-goog-api-key`. The requested
 size becomes the nearest aspect ratio the API accepts; an edit sends the source image (and the mask,
 as a second image with an instruction) as inline data. The answer's inline image parts become
 `b64_json` items and its text part the `revised_prompt`. One generateContent call makes one image,
 so `n` images are `n` calls. Errors come in Google's shape {"error": {"code", "message", "status"}}.
+
+Text (`gemini.generate_content`, reached through the translators of chat/translation.py): the body
+the translator made, as it is, to `:generateContent`, or `:streamGenerateContent?alt=sse` for a
+stream, whose events are generateContent answers, the last one with the finish reason and the usage.
 """
 
 from __future__ import annotations
@@ -19,12 +23,17 @@ from PIL import Image
 
 from upstreams.errors import UpstreamMisconfigured
 from upstreams.providers.base import (
+    EVENT_STREAM,
+    GEMINI_GENERATE,
     IMAGES_EDIT,
     IMAGES_GENERATE,
+    USER_AGENT,
     Adapter,
     ImageItem,
     ImageRequest,
     ImageResult,
+    TextReply,
+    TextRequest,
     UpstreamError,
 )
 
@@ -63,7 +72,19 @@ def _sniff_mime(data: bytes) -> str:
 
 class GeminiAdapter(Adapter):
     kind = "gemini"
-    operations = frozenset({IMAGES_GENERATE, IMAGES_EDIT})
+    operations = frozenset({IMAGES_GENERATE, IMAGES_EDIT, GEMINI_GENERATE})
+
+    def serve(self, operation: str, request: TextRequest) -> TextReply:
+        """A text call's generateContent, streamed or not, with the body the translator made."""
+        self.operation_check(operation)
+        action = "streamGenerateContent?alt=sse" if request.stream else "generateContent"
+        headers = {
+            "x-goog-api-key": self._api_key(),
+            "Content-Type": "application/json",
+            "Accept": EVENT_STREAM if request.stream else "application/json",
+            "User-Agent": USER_AGENT,
+        }
+        return self._text_exchange(self._url(f"models/{request.model}:{action}"), request, headers=headers)
 
     def generate(self, request: ImageRequest) -> ImageResult:
         return self._run(request, [{"text": request.prompt}])
