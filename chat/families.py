@@ -19,6 +19,7 @@ from chat.output_count import CHAT_OUTPUT, GEMINI_OUTPUT, MESSAGES_OUTPUT, RESPO
 from core.errors import Shape
 from upstreams.providers.base import (
     CHAT_COMPLETIONS,
+    GEMINI_COUNT_TOKENS,
     GEMINI_GENERATE,
     MESSAGES,
     MESSAGES_COUNT_TOKENS,
@@ -391,6 +392,17 @@ GEMINI_FAMILY = Family(
     streams=True,
     tokens_of=_usage_of("usageMetadata", gemini_tokens),
     tracker=GeminiTracker,
+)
+# Gemini's countTokens, reached from /v1/messages/count_tokens through its translator.
+GEMINI_COUNT_FAMILY = Family(
+    endpoint=GEMINI_COUNT_TOKENS,
+    path="",
+    shape="google",
+    limit_fields=(),
+    billed=False,
+    streams=False,
+    tokens_of=lambda payload: None,
+    tracker=None,
 )
 FAMILIES: tuple[Family, ...] = (CHAT, RESPONSES_FAMILY, MESSAGES_FAMILY, COUNT_TOKENS)
 FAMILY_BY_OPERATION: dict[str, Family] = {family.operation: family for family in FAMILIES}

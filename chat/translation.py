@@ -16,11 +16,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from chat.families import CHAT, COUNT_TOKENS, GEMINI_FAMILY, MESSAGES_FAMILY, RESPONSES_FAMILY, Family
+from chat.families import (
+    CHAT,
+    COUNT_TOKENS,
+    GEMINI_COUNT_FAMILY,
+    GEMINI_FAMILY,
+    MESSAGES_FAMILY,
+    RESPONSES_FAMILY,
+    Family,
+)
 from translators import TranslatedCall, Translator
 from translators.chained import Chained
 from translators.chat_via_gemini import ChatViaGemini
 from translators.chat_via_messages import ChatViaMessages
+from translators.count_tokens_via_gemini import CountTokensViaGemini
 from translators.messages_via_chat import MessagesViaChat
 from translators.responses_via_chat import ResponsesViaChat
 from upstreams.providers import adapter_serves
@@ -32,6 +41,7 @@ TRANSLATORS: dict[tuple[Family, Family], Callable[[TranslatedCall], Translator]]
     (CHAT, MESSAGES_FAMILY): ChatViaMessages,
     (RESPONSES_FAMILY, CHAT): ResponsesViaChat,
     (CHAT, GEMINI_FAMILY): ChatViaGemini,
+    (COUNT_TOKENS, GEMINI_COUNT_FAMILY): CountTokensViaGemini,
     # Through Chat Completions as the hub (translators/chained.py).
     (RESPONSES_FAMILY, MESSAGES_FAMILY): functools.partial(Chained, ResponsesViaChat, ChatViaMessages),
     (MESSAGES_FAMILY, GEMINI_FAMILY): functools.partial(Chained, MessagesViaChat, ChatViaGemini),

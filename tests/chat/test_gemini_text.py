@@ -187,16 +187,29 @@ def test_a_gemini_refusal_keeps_its_status_and_message(client, upstream, gemini_
     assert balance(tara) == before
 
 
-def test_count_tokens_for_a_gemini_model_is_counted_by_the_gateway(
+def test_count_tokens_for_a_gemini_model_asks_geminis_count_tokens_free(
     client, upstream, gemini_model, tara, tara_key
 ):
-    response = post(
-        client,
-        "/v1/messages/count_tokens",
-        {"model": "alpha-gemini", "messages": [{"role": "user", "content": "Hello there"}]},
-        tara_key,
-    )
+    upstream.post(f"{GEMINI_BASE}/models/gemini-2.5-flash:countTokens", json={"totalTokens": 31})
+    before = balance(tara)
+    body = {
+        "model": "alpha-gemini",
+        "system": "Terse.",
+        "messages": [{"role": "user", "content": "Hello there"}],
+    }
+
+    response = post(client, "/v1/messages/count_tokens", body, tara_key)
 
     assert response.status_code == 200, response.content
-    assert response.json()["input_tokens"] > 0
-    assert len(upstream.calls) == 0
+    assert response.json() == {"input_tokens": 31}
+    sent = json.loads(upstream.calls[0].request.body)
+    assert sent == {
+        "generateContentRequest": {
+            "model": "models/gemini-2.5-flash",
+            "contents": [{"role": "user", "parts": [{"text": "Hello there"}]}],
+            "systemInstruction": {"parts": [{"text": "Terse."}]},
+        }
+    }
+    assert balance(tara) == before
+    record = UsageRecord.objects.get()
+    assert (record.endpoint, record.status, record.amount) == ("messages.count_tokens", 200, 0)

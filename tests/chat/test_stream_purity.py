@@ -38,6 +38,7 @@ PURE_MODULES = (
     "translators.chat_via_messages",
     "translators.responses_via_chat",
     "translators.chained",
+    "translators.chat_via_gemini",
 )
 
 # Modules (and their submodules) that do I/O, wait or lock.

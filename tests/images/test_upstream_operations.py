@@ -10,6 +10,7 @@ import pytest
 from upstreams.providers import ADAPTERS, adapter_for, adapter_serves, operations_for_kind
 from upstreams.providers.base import (
     CHAT_COMPLETIONS,
+    GEMINI_COUNT_TOKENS,
     GEMINI_GENERATE,
     IMAGES_EDIT,
     IMAGES_GENERATE,
@@ -56,7 +57,12 @@ def test_it_says_which_operations_each_kind_serves():
         IMAGES_STREAM,
         *TEXT_OPERATIONS,
     }
-    assert operations_for_kind(kind="gemini") == {IMAGES_GENERATE, IMAGES_EDIT, GEMINI_GENERATE}
+    assert operations_for_kind(kind="gemini") == {
+        IMAGES_GENERATE,
+        IMAGES_EDIT,
+        GEMINI_GENERATE,
+        GEMINI_COUNT_TOKENS,
+    }
     assert operations_for_kind(kind="no-such-kind") == frozenset()
     assert adapter_serves(kind="gemini", operation=IMAGES_EDIT)
     assert not adapter_serves(kind="gemini", operation=IMAGES_STREAM)
@@ -67,7 +73,14 @@ def test_every_registered_kind_declares_what_it_serves():
     for kind, adapter_class in ADAPTERS.items():
         assert adapter_class.kind == kind
         assert adapter_class.operations, kind
-        known = {IMAGES_GENERATE, IMAGES_EDIT, IMAGES_STREAM, GEMINI_GENERATE, *TEXT_OPERATIONS}
+        known = {
+            IMAGES_GENERATE,
+            IMAGES_EDIT,
+            IMAGES_STREAM,
+            GEMINI_GENERATE,
+            GEMINI_COUNT_TOKENS,
+            *TEXT_OPERATIONS,
+        }
         assert adapter_class.operations <= known
 
 

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHAT_COMPLETIONS",
+    "GEMINI_COUNT_TOKENS",
     "GEMINI_GENERATE",
     "IMAGES_EDIT",
     "IMAGES_GENERATE",
@@ -60,6 +61,7 @@ TEXT_OPERATIONS = (CHAT_COMPLETIONS, RESPONSES, MESSAGES, MESSAGES_COUNT_TOKENS)
 # Google's generateContent for text (streamed as streamGenerateContent): no endpoint of the gateway
 # speaks it; callers reach it through a translator.
 GEMINI_GENERATE = "gemini.generate_content"
+GEMINI_COUNT_TOKENS = "gemini.count_tokens"
 
 # An error body is kept whole when it is JSON, else this much of its text.
 ERROR_BODY_LIMIT = 4000

@@ -24,6 +24,7 @@ from PIL import Image
 from upstreams.errors import UpstreamMisconfigured
 from upstreams.providers.base import (
     EVENT_STREAM,
+    GEMINI_COUNT_TOKENS,
     GEMINI_GENERATE,
     IMAGES_EDIT,
     IMAGES_GENERATE,
@@ -72,12 +73,16 @@ def _sniff_mime(data: bytes) -> str:
 
 class GeminiAdapter(Adapter):
     kind = "gemini"
-    operations = frozenset({IMAGES_GENERATE, IMAGES_EDIT, GEMINI_GENERATE})
+    operations = frozenset({IMAGES_GENERATE, IMAGES_EDIT, GEMINI_GENERATE, GEMINI_COUNT_TOKENS})
 
     def serve(self, operation: str, request: TextRequest) -> TextReply:
-        """A text call's generateContent, streamed or not, with the body the translator made."""
+        """A text call's generateContent, streamed or not, or its countTokens, with the body the
+        translator made."""
         self.operation_check(operation)
-        action = "streamGenerateContent?alt=sse" if request.stream else "generateContent"
+        if operation == GEMINI_COUNT_TOKENS:
+            action = "countTokens"
+        else:
+            action = "streamGenerateContent?alt=sse" if request.stream else "generateContent"
         headers = {
             "x-goog-api-key": self._api_key(),
             "Content-Type": "application/json",
