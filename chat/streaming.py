@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.answers import stream_client_gone, stream_owned_close
+from api.errors import api_error_for
 from api.metering import MeteredCall
 from api.stream_loop import CALLER_GONE, TIMED_OUT, CallerSocket, stream_loop_relay
 from api.upstream_call import upstream_attempts_run
@@ -44,7 +45,7 @@ from api.usage import UsageScope
 from chat.access import ResolvedTextModel
 from chat.answers import refusal_passthrough, tokens_charge
 from chat.families import RESPONSES_FAMILY, Family, StreamTracker
-from core.errors import ApiError, InternalError, UpstreamFailed, compatible_body, native_body
+from core.errors import ApiError, DomainError, InternalError, UpstreamFailed, compatible_body, native_body
 from upstreams.errors import UpstreamError, upstream_error_to_api_error
 from upstreams.providers import adapter_for
 from upstreams.providers.base import SSEEvent, TextReply, TextRequest
@@ -314,9 +315,9 @@ def text_stream_relay(
     except GeneratorExit:
         caller_gone()
         raise
-    except (ApiError, UpstreamError) as exc:
+    except (ApiError, DomainError, UpstreamError) as exc:
         meter.release()
-        error = exc if isinstance(exc, ApiError) else _converted(exc, opened.upstream)
+        error = _converted(exc, opened.upstream) if isinstance(exc, UpstreamError) else api_error_for(exc)
         finish(error)
         yield b"".join(batch) + error_event(
             family=family,

@@ -19,16 +19,17 @@ from rest_framework.request import Request
 
 from api.answers import (
     CallAnswer,
+    StoredResponse,
     call_answer,
     event_stream_response,
     request_fingerprint,
     stored_response,
     stream_idempotency_refused,
 )
+from api.idempotency import idempotent_answer
 from api.metering import balance_precheck, metered_begin, metered_call
 from api.upstream_call import upstream_attempts_run
 from api.usage import UsageScope, usage_scope
-from billing.idempotency import StoredResponse, idempotent_execute
 from core.metrics import stream_counted
 from core.offload import cpu_bound
 from images.access import ResolvedModel, image_model_resolve
@@ -167,7 +168,7 @@ def image_call_run(
                     endpoint=usage.endpoint,
                 )
             )
-        return idempotent_execute(
+        return idempotent_answer(
             account=credential.account,
             key=idempotency_key,
             reference=request_id,

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.answers import stream_client_gone, stream_owned_close
+from api.errors import api_error_for
 from api.metering import MeteredCall
 from api.upstream_call import upstream_attempts_run
 from api.usage import UsageScope
-from core.errors import ApiError, InternalError, UpstreamFailed, compatible_body
+from core.errors import ApiError, DomainError, InternalError, UpstreamFailed, compatible_body
 from images.access import ResolvedModel
 from upstreams.errors import upstream_error_to_api_error
 from upstreams.models import Upstream
@@ -93,9 +94,9 @@ def stream_relay(
                 meter.capture()
         finish(None if completed >= upstream_request.n else stream_client_gone())
         raise
-    except (ApiError, UpstreamError) as exc:
+    except (ApiError, DomainError, UpstreamError) as exc:
         meter.release()
-        error = exc if isinstance(exc, ApiError) else _converted(exc, upstream)
+        error = _converted(exc, upstream)
         finish(error)
         yield sse("error", {"type": "error", **compatible_body(error, request_id=usage.request_id)})
     except Exception as exc:
@@ -108,7 +109,9 @@ def stream_relay(
         finish(None)  # no-op unless a path above did not settle (e.g. a failure inside finish)
 
 
-def _converted(error: UpstreamError, upstream: Upstream | None) -> ApiError:
+def _converted(error: ApiError | DomainError | UpstreamError, upstream: Upstream | None) -> ApiError:
+    if not isinstance(error, UpstreamError):
+        return api_error_for(error)
     if upstream is None:
         return UpstreamFailed("The model's provider failed.", code="upstream_error")
     return upstream_error_to_api_error(error=error, upstream=upstream)
