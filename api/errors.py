@@ -8,6 +8,8 @@ when there is one); the error's own `code` is the business code and its `retry_a
 for /v1/messages). `drf_exception_handler` (DRF's EXCEPTION_HANDLER) and
 `api.middleware.ApiErrorMiddleware` are the only places that build error responses; the usage
 record, the stream relays and the console read a domain error's status through `api_error_for`.
+An upstream attempt's own failure (`upstreams.errors.UpstreamError`, the provider's status and body)
+is answered by api/upstream_errors.py, which needs the upstream to scrub what it passes through.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from core.errors import (
 )
 from groups import errors as groups
 from keys import errors as keys
+from upstreams import errors as upstreams
 
 logger = logging.getLogger("gateway.errors")
 
@@ -60,6 +63,7 @@ _FORBIDDEN = HttpError(403, "permission_error")
 _NOT_PAYABLE = HttpError(403, "billing_error")
 _CONFLICT = HttpError(409, "invalid_request_error")
 _TOO_MANY = HttpError(429, "rate_limit_error")
+_UPSTREAM_UNAVAILABLE = HttpError(503, "upstream_error")
 
 DOMAIN_ERRORS: dict[type[DomainError], HttpError] = {
     # billing
@@ -87,6 +91,13 @@ DOMAIN_ERRORS: dict[type[DomainError], HttpError] = {
     keys.StaffRequired: _FORBIDDEN,
     keys.GroupNotAllowed: _FORBIDDEN,
     keys.GroupOverrideUnsupported: _CONFLICT,
+    # upstreams: the retry policy's outcomes (one attempt's UpstreamError: api/upstream_errors.py)
+    upstreams.NoUpstreamAvailable: _UPSTREAM_UNAVAILABLE,
+    upstreams.UpstreamsCircuitOpen: _UPSTREAM_UNAVAILABLE,
+    upstreams.UpstreamsOverloaded: _UPSTREAM_UNAVAILABLE,
+    upstreams.UpstreamsRateLimited: _TOO_MANY,
+    upstreams.UpstreamsFailed: HttpError(502, "upstream_error"),
+    upstreams.UpstreamDeadlineExceeded: HttpError(504, "upstream_error"),
 }
 
 

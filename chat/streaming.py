@@ -41,12 +41,13 @@ from api.errors import api_error_for
 from api.metering import MeteredCall
 from api.stream_loop import CALLER_GONE, TIMED_OUT, CallerSocket, stream_loop_relay
 from api.upstream_call import upstream_attempts_run
+from api.upstream_errors import upstream_error_to_api_error
 from api.usage import UsageScope
 from chat.access import ResolvedTextModel
 from chat.answers import refusal_passthrough, tokens_charge
 from chat.families import RESPONSES_FAMILY, Family, StreamTracker
 from core.errors import ApiError, DomainError, InternalError, UpstreamFailed, compatible_body, native_body
-from upstreams.errors import UpstreamError, upstream_error_to_api_error
+from upstreams.errors import UpstreamError
 from upstreams.providers import adapter_for
 from upstreams.providers.base import SSEEvent, TextReply, TextRequest
 from upstreams.snapshots import UpstreamSnapshot

@@ -275,7 +275,7 @@ def native_body(error: ApiError, *, request_id: str | None) -> dict[str, Any]:
 
 def google_body(error: ApiError, *, request_id: str | None) -> dict[str, Any]:
     # The spec writes the status in lowercase (permission_denied, resource_exhausted, ...); upstream
-    # bodies passed through (upstreams/errors.py) are lowercased the same way.
+    # bodies passed through (api/upstream_errors.py) are lowercased the same way.
     return {
         "error": {
             "code": error.status,

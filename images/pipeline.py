@@ -29,6 +29,7 @@ from api.answers import (
 from api.idempotency import idempotent_answer
 from api.metering import balance_precheck, metered_begin, metered_call
 from api.upstream_call import upstream_attempts_run
+from api.upstream_errors import upstream_error_to_api_error
 from api.usage import UsageScope, usage_scope
 from core.metrics import stream_counted
 from core.offload import cpu_bound
@@ -43,7 +44,6 @@ from images.validation import (
     generation_params_validate,
 )
 from keys.credentials import Credential
-from upstreams.errors import upstream_error_to_api_error
 from upstreams.models import Upstream
 from upstreams.providers import adapter_for
 from upstreams.providers.base import ImageRequest, ImageResult, UpstreamError

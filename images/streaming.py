@@ -21,10 +21,10 @@ from api.answers import stream_client_gone, stream_owned_close
 from api.errors import api_error_for
 from api.metering import MeteredCall
 from api.upstream_call import upstream_attempts_run
+from api.upstream_errors import upstream_error_to_api_error
 from api.usage import UsageScope
 from core.errors import ApiError, DomainError, InternalError, UpstreamFailed, compatible_body
 from images.access import ResolvedModel
-from upstreams.errors import upstream_error_to_api_error
 from upstreams.models import Upstream
 from upstreams.providers import adapter_for
 from upstreams.providers.base import IMAGES_STREAM, ImageRequest, StreamEvent, UpstreamError
