@@ -43,7 +43,8 @@ def test_it_refuses_a_reserve_above_the_available_balance_and_reserves_nothing(a
     hold_reserve(account_id=alice.pk, amount=Decimal("9.90"), reference="req_1")
     with pytest.raises(InsufficientBalance) as refused:
         hold_reserve(account_id=alice.pk, amount=Decimal("0.15"), reference="req_2")
-    assert (api_error_for(refused.value).status, api_error_for(refused.value).type, refused.value.code) == (
+    answered = api_error_for(refused.value)
+    assert (answered.status, answered.type, answered.code) == (
         403,
         "billing_error",
         "INSUFFICIENT_BALANCE",

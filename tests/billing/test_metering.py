@@ -187,7 +187,8 @@ def test_it_refuses_without_a_subscription(carol, beta_group, beta_model):
     upstream = FakeUpstream()
     with pytest.raises(SubscriptionNotFound) as refused:
         beta_call(credential_for(carol), beta_group, upstream)
-    assert (api_error_for(refused.value).status, api_error_for(refused.value).type, refused.value.code) == (
+    answered = api_error_for(refused.value)
+    assert (answered.status, answered.type, answered.code) == (
         403,
         "billing_error",
         "SUBSCRIPTION_NOT_FOUND",
@@ -239,7 +240,8 @@ def test_it_refuses_over_the_daily_cap_with_retry_after_until_midnight(carol, be
             request_id="r3",
             now=WEDNESDAY_NOON,
         )
-    assert (api_error_for(refused.value).status, api_error_for(refused.value).type, refused.value.code) == (
+    answered = api_error_for(refused.value)
+    assert (answered.status, answered.type, answered.code) == (
         429,
         "rate_limit_error",
         "USAGE_LIMIT_EXCEEDED",
@@ -398,7 +400,8 @@ def test_it_refuses_the_request_over_rpm_with_retry_after(alice, alpha_group, al
         alpha_call(credential, group, upstream, request_id=f"r{n}")
     with pytest.raises(RateLimitExceeded) as refused:
         alpha_call(credential, group, upstream, request_id="r4")
-    assert (api_error_for(refused.value).status, api_error_for(refused.value).type) == (
+    answered = api_error_for(refused.value)
+    assert (answered.status, answered.type) == (
         429,
         "rate_limit_error",
     )
