@@ -188,11 +188,6 @@ class UnsupportedContentType(ApiError):
     code = "unsupported_content_type"
 
 
-class BillingError(ApiError):
-    status = 403
-    type = "billing_error"
-
-
 class RateLimited(ApiError):
     status = 429
     type = "rate_limit_error"
