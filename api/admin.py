@@ -30,14 +30,11 @@ from api.admin_schema import (
     topup_schema,
     usage_schema,
 )
-from api.answers import stored_response
+from api.answers import StoredResponse, stored_response
 from api.base import GatewayAPIView
 from api.bodies import usage_totals_body
-from billing.idempotency import (
-    StoredResponse,
-    idempotency_fingerprint,
-    idempotent_execute,
-)
+from api.idempotency import idempotent_answer
+from billing.idempotency import idempotency_fingerprint
 from billing.ledger import wallet_top_up
 from billing.models import LedgerEntry, UsageRecord
 from billing.money import MoneyError, money_parse, money_str
@@ -359,7 +356,7 @@ class AdminTopUpView(AdminAPIView):
             )
 
         key = request.headers.get("Idempotency-Key")
-        stored = idempotent_execute(
+        stored = idempotent_answer(
             account=self.credential.account,  # keys are the calling staff member's
             key=key,
             fingerprint=(

@@ -7,13 +7,26 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.http import HttpResponse, StreamingHttpResponse
 
-from billing.idempotency import REPLAY_HEADER, StoredResponse
 from core.errors import InvalidRequest
+
+# The header that marks an Idempotency-Key's first answer given again (api/idempotency.py).
+REPLAY_HEADER = "Idempotent-Replayed"
+
+
+@dataclass
+class StoredResponse:
+    """A call's whole HTTP answer as data: what an Idempotency-Key keeps and replays, and what the
+    non-streamed families answer (`stored_response`)."""
+
+    status: int
+    body: bytes
+    content_type: str
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 def request_fingerprint(*, path: str, group_id: int, content: Iterable[bytes]) -> str:

@@ -8,8 +8,8 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
+from api.authentication import CredentialAuthentication
 from core.errors import MISSING_API_KEY, AuthenticationFailed, MethodNotAllowed, Shape, UnsupportedContentType
-from keys.authentication import CredentialAuthentication
 from keys.credentials import Credential
 
 
@@ -49,7 +49,7 @@ class GatewayAPIView(APIView):
         return self.request.auth
 
     def get_error_shape(self) -> Shape | None:
-        """The body shape of this request's errors (core.errors.drf_exception_handler asks)."""
+        """The body shape of this request's errors (api.errors.drf_exception_handler asks)."""
         return self.error_shape
 
     def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:

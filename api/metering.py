@@ -15,6 +15,7 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.utils import timezone
 
 from api.usage import UsageScope
+from billing.errors import InsufficientBalance, SubscriptionInvalid, SubscriptionNotFound
 from billing.holds import hold_capture, hold_release, hold_reserve
 from billing.idempotency import idempotency_charge_note
 from billing.limits import (
@@ -27,7 +28,6 @@ from billing.models import Hold, Subscription
 from billing.money import money_display, money_parse
 from billing.selectors import subscription_get_active, wallet_available_get
 from billing.subscriptions import subscription_hold_reserve
-from core.errors import INSUFFICIENT_BALANCE, SUBSCRIPTION_INVALID, SUBSCRIPTION_NOT_FOUND, BillingError
 from groups.models import Group
 from groups.snapshots import GroupSnapshot
 from keys.credentials import Credential
@@ -61,15 +61,12 @@ def subscription_resolve_for_call(
     A plan covers the models listed in its `model_ids` (every model of the group when empty)."""
     subscription = subscription_get_active(account_id=credential.account.pk, group_id=group.pk, at=now)
     if subscription is None:
-        raise BillingError(
-            f"No active subscription for group {group.name}: it does not exist or has expired.",
-            code=SUBSCRIPTION_NOT_FOUND,
+        raise SubscriptionNotFound(
+            f"No active subscription for group {group.name}: it does not exist or has expired."
         )
     if subscription.model_ids and model_id not in subscription.model_ids:
-        raise BillingError(
-            f"The subscription for group {group.name} does not cover model {model_id!r}.",
-            code=SUBSCRIPTION_INVALID,
-            param="model",
+        raise SubscriptionInvalid(
+            f"The subscription for group {group.name} does not cover model {model_id!r}."
         )
     return subscription
 
@@ -83,10 +80,9 @@ def balance_precheck(*, credential: Credential, group: GroupSnapshot, price: Dec
         return
     amount = money_parse(price)
     if wallet_available_get(account_id=credential.account.pk) < amount:
-        raise BillingError(
+        raise InsufficientBalance(
             f"Insufficient balance: this call costs {money_display(amount)} and the account's "
-            "available balance does not cover it. Top up and try again.",
-            code=INSUFFICIENT_BALANCE,
+            "available balance does not cover it. Top up and try again."
         )
 
 

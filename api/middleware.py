@@ -18,6 +18,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.csrf import CsrfViewMiddleware
 
+from api.errors import api_error_from_exception
 from core.errors import (
     TYPE_FOR_STATUS,
     ApiError,
@@ -25,7 +26,6 @@ from core.errors import (
     MethodNotAllowed,
     NotFound,
     PayloadTooLarge,
-    api_error_from_exception,
     error_response,
 )
 
@@ -202,7 +202,7 @@ class ApiErrorMiddleware:
 
 class _BrowserOnly:
     """Middleware that only the console and the admin need. A /v1 caller authenticates every request
-    with its key (keys/authentication.py), a /files link with its signature, sends no cookies and gets
+    with its key (api/authentication.py), a /files link with its signature, sends no cookies and gets
     none, and its JSON is never shown in a frame, so these requests skip it: no session store, no lazy
     user, no message storage built and torn down on every call (its cost: docs/benchmarks.md), no CSRF
     cookie read or check (no cookie authenticates them, so there is no cross-site request to forge:

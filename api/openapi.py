@@ -4,7 +4,7 @@ The views take no DRF serializers (bodies are checked by pydantic models, core/v
 each family declares its bodies and answers as JSON Schema in its own `schema.py`, registers the
 named ones here (`component_register`), and annotates its views with `extend_schema`. This module
 holds the three error shapes (core/errors.py), the security schemes of the credential headers
-(keys/authentication.py), the error answers per status, and the view that serves the document.
+(api/authentication.py), the error answers per status, and the view that serves the document.
 """
 
 from __future__ import annotations
@@ -201,9 +201,9 @@ EVENT_STREAM = component_register(
 
 
 class CredentialAuthenticationScheme(OpenApiAuthenticationExtension):
-    """keys.authentication.CredentialAuthentication: one of three headers (not all of them)."""
+    """api.authentication.CredentialAuthentication: one of three headers (not all of them)."""
 
-    target_class = "keys.authentication.CredentialAuthentication"
+    target_class = "api.authentication.CredentialAuthentication"
     name: ClassVar[list[str]] = ["bearerAuth", "apiKeyAuth", "googApiKeyAuth"]
 
     def get_security_requirement(self, auto_schema: Any) -> list[dict[str, list[str]]]:

@@ -6,8 +6,8 @@ call exactly once however the stream ends:
 - the caller leaves (the server closes the body): the family's rule for a caller who left runs
   (`caller_gone`), and `StreamSettlement.left` records the call as complete or as
   `client_closed_request`;
-- an ApiError or UpstreamError: the hold is released, the usage record says why, and the family's
-  error event ends the answer;
+- an ApiError, a domain error or an UpstreamError: the hold is released, the usage record says why,
+  and the family's error event ends the answer;
 - anything else: the same, logged, as the gateway's internal error.
 """
 
@@ -18,8 +18,9 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from decimal import Decimal
 
+from api.errors import api_error_for
 from api.metering import MeteredCall
-from core.errors import ApiError, InternalError
+from core.errors import ApiError, DomainError, InternalError
 from upstreams.errors import UpstreamError
 
 logger = logging.getLogger("gateway.stream")
@@ -110,9 +111,12 @@ def stream_settled(
     except GeneratorExit:
         caller_gone()
         raise
-    except (ApiError, UpstreamError) as exc:
+    except (ApiError, DomainError, UpstreamError) as exc:
         settlement.meter.release()
-        error = exc if isinstance(exc, ApiError) else converted(exc)
+        if isinstance(exc, UpstreamError):
+            error = converted(exc)
+        else:
+            error = exc if isinstance(exc, ApiError) else api_error_for(exc)
         settlement.finish(error)
         yield error_event(error)
     except Exception as exc:

@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from api.metering import connection_release
+from api.upstream_errors import upstream_error_to_api_error
 from api.usage import UsageScope
-from upstreams.errors import upstream_error_to_api_error
 from upstreams.resilience import upstream_call_resilient
 from upstreams.snapshots import UpstreamSnapshot
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from django.db import InterfaceError, OperationalError
 
+from api.errors import api_error_for
 from billing.usage import (
     TokenCounts,
     usage_record_build,
@@ -20,7 +21,7 @@ from billing.usage import (
     usage_record_outcome_set,
 )
 from core.db import database_reconnect
-from core.errors import ApiError
+from core.errors import ApiError, DomainError
 from core.metrics import call_observe
 from upstreams.providers.base import UpstreamError
 
@@ -101,8 +102,9 @@ def usage_outcome_for(*, error: BaseException | None) -> tuple[int, str]:
     """(HTTP status, error code) to record for a call that ended with `error` (None: success)."""
     if error is None:
         return 200, ""
-    if isinstance(error, ApiError):
-        return error.status, error.code or ""
+    if isinstance(error, (ApiError, DomainError)):
+        answered = api_error_for(error)
+        return answered.status, answered.code or ""
     if isinstance(error, UpstreamError):
         # An upstream failure that escaped unconverted still is an upstream error, not our crash.
         status = error.status if error.status is not None and 400 <= error.status <= 599 else 502
@@ -116,7 +118,8 @@ def usage_scope(*, request_id: str, endpoint: str, credential: Credential) -> It
 
     A successful metered call's capture writes the record together with the charge (status 200, the
     amount captured); otherwise the scope writes it on exit. Normal exit: status 200 with the amount
-    charged. An escaping exception: the status and code of the ApiError (an UpstreamError: its status
+    charged. An escaping exception: the status and code of the ApiError (a domain error: of the
+    ApiError api.errors maps it to; an UpstreamError: its status
     or 502, "upstream_error"; anything else: 500, "internal_error"), then the exception is re-raised;
     if the capture had already written the record, the record is updated to that status and keeps
     its charge. The amount is what metered_call captured, which is 0 for every call that failed

@@ -19,6 +19,7 @@ from django.db import DataError, IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from billing.errors import InsufficientBalance
 from billing.models import Hold, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
 from billing.money import money_display, money_parse, money_sql
 from billing.statements import (
@@ -32,7 +33,6 @@ from billing.statements import (
 )
 from billing.usage import usage_record_insert
 from billing.windows import TOTAL_WINDOW_START
-from core.errors import INSUFFICIENT_BALANCE, BillingError
 from core.process_identity import process_owner
 
 logger = logging.getLogger("gateway.billing")
@@ -75,10 +75,9 @@ def hold_reserve(
     reserve = _hold_reserve_statement if on_postgresql() else _hold_reserve_orm
     hold = reserve(account_id=account_id, values=values)
     if hold is None:
-        raise BillingError(
+        raise InsufficientBalance(
             f"Insufficient balance: this call costs {money_display(value)} and the account's "
-            "available balance does not cover it. Top up and try again.",
-            code=INSUFFICIENT_BALANCE,
+            "available balance does not cover it. Top up and try again."
         )
     return hold
 

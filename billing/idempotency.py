@@ -6,13 +6,16 @@ charge. While the first is still running: 409 idempotency_key_in_use. The same k
 request: 422 idempotency_key_reused. Only 2xx responses are stored; a failed first attempt leaves the
 key free for the retry, unless it was charged before it failed: then the key is kept and answers
 500 idempotent_answer_lost (replayed), so that a retry never charges twice.
+
+What a key keeps is plain data (`KeptAnswer`: status, headers, body bytes); api.idempotency turns
+it into the HTTP answer and gives the answer a charged-then-lost call keeps. The refusals are
+billing's domain errors (billing/errors.py).
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import logging
 import uuid
 from collections.abc import Callable
@@ -26,26 +29,29 @@ from django.utils import timezone
 
 from accounts.models import Account
 from accounts.snapshots import AccountSnapshot
+from billing.errors import IdempotencyKeyInUse, IdempotencyKeyInvalid, IdempotencyKeyReused
 from billing.models import Hold, IdempotencyRecord
 from core.db import database_reconnect, session_ended_before_statement
-from core.errors import ApiError, Conflict, InvalidRequest, compatible_body
 from core.modelutils import queryset_delete_in_batches
 
 logger = logging.getLogger("gateway.idempotency")
 
-REPLAY_HEADER = "Idempotent-Replayed"
 MAX_KEY_LENGTH = 255
 # Claiming races with a row that is deleted (failed first attempt) or expires under us: try again a
 # few times, then give up with 409 rather than loop.
 CLAIM_ATTEMPTS = 5
 
 
-@dataclass
-class StoredResponse:
+@dataclass(frozen=True)
+class KeptAnswer:
+    """A call's answer as an idempotency key keeps it: its status, body bytes, content type and
+    headers. `replayed`: this is the key's first answer given again, not a new call's."""
+
     status: int
     body: bytes
     content_type: str
     headers: dict[str, str] = field(default_factory=dict)
+    replayed: bool = False
 
 
 def idempotency_fingerprint(*, method: str, path: str, body: bytes) -> str:
@@ -58,11 +64,10 @@ def idempotency_fingerprint(*, method: str, path: str, body: bytes) -> str:
 
 
 def idempotency_key_validate(*, key: str) -> str:
-    """1 to 255 printable ASCII characters (space to ~); else 400 invalid_idempotency_key."""
+    """1 to 255 printable ASCII characters (space to ~); else IdempotencyKeyInvalid."""
     if not 1 <= len(key) <= MAX_KEY_LENGTH or not all(" " <= ch <= "~" for ch in key):
-        raise InvalidRequest(
-            f"The Idempotency-Key header must be 1 to {MAX_KEY_LENGTH} printable ASCII characters.",
-            code="invalid_idempotency_key",
+        raise IdempotencyKeyInvalid(
+            f"The Idempotency-Key header must be 1 to {MAX_KEY_LENGTH} printable ASCII characters."
         )
     return key
 
@@ -72,12 +77,13 @@ def idempotent_execute(
     account: Account | AccountSnapshot,
     key: str | None,
     fingerprint: str,
-    produce: Callable[[], StoredResponse],
+    produce: Callable[[], KeptAnswer],
+    answer_lost: KeptAnswer,
     reference: str = "",
     now: datetime | None = None,
     in_transaction: bool = False,
-) -> StoredResponse:
-    """Run `produce` at most once per (account, key) while the key lives, and replay its response.
+) -> KeptAnswer:
+    """Run `produce` at most once per (account, key) while the key lives, and replay its answer.
 
     `in_transaction`: for a `produce` that only writes the database (a top-up), it runs in one
     transaction with the key's completion, so a process killed between the two leaves neither: the
@@ -86,16 +92,16 @@ def idempotent_execute(
 
     `reference` is the call's request id, its hold's reference: a key whose worker died mid-call is
     taken over after locked_until only when that call was not charged; if it was, the key answers
-    500 idempotent_answer_lost, as below.
+    `answer_lost`, as below.
 
     `fingerprint` identifies the request; a later request with the key must match it. Without a key
     it is not used (callers may pass "" rather than compute it).
 
     Exactly one of several concurrent requests with one key claims it (the unique (account, key) row
-    it inserts); the others get 409 while it runs and its stored response once it is done. If
-    `produce` raises or answers non-2xx without having been charged, the claim is removed, so a retry
-    runs again; if it was charged (`idempotency_charge_note`), the key is completed instead (a raise:
-    with the 500 idempotent_answer_lost answer), so a retry is never charged a second time.
+    it inserts); the others get IdempotencyKeyInUse while it runs and its kept answer once it is
+    done. If `produce` raises or answers non-2xx without having been charged, the claim is removed, so
+    a retry runs again; if it was charged (`idempotency_charge_note`), the key is completed instead (a
+    raise: with `answer_lost`), so a retry is never charged a second time.
     """
     if key is None:
         return produce()
@@ -107,6 +113,7 @@ def idempotent_execute(
         fingerprint=fingerprint,
         reference=reference,
         now=now or timezone.now(),
+        answer_lost=answer_lost,
     )
     try:
         record = claim()
@@ -115,7 +122,7 @@ def idempotent_execute(
         if not session_ended_before_statement(exc) or not database_reconnect():
             raise
         record = claim()
-    if isinstance(record, StoredResponse):
+    if isinstance(record, KeptAnswer):
         return record
     if in_transaction:
         return _execute_in_transaction(record=record, produce=produce)
@@ -126,7 +133,7 @@ def idempotent_execute(
     except BaseException:
         if charges:
             # Charged, then failed: the key must not run the call again (a second charge).
-            _complete(record=record, response=_answer_lost())
+            _complete(record=record, response=answer_lost)
         else:
             _unclaim(record=record)
         raise
@@ -142,9 +149,7 @@ def idempotent_execute(
     return response
 
 
-def _execute_in_transaction(
-    *, record: IdempotencyRecord, produce: Callable[[], StoredResponse]
-) -> StoredResponse:
+def _execute_in_transaction(*, record: IdempotencyRecord, produce: Callable[[], KeptAnswer]) -> KeptAnswer:
     try:
         with transaction.atomic():
             response = produce()
@@ -152,12 +157,7 @@ def _execute_in_transaction(
                 transaction.set_rollback(True)
             elif not _completed(record=record, response=response):
                 # Taken over meanwhile (we ran past locked_until): the new owner runs it, not us.
-                raise Conflict(
-                    "A request with this Idempotency-Key is still being processed. Retry after it has "
-                    "finished.",
-                    code="idempotency_key_in_use",
-                    retry_after=1,
-                )
+                raise _key_in_use()
     except BaseException:
         _unclaim(record=record)
         raise
@@ -179,27 +179,14 @@ def idempotency_charge_note() -> None:
         charges.append(True)
 
 
-ANSWER_LOST_CODE = "idempotent_answer_lost"
-
-
-def _answer_lost() -> StoredResponse:
-    """What a key whose call was charged but failed afterwards answers its retries (replayed, with
-    Idempotent-Replayed: true): 500, the call is not made again and not charged again."""
-    error = ApiError(
-        "The first request with this Idempotency-Key was completed and charged, but its answer could "
-        "not be delivered. It is not run again; use a new Idempotency-Key to make a new call.",
-        status=500,
-        type="api_error",
-        code=ANSWER_LOST_CODE,
-    )
-    return StoredResponse(
-        status=500,
-        body=json.dumps(compatible_body(error, request_id=None)).encode(),
-        content_type="application/json",
+def _key_in_use() -> IdempotencyKeyInUse:
+    return IdempotencyKeyInUse(
+        "A request with this Idempotency-Key is still being processed. Retry after it has finished.",
+        retry_after=1,
     )
 
 
-def _complete(*, record: IdempotencyRecord, response: StoredResponse) -> None:
+def _complete(*, record: IdempotencyRecord, response: KeptAnswer) -> None:
     """Store the response for replays. Only the current owner may complete the row: a row taken over
     from us (we ran past locked_until) belongs to the new owner. Never raises: the call has run; a row
     left in progress answers 409 until locked_until."""
@@ -209,7 +196,7 @@ def _complete(*, record: IdempotencyRecord, response: StoredResponse) -> None:
         logger.exception("could not store the response of idempotency record %s", record.pk)
 
 
-def _completed(*, record: IdempotencyRecord, response: StoredResponse) -> bool:
+def _completed(*, record: IdempotencyRecord, response: KeptAnswer) -> bool:
     """Complete the row if we still own it; False when it was taken over."""
     return bool(
         IdempotencyRecord.objects.filter(
@@ -225,8 +212,14 @@ def _completed(*, record: IdempotencyRecord, response: StoredResponse) -> bool:
 
 
 def _claim(
-    *, account: Account | AccountSnapshot, key: str, fingerprint: str, reference: str, now: datetime
-) -> IdempotencyRecord | StoredResponse:
+    *,
+    account: Account | AccountSnapshot,
+    key: str,
+    fingerprint: str,
+    reference: str,
+    now: datetime,
+    answer_lost: KeptAnswer,
+) -> IdempotencyRecord | KeptAnswer:
     owner = uuid.uuid4().hex
     locked_until = now + timedelta(seconds=settings.GATEWAY_HOLD_TTL_SECONDS)
     for _ in range(CLAIM_ATTEMPTS):
@@ -254,26 +247,23 @@ def _claim(
             IdempotencyRecord.objects.filter(pk=existing.pk, expires_at__lte=now).delete()
             continue
         if existing.fingerprint != fingerprint:
-            raise ApiError(
+            raise IdempotencyKeyReused(
                 "This Idempotency-Key was already used with a different request. Use a new key for "
-                "a new request.",
-                status=422,
-                code="idempotency_key_reused",
+                "a new request."
             )
         if existing.status == IdempotencyRecord.Status.COMPLETED:
-            headers = dict(existing.response_headers or {})
-            headers[REPLAY_HEADER] = "true"
-            return StoredResponse(
+            return KeptAnswer(
                 status=existing.response_status or 200,
                 body=bytes(existing.response_body or b""),
                 content_type=existing.response_content_type,
-                headers=headers,
+                headers=dict(existing.response_headers or {}),
+                replayed=True,
             )
         if existing.locked_until <= now:
             # Its worker died mid-call (it would have finished or failed by now). If that call was
             # charged (its hold captured), it must not run again: the key answers "answer lost".
             if existing.reference and _reference_charged(reference=existing.reference):
-                _complete(record=existing, response=_answer_lost())
+                _complete(record=existing, response=answer_lost)
                 continue  # replayed by the next round
             # Not charged: take the row over, guarded by the old owner, so of several takers exactly
             # one wins.
@@ -285,11 +275,7 @@ def _claim(
                 return existing
             continue
         break
-    raise Conflict(
-        "A request with this Idempotency-Key is still being processed. Retry after it has finished.",
-        code="idempotency_key_in_use",
-        retry_after=1,
-    )
+    raise _key_in_use()
 
 
 def _reference_charged(*, reference: str) -> bool:

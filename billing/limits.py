@@ -33,7 +33,7 @@ from django.core.cache.backends.locmem import LocMemCache
 from django.core.cache.backends.redis import RedisCache
 from django_ratelimit.core import get_usage
 
-from core.errors import ApiError, RateLimited
+from billing.errors import ConcurrencyLimitExceeded, LimitsUnavailable, RateLimitExceeded
 from core.process_identity import process_owner
 from core.redis_health import RedisUnavailable, redis_fail_open, redis_guarded
 from core.redis_pool import ProcessConnectionPool
@@ -50,13 +50,10 @@ SLOT_KEY_PREFIX = "igw:concurrency"
 _local = LocMemCache("igw-limits-fallback", {"OPTIONS": {"MAX_ENTRIES": 100_000}})
 
 
-def _limits_unavailable() -> ApiError:
-    return ApiError(
+def _limits_unavailable() -> LimitsUnavailable:
+    return LimitsUnavailable(
         "Usage limits cannot be checked right now; the call was not made and nothing was charged. "
         "Retry after the Retry-After header's seconds.",
-        status=503,
-        type="api_error",
-        code="limits_unavailable",
         retry_after=max(1, math.ceil(settings.GATEWAY_REDIS_RETRY_SECONDS)),
     )
 
@@ -72,11 +69,10 @@ def _shared_or_local(operation: Callable[[BaseCache], T]) -> tuple[T, bool]:
         return operation(_local), True
 
 
-def _rate_refused(rpm: int, time_left: int) -> RateLimited:
-    return RateLimited(
+def _rate_refused(rpm: int, time_left: int) -> RateLimitExceeded:
+    return RateLimitExceeded(
         f"Rate limit reached: this key may make {rpm} requests per minute. Retry after the "
         "Retry-After header's seconds.",
-        code="rate_limit_exceeded",
         retry_after=max(1, time_left),
     )
 
@@ -229,10 +225,9 @@ def concurrency_slot_acquire(
             key = _local_slots.take(names, token, ttl)
     if key is not None:
         return ConcurrencySlot(key=key, token=token, local=local)
-    raise RateLimited(
+    raise ConcurrencyLimitExceeded(
         f"Concurrency limit reached: this key may have {limit} call(s) in flight. Retry when one "
         "has finished.",
-        code="concurrency_limit_exceeded",
         retry_after=1,
     )
 

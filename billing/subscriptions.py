@@ -13,12 +13,12 @@ from django.db.models import F
 from django.utils import timezone
 
 from accounts.models import Account
+from billing.errors import UsageLimitExceeded
 from billing.holds import hold_expiry
 from billing.models import Hold, Subscription, SubscriptionUsage
 from billing.money import money_display, money_parse, money_sql
 from billing.statements import on_postgresql, statement_instance, statement_run, subscription_hold_reserve_sql
 from billing.windows import TOTAL_WINDOW_START, WINDOW_ORDER, window_end, window_starts_at
-from core.errors import USAGE_LIMIT_EXCEEDED, RateLimited
 from core.process_identity import process_owner
 from groups.models import Group
 
@@ -176,8 +176,9 @@ def _subscription_hold_reserve_orm(*, values: dict[str, Any], windows: Windows) 
 
 def _usage_limit_error(
     *, subscription_id: int, amount: Decimal, windows: Windows, refused: str, now: datetime
-) -> RateLimited:
-    """429 naming every window that blocks the call; Retry-After until the last of them ends."""
+) -> UsageLimitExceeded:
+    """The refusal naming every window that blocks the call; retry_after: until the last of them
+    ends."""
     used = {
         (row.window, row.window_start): row.used
         for row in SubscriptionUsage.objects.filter(subscription_id=subscription_id)
@@ -197,8 +198,7 @@ def _usage_limit_error(
         waits.append(TOTAL_CAP_RETRY_AFTER_SECONDS if end is None else (end - now).total_seconds())
         resets = "never resets" if end is None else f"resets at {end.isoformat()}"
         parts.append(f"the {WINDOW_NAMES[window]} cap of {money_display(cap)} ({resets})")
-    return RateLimited(
+    return UsageLimitExceeded(
         f"Usage limit exceeded: this call ({money_display(amount)}) would go over {' and '.join(parts)}.",
-        code=USAGE_LIMIT_EXCEEDED,
         retry_after=max(waits),
     )

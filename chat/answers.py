@@ -8,6 +8,7 @@ import logging
 from decimal import Decimal
 from typing import Any
 
+from api.upstream_errors import upstream_error_to_api_error
 from api.usage import UsageScope
 from billing.usage import TokenCounts
 from chat.access import ResolvedTextModel
@@ -15,7 +16,7 @@ from chat.families import Family
 from chat.pricing import text_call_cost
 from core.errors import ApiError, PassthroughError
 from translators import Translator
-from upstreams.errors import UpstreamError, upstream_error_to_api_error
+from upstreams.errors import UpstreamError
 from upstreams.providers.base import TextReply
 from upstreams.snapshots import UpstreamSnapshot
 

@@ -25,17 +25,18 @@ from rest_framework.request import Request
 
 from api.answers import (
     CallAnswer,
+    StoredResponse,
     call_answer,
     event_stream_response,
     request_fingerprint,
     stored_response,
     stream_idempotency_refused,
 )
+from api.idempotency import idempotent_answer
 from api.metering import metered_begin, metered_call
 from api.stream_loop import CallerSocket, caller_socket
 from api.upstream_call import upstream_attempts_run
 from api.usage import UsageScope, usage_scope
-from billing.idempotency import StoredResponse, idempotent_execute
 from billing.limits import rate_limit_hit
 from billing.usage import TokenCounts
 from chat.access import ResolvedTextModel, text_model_resolve
@@ -177,7 +178,7 @@ def text_call_run(
             return StreamedTextCall(
                 events=StreamBody(stream_counted(relay, endpoint=usage.endpoint), after=after)
             )
-        return idempotent_execute(
+        return idempotent_answer(
             account=credential.account,
             key=idempotency_key,
             reference=request_id,

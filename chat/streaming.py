@@ -46,6 +46,7 @@ from api.metering import MeteredCall
 from api.stream_loop import CALLER_GONE, TIMED_OUT, CallerSocket, stream_loop_relay
 from api.stream_relay import StreamSettlement, stream_settled
 from api.upstream_call import upstream_attempts_run
+from api.upstream_errors import upstream_error_to_api_error
 from api.usage import UsageScope
 from billing.usage import TokenCounts
 from chat.access import ResolvedTextModel
@@ -56,7 +57,7 @@ from chat.tokenizers import output_encoder
 from chat.translation import Route
 from core.errors import ApiError, UpstreamFailed, compatible_body, native_body
 from translators import Translator
-from upstreams.errors import UpstreamError, upstream_error_to_api_error
+from upstreams.errors import UpstreamError
 from upstreams.providers import adapter_for
 from upstreams.providers.base import SSEEvent, TextReply
 from upstreams.snapshots import UpstreamSnapshot

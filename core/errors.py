@@ -1,8 +1,10 @@
-"""The gateway's error model: one exception hierarchy and the spec's three body shapes.
+"""The gateway's error model: domain errors, the HTTP error hierarchy and the spec's three body shapes.
 
-Application code only raises `ApiError` (or a subclass). `drf_exception_handler` and
-`api.middleware.ApiErrorMiddleware` are the only places that turn exceptions into
-responses, through `error_response`.
+The domain apps (accounts, billing, groups, keys, upstreams) raise `DomainError` subclasses, which
+carry what the domain knows and nothing of HTTP. The endpoint apps raise `ApiError` (or a subclass)
+for what is about the request itself. `api/errors.py` maps every domain error class to its status,
+type and headers, and its exception handler and `api.middleware.ApiErrorMiddleware` are the only
+places that turn exceptions into responses, through `error_response`.
 
 Shapes (spec, "Body shapes"):
 - compatible: {"error": {"message", "type", "code", "param"}} for /v1/images/*, /v1/chat/completions,
@@ -19,9 +21,7 @@ import logging
 import math
 from typing import Any, Literal
 
-from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.http import HttpRequest, JsonResponse
-from rest_framework import exceptions as drf_exceptions
 from rest_framework.request import Request
 
 logger = logging.getLogger("gateway.errors")
@@ -93,6 +93,20 @@ TYPE_FOR_STATUS = {
     503: "upstream_error",
     504: "upstream_error",
 }
+
+
+class DomainError(Exception):
+    """A rule of the domain refused an operation. `code` is the spec's business code for it (what the
+    usage record keeps as the reason); `retry_after` says in how many seconds trying again can succeed
+    (None: waiting does not help). Each subclass has its one status, type and headers in
+    api.errors.DOMAIN_ERRORS."""
+
+    code: str = "domain_error"
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after = retry_after
 
 
 class ApiError(Exception):
@@ -172,11 +186,6 @@ class UnsupportedContentType(ApiError):
     status = 415
     type = "invalid_request_error"
     code = "unsupported_content_type"
-
-
-class BillingError(ApiError):
-    status = 403
-    type = "billing_error"
 
 
 class RateLimited(ApiError):
@@ -261,7 +270,7 @@ def native_body(error: ApiError, *, request_id: str | None) -> dict[str, Any]:
 
 def google_body(error: ApiError, *, request_id: str | None) -> dict[str, Any]:
     # The spec writes the status in lowercase (permission_denied, resource_exhausted, ...); upstream
-    # bodies passed through (upstreams/errors.py) are lowercased the same way.
+    # bodies passed through (api/upstream_errors.py) are lowercased the same way.
     return {
         "error": {
             "code": error.status,
@@ -310,50 +319,3 @@ def error_response(
     if retry_pointless(error.status):
         response["x-should-retry"] = "false"
     return response
-
-
-def api_error_from_exception(exc: BaseException) -> ApiError | None:
-    """Map framework exceptions to ApiError; None when the exception is not an expected one."""
-    if isinstance(exc, ApiError):
-        return exc
-    if isinstance(exc, RequestDataTooBig):
-        return PayloadTooLarge("The request body is larger than this endpoint accepts.")
-    if isinstance(exc, TooManyFieldsSent):
-        return InvalidRequest("The request has too many form fields.", code="too_many_fields")
-    if isinstance(exc, drf_exceptions.ParseError):
-        return InvalidRequest(f"The request body is not valid JSON: {exc.detail}", code="invalid_json")
-    if isinstance(exc, drf_exceptions.UnsupportedMediaType):
-        return UnsupportedContentType(str(exc.detail))
-    if isinstance(exc, drf_exceptions.MethodNotAllowed):
-        return MethodNotAllowed(str(exc.detail))
-    if isinstance(exc, drf_exceptions.NotAuthenticated):
-        return AuthenticationFailed(str(exc.detail), code=MISSING_API_KEY)
-    if isinstance(exc, drf_exceptions.AuthenticationFailed):
-        return AuthenticationFailed(str(exc.detail), code=INVALID_API_KEY)
-    if isinstance(exc, drf_exceptions.PermissionDenied):
-        return PermissionDenied(str(exc.detail), code="permission_denied")
-    if isinstance(exc, drf_exceptions.NotFound):
-        return NotFound(str(exc.detail))
-    if isinstance(exc, drf_exceptions.Throttled):
-        # DRF's Throttled sets `wait` in __init__; djangorestframework-stubs do not declare it.
-        return RateLimited(str(exc.detail), retry_after=exc.wait or 1)  # type: ignore[attr-defined]
-    if isinstance(exc, drf_exceptions.APIException):
-        return ApiError(
-            str(exc.detail), status=exc.status_code, type=TYPE_FOR_STATUS.get(exc.status_code, "api_error")
-        )
-    return None
-
-
-def drf_exception_handler(exc: Exception, context: dict[str, Any]) -> JsonResponse | None:
-    """DRF's EXCEPTION_HANDLER: every error raised in a DRF view leaves through here."""
-    # DRF's Request hands `path` and `request_id` through to Django's request.
-    request = context.get("request")
-    error = api_error_from_exception(exc)
-    if error is None:
-        return None  # unexpected: let ApiErrorMiddleware log it and answer 500
-    # A view picks its body shape per request with `get_error_shape()` (api.base.GatewayAPIView:
-    # its `error_shape` by default); else the path decides.
-    view = context.get("view")
-    error_shape = getattr(view, "get_error_shape", None)
-    shape = error_shape() if error_shape is not None else None
-    return error_response(error, request=request, shape=shape)

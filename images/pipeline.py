@@ -19,16 +19,18 @@ from rest_framework.request import Request
 
 from api.answers import (
     CallAnswer,
+    StoredResponse,
     call_answer,
     event_stream_response,
     request_fingerprint,
     stored_response,
     stream_idempotency_refused,
 )
+from api.idempotency import idempotent_answer
 from api.metering import balance_precheck, metered_begin, metered_call
 from api.upstream_call import upstream_attempts_run
+from api.upstream_errors import upstream_error_to_api_error
 from api.usage import UsageScope, usage_scope
-from billing.idempotency import StoredResponse, idempotent_execute
 from core.metrics import stream_counted
 from core.offload import cpu_bound
 from images.access import ResolvedModel, image_model_resolve
@@ -37,7 +39,6 @@ from images.streaming import StreamedCall, stream_relay
 from images.uploads import EditUploads, edit_uploads_decode
 from images.validation import ImageParams, edit_fields_validate, generation_params_validate
 from keys.credentials import Credential
-from upstreams.errors import upstream_error_to_api_error
 from upstreams.providers import adapter_for
 from upstreams.providers.base import ImageRequest, ImageResult, UpstreamError
 from upstreams.routing import upstreams_for_model
@@ -162,7 +163,7 @@ def image_call_run(
                     endpoint=usage.endpoint,
                 )
             )
-        return idempotent_execute(
+        return idempotent_answer(
             account=credential.account,
             key=idempotency_key,
             reference=request_id,

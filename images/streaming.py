@@ -21,10 +21,10 @@ from typing import Any
 from api.metering import MeteredCall
 from api.stream_relay import StreamSettlement, stream_settled
 from api.upstream_call import upstream_attempts_run
+from api.upstream_errors import upstream_error_to_api_error
 from api.usage import UsageScope
 from core.errors import ApiError, UpstreamFailed, compatible_body
 from images.access import ResolvedModel
-from upstreams.errors import upstream_error_to_api_error
 from upstreams.providers import adapter_for
 from upstreams.providers.base import IMAGES_STREAM, ImageRequest, StreamEvent, UpstreamError
 from upstreams.routing import upstreams_for_model

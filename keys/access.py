@@ -12,24 +12,20 @@
 from __future__ import annotations
 
 from accounts.models import User
-from core.errors import INSUFFICIENT_SCOPE, PermissionDenied
 from keys.credentials import SCOPE_ADMIN_PROVISION, Credential
-
-STAFF_REQUIRED = "staff_required"
+from keys.errors import ScopeMissing, StaffRequired
 
 
 def admin_provision_check(*, credential: Credential) -> User:
     """The staff user the credential acts for; raises 403 unless it may use the provisioning API."""
     if credential.kind == "oauth" and SCOPE_ADMIN_PROVISION not in credential.scopes:
-        raise PermissionDenied(
+        raise ScopeMissing(
             f"This token may not use the provisioning API: it needs the scope {SCOPE_ADMIN_PROVISION!r}, "
-            "which only a staff user's token can hold.",
-            code=INSUFFICIENT_SCOPE,
+            "which only a staff user's token can hold."
         )
     user = User.objects.filter(pk=credential.account.user_id, is_active=True, is_staff=True).first()
     if credential.kind not in ("api_key", "oauth") or user is None:
-        raise PermissionDenied(
-            "The provisioning API is for staff users only; this credential's user is not staff.",
-            code=STAFF_REQUIRED,
+        raise StaffRequired(
+            "The provisioning API is for staff users only; this credential's user is not staff."
         )
     return user

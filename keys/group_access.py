@@ -28,21 +28,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from core.errors import (
-    GROUP_DELETED,
-    GROUP_DISABLED,
-    GROUP_NOT_ALLOWED,
-    GROUP_OVERRIDE_UNSUPPORTED,
-    GROUP_UNAVAILABLE,
-    INSUFFICIENT_SCOPE,
-    Conflict,
-    InvalidRequest,
-    PermissionDenied,
-)
+from groups.errors import GroupDeleted, GroupDisabled, GroupUnavailable
 from groups.models import Group
 from groups.selectors import group_get
 from groups.snapshots import GroupSnapshot
 from keys.credentials import SCOPE_MODELS_INVOKE, Credential
+from keys.errors import GroupNotAllowed, GroupOverrideUnsupported, ScopeMissing
 
 # `<group_id>:<model>`: a numeric id only (not a name), then a non-empty model name.
 _OVERRIDE = re.compile(r"(?P<group_id>[0-9]{1,10}):(?P<model>.+)", re.DOTALL)
@@ -64,10 +55,9 @@ def models_invoke_check(*, credential: Credential) -> None:
 
     Every billed endpoint family calls this before anything else of its access decision."""
     if not credential.has_scope(SCOPE_MODELS_INVOKE):
-        raise PermissionDenied(
+        raise ScopeMissing(
             f"This token may not call models: it needs the scope {SCOPE_MODELS_INVOKE!r}, which "
-            "lets an application spend your balance. Ask for it when authorizing the application.",
-            code=INSUFFICIENT_SCOPE,
+            "lets an application spend your balance. Ask for it when authorizing the application."
         )
 
 
@@ -84,10 +74,10 @@ def group_state_check(*, group: GroupSnapshot) -> None:
     if group.status == Group.Status.ACTIVE:
         return
     if group.status == Group.Status.DELETED:
-        raise PermissionDenied(f"The group {group.name!r} has been deleted.", code=GROUP_DELETED)
+        raise GroupDeleted(f"The group {group.name!r} has been deleted.")
     if group.status == Group.Status.DISABLED:
-        raise PermissionDenied(f"The group {group.name!r} has been disabled.", code=GROUP_DISABLED)
-    raise InvalidRequest(f"The group {group.name!r} is unavailable.", code=GROUP_UNAVAILABLE)
+        raise GroupDisabled(f"The group {group.name!r} has been disabled.")
+    raise GroupUnavailable(f"The group {group.name!r} is unavailable.")
 
 
 def group_override_supported(*, group: GroupSnapshot) -> bool:
@@ -104,26 +94,20 @@ def _override_target(
     *, credential: Credential, current: GroupSnapshot | None, group_id: int
 ) -> GroupSnapshot:
     if current is not None and not group_override_supported(group=current):
-        raise Conflict(
+        raise GroupOverrideUnsupported(
             f"Your current group {current.name!r} does not support selecting a group with "
-            "'<group_id>:<model>'; send the model name without a prefix.",
-            code=GROUP_OVERRIDE_UNSUPPORTED,
+            "'<group_id>:<model>'; send the model name without a prefix."
         )
     target = group_get(group_id=group_id) if group_id <= _MAX_GROUP_ID else None
     if target is None:
-        raise InvalidRequest(f"The group {group_id} does not exist.", code=GROUP_UNAVAILABLE)
+        raise GroupUnavailable(f"The group {group_id} does not exist.")
     if not _credential_allows(credential=credential, group=target):
-        raise PermissionDenied(
-            f"Your account may not use the group {target.name!r} ({target.pk}).", code=GROUP_NOT_ALLOWED
-        )
+        raise GroupNotAllowed(f"Your account may not use the group {target.name!r} ({target.pk}).")
     if target.status != Group.Status.ACTIVE:
-        raise InvalidRequest(
-            f"The group {target.name!r} ({target.pk}) is {target.status}.", code=GROUP_UNAVAILABLE
-        )
+        raise GroupUnavailable(f"The group {target.name!r} ({target.pk}) is {target.status}.")
     if not group_override_supported(group=target):
-        raise Conflict(
-            f"The group {target.name!r} ({target.pk}) cannot be selected with '<group_id>:<model>'.",
-            code=GROUP_OVERRIDE_UNSUPPORTED,
+        raise GroupOverrideUnsupported(
+            f"The group {target.name!r} ({target.pk}) cannot be selected with '<group_id>:<model>'."
         )
     return target
 
@@ -137,12 +121,11 @@ def group_resolve_for_credential(
         # Manual keys (and the console's own calls) are bound to exactly one group.
         group = credential.bound_group
         if group is None:
-            raise PermissionDenied("This credential is not bound to a group.", code=GROUP_NOT_ALLOWED)
+            raise GroupNotAllowed("This credential is not bound to a group.")
         if not _credential_allows(credential=credential, group=group):
             # The key was made while its account could use the group; an operator has taken it since.
-            raise PermissionDenied(
-                f"Your account may no longer use the group {group.name!r} this key is bound to.",
-                code=GROUP_NOT_ALLOWED,
+            raise GroupNotAllowed(
+                f"Your account may no longer use the group {group.name!r} this key is bound to."
             )
         group_state_check(group=group)
         return GroupSelection(group=group, model_name=requested_model, overridden=False)
@@ -155,15 +138,12 @@ def group_resolve_for_credential(
         target = _override_target(credential=credential, current=current, group_id=group_id)
         return GroupSelection(group=target, model_name=model_name, overridden=True)
     if current is None:
-        raise InvalidRequest(
+        raise GroupUnavailable(
             "Your account has no current group; ask an operator to set one, or select an allowed "
-            "group with '<group_id>:<model>'.",
-            code=GROUP_UNAVAILABLE,
+            "group with '<group_id>:<model>'."
         )
     if not _credential_allows(credential=credential, group=current):
-        raise PermissionDenied(
-            f"Your account may not use its current group {current.name!r}.", code=GROUP_NOT_ALLOWED
-        )
+        raise GroupNotAllowed(f"Your account may not use its current group {current.name!r}.")
     group_state_check(group=current)
     return GroupSelection(group=current, model_name=requested_model, overridden=False)
 

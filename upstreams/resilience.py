@@ -21,9 +21,10 @@ The rules (spec, "Recommended retry behaviour"; docs/images.md, "Routing and ups
   on a closed circuit costs one cache round trip in all). A call counts at most one failure per
   upstream, so the threshold counts distinct calls. When every upstream is open, the process lets one
   call per cooldown through (`circuit_admit_panic`).
-- The caller gets 503 when every upstream answered 503 (or 529) or every circuit is open, 429 (with
-  Retry-After) when every upstream said 429, 504 when the deadline ran out, else 502 naming the last
-  upstream status.
+- The call ends with UpstreamsOverloaded when every upstream answered 503 (or 529),
+  UpstreamsCircuitOpen when every circuit is open, UpstreamsRateLimited (with retry_after) when every
+  upstream said 429, UpstreamDeadlineExceeded when the deadline ran out, else UpstreamsFailed naming
+  the last upstream status (upstreams/errors.py; api.errors maps them to 503, 429, 504 and 502).
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from typing import TypeVar
 
 from django.conf import settings
 
-from core.errors import ApiError, RateLimited, UpstreamFailed
 from core.metrics import upstream_attempt_observe
 from upstreams.circuit import (
     Admission,
@@ -47,7 +47,16 @@ from upstreams.circuit import (
     circuit_record_failure,
     circuit_record_success,
 )
-from upstreams.errors import UpstreamError, UpstreamMisconfigured
+from upstreams.errors import (
+    NoUpstreamAvailable,
+    UpstreamDeadlineExceeded,
+    UpstreamError,
+    UpstreamMisconfigured,
+    UpstreamsCircuitOpen,
+    UpstreamsFailed,
+    UpstreamsOverloaded,
+    UpstreamsRateLimited,
+)
 from upstreams.snapshots import UpstreamSnapshot
 
 logger = logging.getLogger("gateway.upstream")
@@ -127,7 +136,7 @@ class _Call:
         upstream: UpstreamSnapshot,
         exc: UpstreamError,
         admission: Admission,
-        classify: Callable[[UpstreamError, UpstreamSnapshot], ApiError],
+        classify: Callable[[UpstreamError, UpstreamSnapshot], Exception],
     ) -> None:
         """Book a failed attempt; raises the caller's error when it must not be retried."""
         if isinstance(exc, UpstreamMisconfigured):
@@ -182,7 +191,7 @@ def upstream_call_resilient(
     upstreams: Sequence[UpstreamSnapshot],
     attempt: Callable[[UpstreamSnapshot, float], T],
     request_id: str = "",
-    classify: Callable[[UpstreamError, UpstreamSnapshot], ApiError],
+    classify: Callable[[UpstreamError, UpstreamSnapshot], Exception],
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> tuple[T, UpstreamSnapshot]:
@@ -190,15 +199,10 @@ def upstream_call_resilient(
 
     `attempt` gets the absolute `clock()` deadline its own timeouts must respect (the transport cuts
     each read timeout to what is left). `classify` turns a non-retryable UpstreamError (e.g. a 400
-    about the request) into the caller's ApiError.
+    about the request) into the error the caller's layer raises (api.upstream_errors for /v1).
     """
     if not upstreams:
-        raise UpstreamFailed(
-            "No upstream is available for this model right now.",
-            status=503,
-            code="no_upstream_available",
-            retry_after=30,
-        )
+        raise NoUpstreamAvailable("No upstream is available for this model right now.", retry_after=30)
     policy = RetryPolicy.for_upstream(upstreams[0])
     # The whole call, attempts and waits, ends by the deadline (the spec's total, not a time after
     # the first attempt's timeout).
@@ -237,10 +241,8 @@ def upstream_call_resilient(
                 failed = call.misconfigured
                 raise classify(failed.error, failed.upstream) from failed.error
             # Nothing was even tried: every circuit is open.
-            raise UpstreamFailed(
+            raise UpstreamsCircuitOpen(
                 "Every upstream for this model is failing; the gateway is not sending calls to them for now.",
-                status=503,
-                code="upstreams_unavailable",
                 retry_after=policy.circuit_cooldown,
             )
         if call.attempts > policy.max_retries:
@@ -262,7 +264,7 @@ def _attempt(
     admission: Admission,
     attempt: Callable[[UpstreamSnapshot, float], T],
     deadline: float,
-    classify: Callable[[UpstreamError, UpstreamSnapshot], ApiError],
+    classify: Callable[[UpstreamError, UpstreamSnapshot], Exception],
 ) -> tuple[T] | None:
     """One attempt: (its result,) on success, None after a failure worth going on from."""
     retry, started = bool(call.attempts or call.excluded), time.monotonic()
@@ -328,28 +330,27 @@ def _all_status(failures: list[_Failure], *statuses: int | None) -> bool:
     return bool(failures) and all(f.error.status in statuses for f in failures)
 
 
-def _exhausted_error(failures: list[_Failure], request_id: str) -> ApiError:
+def _exhausted_error(
+    failures: list[_Failure], request_id: str
+) -> UpstreamsRateLimited | UpstreamsOverloaded | UpstreamsFailed:
     if _all_status(failures, 429):
         wait = max((f.error.retry_after or 0.0 for f in failures), default=0.0) or 1.0
-        return RateLimited(
-            "Every upstream for this model is rate limiting the gateway; retry later.",
-            code="upstream_rate_limited",
-            retry_after=wait,
+        return UpstreamsRateLimited(
+            "Every upstream for this model is rate limiting the gateway; retry later.", retry_after=wait
         )
     if _all_status(failures, *OVERLOADED_STATUSES):
-        return UpstreamFailed(
-            "Every upstream for this model is overloaded or in maintenance; retry later.",
-            status=503,
-            code="upstream_unavailable",
-            retry_after=5,
+        return UpstreamsOverloaded(
+            "Every upstream for this model is overloaded or in maintenance; retry later.", retry_after=5
         )
     last = failures[-1].error if failures else None
     last_status = last.status if last and last.status is not None else "no answer (connection failed)"
     logger.error("upstream repeatedly failed request_id=%s last_status=%s", request_id, last_status)
-    return UpstreamFailed(f"The upstream repeatedly failed (last upstream status: {last_status}).")
+    return UpstreamsFailed(f"The upstream repeatedly failed (last upstream status: {last_status}).")
 
 
-def _deadline_error(failures: list[_Failure], request_id: str) -> ApiError:
+def _deadline_error(
+    failures: list[_Failure], request_id: str
+) -> UpstreamDeadlineExceeded | UpstreamsRateLimited | UpstreamsOverloaded | UpstreamsFailed:
     """The deadline ran out (or waiting would pass it): 504, unless every upstream said 429 or 503/529,
     which tells the caller more (and carries Retry-After)."""
     if _all_status(failures, 429) or _all_status(failures, *OVERLOADED_STATUSES):
@@ -357,8 +358,4 @@ def _deadline_error(failures: list[_Failure], request_id: str) -> ApiError:
     logger.error(
         "upstream deadline exceeded request_id=%s after %d failed attempts", request_id, len(failures)
     )
-    return UpstreamFailed(
-        "The upstream did not produce a result within the gateway's deadline.",
-        status=504,
-        code="upstream_timeout",
-    )
+    return UpstreamDeadlineExceeded("The upstream did not produce a result within the gateway's deadline.")

@@ -11,11 +11,12 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 
 from accounts.models import Account
-from billing.idempotency import StoredResponse, idempotent_execute
+from api.answers import StoredResponse
+from api.idempotency import idempotent_answer
+from billing.errors import IdempotencyKeyInUse
 from console import queries
 from console.forms import ApiKeyCreateForm
 from console.views.base import ConsoleView
-from core.errors import Conflict
 from keys.services import ApiKeyGroupNotAllowed, api_key_create, api_key_revoke
 
 NEW_KEY_SESSION = "console.new_key"
@@ -56,7 +57,7 @@ class ApiKeysView(ConsoleView):
         try:
             # The form's token is single-use: of several POSTs of one form (a double click, back and
             # send, two at once), the one that inserts the token's row creates the key.
-            idempotent_execute(
+            idempotent_answer(
                 account=self.account,
                 key=f"{KEY_FORM_KEY_PREFIX}{token}" if token else None,
                 fingerprint=KEY_FORM_FINGERPRINT,
@@ -66,9 +67,8 @@ class ApiKeysView(ConsoleView):
             # The form offers allowed groups only; an operator took this one away since.
             form.add_error("group", "Your account may no longer use this group.")
             return self._page(form=form, status=400)
-        except Conflict as conflict:
-            if conflict.code != "idempotency_key_in_use":
-                raise
+        except IdempotencyKeyInUse:
+            pass
         if not created:
             # The same form sent again: its key exists (or is being made); the list shows it.
             return redirect("console:keys")

@@ -11,6 +11,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
 
 from api.answers import event_stream_response
+from api.errors import api_error_for
 from billing.money import money_display
 from chat.families import CHAT
 from chat.pipeline import text_call_answer, text_call_run
@@ -19,7 +20,7 @@ from console import queries
 from console.forms import ChatPlaygroundForm
 from console.views.base import ConsoleView
 from console.views.playground import answer_error, console_credential, form_errors, plain_error
-from core.errors import ApiError
+from core.errors import ApiError, DomainError
 
 CHAT_RESULT_SESSION = "console.chat_result"
 CHAT_KEY_PREFIX = "console-chat:"
@@ -52,7 +53,8 @@ class ChatPlaygroundView(ConsoleView):
                 request_id=request_id,
                 idempotency_key=idempotency_key,
             )
-        except ApiError as error:
+        except (ApiError, DomainError) as refused:
+            error = api_error_for(refused)
             return self._page(
                 form=form,
                 error=plain_error(error, provider="text provider"),
@@ -128,7 +130,8 @@ class ChatPlaygroundStreamView(ChatPlaygroundView):
                 headers={},
                 request_id=request.request_id,
             )
-        except ApiError as error:
+        except (ApiError, DomainError) as refused:
+            error = api_error_for(refused)
             plain = plain_error(error, provider="text provider")
             return JsonResponse(
                 {"error": {"headline": plain.headline, "message": plain.detail}}, status=error.status

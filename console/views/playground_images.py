@@ -13,12 +13,14 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 
 from api.answers import CallAnswer
+from api.errors import api_error_for
+from billing.errors import IdempotencyKeyInUse, IdempotencyKeyReused
 from billing.money import money_display
 from console import queries
 from console.forms import PlaygroundForm, form_token_new
 from console.views.base import ConsoleView
 from console.views.playground import PlainError, answer_error, console_credential, plain_error
-from core.errors import ApiError, Conflict
+from core.errors import ApiError, DomainError
 from images.hosting import hosted_image_path, hosted_image_public_id
 from images.pipeline import image_generation_answer
 from keys.credentials import Credential
@@ -63,18 +65,19 @@ class PlaygroundView(ConsoleView):
                 idempotency_key=idempotency_key,
                 path=self.path,
             )
-        except ApiError as error:
-            if error.code == "idempotency_key_reused":
-                # This form was sent before with other values (back, edit, send): a new form.
-                return self._page(
-                    form=self._form(data=_with_new_token(request.POST)),
-                    error=PlainError(
-                        headline="This form was already sent; its first result stands.",
-                        detail="Your changes are kept: send the form again to make a new call.",
-                    ),
-                    request_id=request_id,
-                    status=409,
-                )
+        except IdempotencyKeyReused:
+            # This form was sent before with other values (back, edit, send): a new form.
+            return self._page(
+                form=self._form(data=_with_new_token(request.POST)),
+                error=PlainError(
+                    headline="This form was already sent; its first result stands.",
+                    detail="Your changes are kept: send the form again to make a new call.",
+                ),
+                request_id=request_id,
+                status=409,
+            )
+        except (ApiError, DomainError) as refused:
+            error = api_error_for(refused)
             return self._page(form=form, error=plain_error(error), request_id=request_id, status=error.status)
         if idempotency_key and answer.replayed:
             # The same form sent twice: the first call's answer, charged once, under its request id.
@@ -161,8 +164,8 @@ def playground_call_run(
                 idempotency_key=idempotency_key,
                 path=path,
             )
-        except Conflict as conflict:
-            if conflict.code != "idempotency_key_in_use" or time.monotonic() >= deadline:
+        except IdempotencyKeyInUse:
+            if time.monotonic() >= deadline:
                 raise
             time.sleep(1)
 

@@ -9,13 +9,15 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
+from api.errors import api_error_for
 from api.metering import metered_call
 from api.usage import usage_scope
+from billing.errors import UsageLimitExceeded
 from billing.holds import hold_capture, hold_release, hold_reserve, holds_release_stale
 from billing.models import Hold, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
 from billing.selectors import ledger_check
 from billing.subscriptions import subscription_hold_reserve
-from core.errors import ApiError, RateLimited
+from core.errors import ApiError
 from tests.billing.conftest import (
     FakeUpstream,
     alpha_call,
@@ -188,11 +190,11 @@ def test_a_subscription_call_refused_by_any_one_window_counts_in_none(carol, bet
     first = subscription_hold_reserve(
         subscription=subscription, amount=Decimal("0.02"), reference="req_1", now=WEDNESDAY_NOON
     )
-    with pytest.raises(RateLimited) as refused:
+    with pytest.raises(UsageLimitExceeded) as refused:
         subscription_hold_reserve(
             subscription=subscription, amount=Decimal("0.02"), reference="req_2", now=WEDNESDAY_NOON
         )
-    assert (refused.value.status, refused.value.code) == (429, "USAGE_LIMIT_EXCEEDED")
+    assert (api_error_for(refused.value).status, refused.value.code) == (429, "USAGE_LIMIT_EXCEEDED")
     assert f"the {CAP_NAMES[refused_window]} cap of ¥0.03 (" in refused.value.message
     # All or none: the windows counted before the refused one were rolled back.
     used = dict(SubscriptionUsage.objects.values_list("window", "used"))
@@ -205,7 +207,7 @@ def test_a_subscription_call_refused_by_any_one_window_counts_in_none(carol, bet
 
 def test_a_first_call_above_a_cap_creates_no_counter(carol, beta_group):
     subscription = subscribe(carol, beta_group, weekly="0.01")
-    with pytest.raises(RateLimited) as refused:
+    with pytest.raises(UsageLimitExceeded) as refused:
         subscription_hold_reserve(
             subscription=subscription, amount=Decimal("0.02"), reference="req_1", now=WEDNESDAY_NOON
         )

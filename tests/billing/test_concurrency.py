@@ -10,14 +10,21 @@ from decimal import Decimal
 import pytest
 from django.db import connection
 
+from api.answers import StoredResponse
+from api.errors import api_error_for
+from api.idempotency import idempotent_answer
 from api.metering import metered_call
 from api.usage import usage_scope
+from billing.errors import (
+    ConcurrencyLimitExceeded,
+    IdempotencyKeyInUse,
+    InsufficientBalance,
+    UsageLimitExceeded,
+)
 from billing.holds import hold_capture, hold_reserve, holds_release_stale
-from billing.idempotency import StoredResponse, idempotent_execute
 from billing.ledger import wallet_top_up
 from billing.models import Hold, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
 from billing.selectors import ledger_check
-from core.errors import BillingError, Conflict, RateLimited
 from groups.models import Group
 from tests.billing.conftest import (
     BETA_PRICE,
@@ -80,7 +87,7 @@ def test_balance_for_k_calls_serves_exactly_k_of_5k_concurrent_calls(bob, alpha_
         stop.set()
         watcher.join()
     successes = [value for status, value in outcomes if status == "ok"]
-    refused = errors_of(outcomes, BillingError)
+    refused = errors_of(outcomes, InsufficientBalance)
     assert len(successes) == k
     assert len(refused) == 4 * k
     assert {e.code for e in refused} == {"INSUFFICIENT_BALANCE"}
@@ -240,13 +247,13 @@ def test_a_daily_cap_admits_exactly_c_concurrent_calls_per_day_within_the_total(
             ),
             20,
         )
-        refused = errors_of(outcomes, RateLimited)
+        refused = errors_of(outcomes, UsageLimitExceeded)
         assert {e.code for e in refused} <= {"USAGE_LIMIT_EXCEEDED"}
         return sum(1 for status, _ in outcomes if status == "ok"), refused
 
     served, refused = day(WEDNESDAY_NOON, "d1-")
     assert served == 5 and len(refused) == 15
-    assert {e.headers["Retry-After"] for e in refused} == {str(12 * 3600)}
+    assert {api_error_for(e).headers["Retry-After"] for e in refused} == {str(12 * 3600)}
     # The next day (time moved, not slept): the daily window is fresh, but the total allows only 3 more.
     served, refused = day(WEDNESDAY_NOON + timedelta(days=1), "d2-")
     assert served == 3 and len(refused) == 17
@@ -279,7 +286,7 @@ def test_random_subscription_failures_count_exactly_the_successes_in_every_windo
     )
     served = sum(1 for status, _ in outcomes if status == "ok")
     failed = errors_of(outcomes, UpstreamError)
-    refused = errors_of(outcomes, RateLimited)
+    refused = errors_of(outcomes, UsageLimitExceeded)
     assert served + len(failed) + len(refused) == 60
     assert served == upstream.successes <= 25
     assert {e.code for e in refused} <= {"USAGE_LIMIT_EXCEEDED"}
@@ -323,10 +330,10 @@ def test_twenty_concurrent_requests_with_one_key_make_one_call_and_one_charge(
         seen_conflict = False
         for _ in range(200):
             try:
-                return idempotent_execute(
+                return idempotent_answer(
                     account=alice, key="one-image-please", fingerprint="fp-1", produce=produce
                 ), seen_conflict
-            except Conflict as exc:
+            except IdempotencyKeyInUse as exc:
                 assert exc.code == "idempotency_key_in_use"
                 if not seen_conflict:
                     seen_conflict = True
@@ -368,7 +375,7 @@ def test_the_concurrency_limit_admits_exactly_n_calls_in_flight(alice, alpha_gro
     def worker(i):
         try:
             return alpha_call(credential, group, call, request_id=f"r{i}")
-        except RateLimited:
+        except ConcurrencyLimitExceeded:
             refused_count.release()
             raise
 
@@ -379,8 +386,8 @@ def test_the_concurrency_limit_admits_exactly_n_calls_in_flight(alice, alpha_gro
 
     threading.Thread(target=releaser).start()
     outcomes = run_concurrently(worker, 10)
-    refused = errors_of(outcomes, RateLimited)
+    refused = errors_of(outcomes, ConcurrencyLimitExceeded)
     assert len(refused) == 7 and len(in_flight) == 3
     assert {e.code for e in refused} == {"concurrency_limit_exceeded"}
-    assert all(e.headers["Retry-After"] == "1" for e in refused)
+    assert all(api_error_for(e).headers["Retry-After"] == "1" for e in refused)
     assert Wallet.objects.get(account=alice).balance == Decimal("10") - PRICE * 3

@@ -11,11 +11,12 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
+from api.errors import api_error_for
+from billing.errors import InsufficientBalance
 from billing.holds import hold_capture, hold_release, hold_reserve, holds_release_stale
 from billing.ledger import InsufficientFunds, wallet_adjust, wallet_top_up
 from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
 from billing.selectors import ledger_check
-from core.errors import BillingError
 from core.process_identity import process_owner
 from tests.billing.conftest import usage_record_draft
 from tests.ledger import wallet_ledger_sum
@@ -41,9 +42,10 @@ def test_it_reserves_by_raising_held_without_touching_the_balance(alice):
 
 def test_it_refuses_a_reserve_above_the_available_balance_and_reserves_nothing(alice):
     hold_reserve(account_id=alice.pk, amount=Decimal("9.90"), reference="req_1")
-    with pytest.raises(BillingError) as refused:
+    with pytest.raises(InsufficientBalance) as refused:
         hold_reserve(account_id=alice.pk, amount=Decimal("0.15"), reference="req_2")
-    assert (refused.value.status, refused.value.type, refused.value.code) == (
+    answered = api_error_for(refused.value)
+    assert (answered.status, answered.type, answered.code) == (
         403,
         "billing_error",
         "INSUFFICIENT_BALANCE",
@@ -53,7 +55,7 @@ def test_it_refuses_a_reserve_above_the_available_balance_and_reserves_nothing(a
 
 
 def test_it_refuses_a_reserve_for_an_empty_wallet(bob):
-    with pytest.raises(BillingError):
+    with pytest.raises(InsufficientBalance):
         hold_reserve(account_id=bob.pk, amount=Decimal("0.02"), reference="req_1")
 
 

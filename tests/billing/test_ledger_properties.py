@@ -20,11 +20,11 @@ from hypothesis.stateful import (
 )
 
 from accounts.services import account_create
+from billing.errors import InsufficientBalance
 from billing.holds import hold_capture, hold_release, hold_reserve, holds_release_stale
 from billing.ledger import wallet_top_up
 from billing.models import Hold, LedgerEntry, Wallet
 from billing.selectors import ledger_check
-from core.errors import BillingError
 from tests.ledger import wallet_ledger_sum
 
 pytestmark = pytest.mark.django_db
@@ -57,7 +57,7 @@ class WalletMachine(RuleBasedStateMachine):
             hold = hold_reserve(
                 account_id=self.account.pk, amount=amount, reference="prop", now=self.clock, ttl_seconds=ttl
             )
-        except BillingError as refused:
+        except InsufficientBalance as refused:
             assert refused.code == "INSUFFICIENT_BALANCE"
             assert amount > available, "refused although the available balance covered it"
             return None

@@ -12,12 +12,12 @@ import redis
 from django.core.cache import cache
 from django.test import override_settings
 
+from billing.errors import ConcurrencyLimitExceeded
 from billing.limits import (
     concurrency_slot_acquire,
     concurrency_slot_release,
     concurrency_slots_release_owner,
 )
-from core.errors import RateLimited
 from core.process_identity import process_owner
 from tests.process_state import redis_health_fresh
 from tests.redis_process import redis_process
@@ -64,7 +64,7 @@ def test_a_late_release_does_not_free_the_slot_another_call_took(where, request,
 
         if where == "redis":
             assert redis.Redis.from_url(server.url).get(second.key) == second.token.encode()
-        with pytest.raises(RateLimited):
+        with pytest.raises(ConcurrencyLimitExceeded):
             concurrency_slot_acquire(limit_key=limit_key, limit=1)
         concurrency_slot_release(slot=second)
         if where == "redis":

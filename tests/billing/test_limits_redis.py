@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from api.errors import api_error_for
+from billing.errors import RateLimitExceeded
 from billing.limits import RATE_GROUP, RATE_PERIOD_SECONDS, rate_limit_hit
-from core.errors import RateLimited
 from tests.rate_windows import window_key_fresh
 
 pytestmark = pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="needs Redis: set REDIS_URL")
@@ -29,14 +30,14 @@ import django
 django.setup()
 from django.conf import settings
 from billing.limits import rate_limit_hit
-from core.errors import RateLimited
+from billing.errors import RateLimitExceeded
 limit_key, rpm, attempts = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 allowed = refused = 0
 for _ in range(attempts):
     try:
         rate_limit_hit(limit_key=limit_key, rpm=rpm)
         allowed += 1
-    except RateLimited:
+    except RateLimitExceeded:
         refused += 1
 print(json.dumps({"allowed": allowed, "refused": refused, "cache": settings.CACHES["default"]["BACKEND"]}))
 """
@@ -76,6 +77,6 @@ def test_two_gateway_processes_share_one_rate_limit():
     assert sum(r["allowed"] for r in results) == rpm
     assert sum(r["refused"] for r in results) == 2 * attempts - rpm
     # This (third) process sees the same count: the next call is over the limit, with Retry-After.
-    with pytest.raises(RateLimited) as refused:
+    with pytest.raises(RateLimitExceeded) as refused:
         rate_limit_hit(limit_key=limit_key, rpm=rpm)
-    assert 1 <= int(refused.value.headers["Retry-After"]) <= RATE_PERIOD_SECONDS
+    assert 1 <= int(api_error_for(refused.value).headers["Retry-After"]) <= RATE_PERIOD_SECONDS

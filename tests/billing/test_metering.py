@@ -10,14 +10,23 @@ from decimal import Decimal
 import pytest
 from django.db import connection, transaction
 
+from api.errors import api_error_for
 from api.metering import metered_call, transaction_open_by_application
 from api.usage import usage_scope
+from billing.errors import (
+    ConcurrencyLimitExceeded,
+    InsufficientBalance,
+    RateLimitExceeded,
+    SubscriptionInvalid,
+    SubscriptionNotFound,
+    UsageLimitExceeded,
+)
 from billing.holds import hold_release
 from billing.limits import concurrency_slot_acquire, rate_limit_hit
 from billing.models import Hold, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
 from billing.selectors import ledger_check
 from billing.subscriptions import subscription_hold_reserve
-from core.errors import ApiError, BillingError, RateLimited
+from core.errors import ApiError
 from groups.models import Group
 from tests.billing.conftest import FakeUpstream, alpha_call, beta_call, credential_for, subscribe
 from tests.rate_windows import rate_window_wait, window_key_ending
@@ -81,9 +90,9 @@ def test_it_releases_when_the_call_raises_an_api_error(alice, alpha_group, alpha
 
 def test_it_refuses_insufficient_balance_before_calling_upstream(bob, alpha_group, alpha_model):
     upstream = FakeUpstream()
-    with pytest.raises(BillingError) as refused:
+    with pytest.raises(InsufficientBalance) as refused:
         alpha_call(credential_for(bob), alpha_group, upstream)
-    assert (refused.value.status, refused.value.code) == (403, "INSUFFICIENT_BALANCE")
+    assert (api_error_for(refused.value).status, refused.value.code) == (403, "INSUFFICIENT_BALANCE")
     assert upstream.calls == 0
     assert not Hold.objects.exists()
     record = UsageRecord.objects.get()
@@ -176,9 +185,10 @@ def test_it_counts_a_subscription_call_against_the_caps_not_the_wallet(carol, be
 
 def test_it_refuses_without_a_subscription(carol, beta_group, beta_model):
     upstream = FakeUpstream()
-    with pytest.raises(BillingError) as refused:
+    with pytest.raises(SubscriptionNotFound) as refused:
         beta_call(credential_for(carol), beta_group, upstream)
-    assert (refused.value.status, refused.value.type, refused.value.code) == (
+    answered = api_error_for(refused.value)
+    assert (answered.status, answered.type, answered.code) == (
         403,
         "billing_error",
         "SUBSCRIPTION_NOT_FOUND",
@@ -188,7 +198,7 @@ def test_it_refuses_without_a_subscription(carol, beta_group, beta_model):
 
 def test_it_refuses_an_expired_subscription(carol, beta_group, beta_model):
     subscribe(carol, beta_group, expires_at=WEDNESDAY_NOON - timedelta(seconds=1))
-    with pytest.raises(BillingError) as refused:
+    with pytest.raises(SubscriptionNotFound) as refused:
         beta_call(
             credential_for(carol),
             beta_group,
@@ -201,9 +211,9 @@ def test_it_refuses_an_expired_subscription(carol, beta_group, beta_model):
 def test_it_refuses_a_model_the_plan_does_not_cover(carol, beta_group, beta_model):
     subscribe(carol, beta_group, model_ids=["beta-imagine-image-quality"])
     upstream = FakeUpstream()
-    with pytest.raises(BillingError) as refused:
+    with pytest.raises(SubscriptionInvalid) as refused:
         beta_call(credential_for(carol), beta_group, upstream)
-    assert (refused.value.status, refused.value.code) == (403, "SUBSCRIPTION_INVALID")
+    assert (api_error_for(refused.value).status, refused.value.code) == (403, "SUBSCRIPTION_INVALID")
     assert upstream.calls == 0
     subscribe(carol, beta_group, model_ids=["beta-imagine-image"])
     beta_call(credential_for(carol), beta_group, upstream, request_id="req_2")
@@ -222,7 +232,7 @@ def test_it_refuses_over_the_daily_cap_with_retry_after_until_midnight(carol, be
             now=WEDNESDAY_NOON,
         )
     upstream = FakeUpstream()
-    with pytest.raises(RateLimited) as refused:
+    with pytest.raises(UsageLimitExceeded) as refused:
         beta_call(
             credential,
             beta_group,
@@ -230,12 +240,13 @@ def test_it_refuses_over_the_daily_cap_with_retry_after_until_midnight(carol, be
             request_id="r3",
             now=WEDNESDAY_NOON,
         )
-    assert (refused.value.status, refused.value.type, refused.value.code) == (
+    answered = api_error_for(refused.value)
+    assert (answered.status, answered.type, answered.code) == (
         429,
         "rate_limit_error",
         "USAGE_LIMIT_EXCEEDED",
     )
-    assert refused.value.headers["Retry-After"] == str(12 * 3600)
+    assert api_error_for(refused.value).headers["Retry-After"] == str(12 * 3600)
     assert "daily cap" in refused.value.message
     assert upstream.calls == 0
     # The next day (time moved, not slept) the daily window is fresh again.
@@ -253,7 +264,7 @@ def test_it_blocks_on_the_weekly_cap_until_monday(carol, beta_group, beta_model)
     subscribe(carol, beta_group, daily="1", weekly="0.02")
     credential = credential_for(carol)
     beta_call(credential, beta_group, FakeUpstream(), now=WEDNESDAY_NOON)
-    with pytest.raises(RateLimited) as refused:
+    with pytest.raises(UsageLimitExceeded) as refused:
         beta_call(
             credential,
             beta_group,
@@ -261,7 +272,7 @@ def test_it_blocks_on_the_weekly_cap_until_monday(carol, beta_group, beta_model)
             now=WEDNESDAY_NOON + timedelta(days=1),
         )
     # Thursday 12:00 → Monday 00:00 is 3 days and 12 hours.
-    assert refused.value.headers["Retry-After"] == str((3 * 24 + 12) * 3600)
+    assert api_error_for(refused.value).headers["Retry-After"] == str((3 * 24 + 12) * 3600)
     monday = datetime(2025, 1, 20, 0, 0, tzinfo=UTC)
     beta_call(credential, beta_group, FakeUpstream(), now=monday)
 
@@ -270,14 +281,14 @@ def test_it_blocks_on_the_monthly_cap_until_the_first(carol, beta_group, beta_mo
     subscribe(carol, beta_group, monthly="0.02")
     credential = credential_for(carol)
     beta_call(credential, beta_group, FakeUpstream(), now=WEDNESDAY_NOON)
-    with pytest.raises(RateLimited) as refused:
+    with pytest.raises(UsageLimitExceeded) as refused:
         beta_call(
             credential,
             beta_group,
             FakeUpstream(),
             now=datetime(2025, 1, 31, 23, 0, tzinfo=UTC),
         )
-    assert refused.value.headers["Retry-After"] == "3600"
+    assert api_error_for(refused.value).headers["Retry-After"] == "3600"
     beta_call(
         credential,
         beta_group,
@@ -296,7 +307,7 @@ def test_the_total_cap_never_resets(carol, beta_group, beta_model):
         FakeUpstream(),
         now=WEDNESDAY_NOON + timedelta(days=40),
     )
-    with pytest.raises(RateLimited) as refused:
+    with pytest.raises(UsageLimitExceeded) as refused:
         beta_call(
             credential,
             beta_group,
@@ -304,7 +315,7 @@ def test_the_total_cap_never_resets(carol, beta_group, beta_model):
             now=WEDNESDAY_NOON + timedelta(days=400),
         )
     assert "total cap" in refused.value.message and "never resets" in refused.value.message
-    assert refused.value.headers["Retry-After"] == str(24 * 3600)
+    assert api_error_for(refused.value).headers["Retry-After"] == str(24 * 3600)
 
 
 def test_a_failed_subscription_call_gives_its_quota_back(carol, beta_group, beta_model):
@@ -334,14 +345,14 @@ def test_windows_follow_the_gateway_timezone(carol, beta_group, beta_model, sett
         FakeUpstream(),
         now=datetime(2025, 1, 15, 15, 0, tzinfo=UTC),
     )
-    with pytest.raises(RateLimited) as refused:
+    with pytest.raises(UsageLimitExceeded) as refused:
         beta_call(
             credential,
             beta_group,
             FakeUpstream(),
             now=datetime(2025, 1, 15, 15, 30, tzinfo=UTC),
         )
-    assert refused.value.headers["Retry-After"] == "1800"
+    assert api_error_for(refused.value).headers["Retry-After"] == "1800"
     beta_call(
         credential,
         beta_group,
@@ -387,10 +398,14 @@ def test_it_refuses_the_request_over_rpm_with_retry_after(alice, alpha_group, al
     upstream = FakeUpstream()
     for n in range(3):
         alpha_call(credential, group, upstream, request_id=f"r{n}")
-    with pytest.raises(RateLimited) as refused:
+    with pytest.raises(RateLimitExceeded) as refused:
         alpha_call(credential, group, upstream, request_id="r4")
-    assert (refused.value.status, refused.value.type) == (429, "rate_limit_error")
-    assert 1 <= int(refused.value.headers["Retry-After"]) <= 60
+    answered = api_error_for(refused.value)
+    assert (answered.status, answered.type) == (
+        429,
+        "rate_limit_error",
+    )
+    assert 1 <= int(api_error_for(refused.value).headers["Retry-After"]) <= 60
     assert upstream.calls == 3
     assert balance(alice) == Decimal("9.5500")  # the refused call was not charged
     # Another credential of the same account has its own count.
@@ -403,15 +418,15 @@ def test_a_client_that_waits_the_retry_after_it_was_given_is_counted_in_the_next
     # refusal comes with little of the window left, the part of a second included.
     limit_key = window_key_ending(candidate=lambda: f"api_key:test-{uuid.uuid4().hex}", time_left=1)
     rate_limit_hit(limit_key=limit_key, rpm=1)
-    with pytest.raises(RateLimited) as refused:
+    with pytest.raises(RateLimitExceeded) as refused:
         rate_limit_hit(limit_key=limit_key, rpm=1)
-    waited = int(refused.value.headers["Retry-After"])
+    waited = int(api_error_for(refused.value).headers["Retry-After"])
     assert 1 <= waited <= 2
 
     time.sleep(waited)
 
     rate_limit_hit(limit_key=limit_key, rpm=1)  # not refused: a new window, counted afresh
-    with pytest.raises(RateLimited):
+    with pytest.raises(RateLimitExceeded):
         rate_limit_hit(limit_key=limit_key, rpm=1)
 
 
@@ -427,14 +442,14 @@ def test_it_refuses_a_call_over_the_concurrency_limit_and_frees_the_slot_after(
         # A second call of the same credential while this one is in flight.
         try:
             alpha_call(credential, group, FakeUpstream(), request_id="inner")
-        except RateLimited as exc:
+        except ConcurrencyLimitExceeded as exc:
             inner_refusals.append(exc)
         return "ok"
 
     alpha_call(credential, group, call_that_tries_a_second_call, request_id="outer")
     assert len(inner_refusals) == 1
     assert inner_refusals[0].code == "concurrency_limit_exceeded"
-    assert inner_refusals[0].headers["Retry-After"] == "1"
+    assert api_error_for(inner_refusals[0]).headers["Retry-After"] == "1"
     # The slot is free again after the call.
     alpha_call(credential, group, FakeUpstream(), request_id="after")
 
@@ -468,7 +483,7 @@ def test_the_concurrency_slot_is_released_on_every_exit_path(outcome, alice, bob
         "api_error": ApiError,
         "unexpected_exception": ZeroDivisionError,
         "worker_abort": WorkerAbort,
-        "refused_reserve": BillingError,
+        "refused_reserve": InsufficientBalance,
     }.get(outcome)
     if expected is None:
         alpha_call(credential, group, call, request_id="first")
@@ -488,7 +503,7 @@ def test_it_refuses_before_reserving_when_rate_limited(alice, alpha_group, alpha
     credential = credential_for(alice)
     rate_window_wait(credential.limit_key)
     alpha_call(credential, group, FakeUpstream())
-    with pytest.raises(RateLimited):
+    with pytest.raises(RateLimitExceeded):
         alpha_call(credential, group, FakeUpstream(), request_id="r2")
     assert Hold.objects.count() == 1
 

@@ -19,11 +19,11 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from billing.errors import InsufficientBalance
 from billing.holds import hold_capture, hold_reserve
 from billing.models import Hold, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
 from billing.selectors import ledger_check
 from billing.subscriptions import subscription_hold_reserve
-from core.errors import BillingError
 from tests.billing.conftest import (
     FakeUpstream,
     alpha_call,
@@ -102,7 +102,7 @@ def test_it_reserves_a_wallet_hold_in_one_statement_outside_any_transaction(alic
 
 def test_it_refuses_insufficient_balance_in_one_statement_that_writes_nothing(alice):
     hold_reserve(account_id=alice.pk, amount=Decimal("9.90"), reference="req_1")
-    with statements_sent() as sent, pytest.raises(BillingError) as refused:
+    with statements_sent() as sent, pytest.raises(InsufficientBalance) as refused:
         hold_reserve(account_id=alice.pk, amount=PRICE, reference="req_2")
     assert refused.value.code == "INSUFFICIENT_BALANCE"
     assert_sent_on_postgresql(sent, [False])

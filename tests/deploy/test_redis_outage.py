@@ -15,11 +15,12 @@ from decimal import Decimal
 import pytest
 from django.test import override_settings
 
+from api.errors import api_error_for
+from billing.errors import ConcurrencyLimitExceeded, LimitsUnavailable, RateLimitExceeded
 from billing.limits import concurrency_slot_acquire, concurrency_slot_release, rate_limit_hit
 from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
 from core import redis_health
 from core.config_cache import config_generation
-from core.errors import ApiError, RateLimited
 from keys.services import api_key_create
 from tests.factories import alpha_group_make, image_model_make
 from tests.process_state import redis_health_fresh
@@ -112,10 +113,10 @@ def test_it_counts_limits_per_process_while_redis_is_down_and_warns_once(own_red
     with caplog.at_level(logging.WARNING, logger="gateway.redis"):
         for _ in range(3):
             rate_limit_hit(limit_key=limit_key, rpm=3)
-        with pytest.raises(RateLimited) as refused:
+        with pytest.raises(RateLimitExceeded) as refused:
             rate_limit_hit(limit_key=limit_key, rpm=3)
         slots = [concurrency_slot_acquire(limit_key=limit_key, limit=2) for _ in range(2)]
-        with pytest.raises(RateLimited):
+        with pytest.raises(ConcurrencyLimitExceeded):
             concurrency_slot_acquire(limit_key=limit_key, limit=2)
         concurrency_slot_release(slot=slots[0])
         assert concurrency_slot_acquire(limit_key=limit_key, limit=2) is not None
@@ -134,10 +135,10 @@ def test_it_refuses_with_503_while_redis_is_down_when_failing_closed(own_redis, 
         lambda: rate_limit_hit(limit_key=limit_key, rpm=3),
         lambda: concurrency_slot_acquire(limit_key=limit_key, limit=2),
     ):
-        with pytest.raises(ApiError) as refused:
+        with pytest.raises(LimitsUnavailable) as refused:
             take()
-        assert (refused.value.status, refused.value.code) == (503, "limits_unavailable")
-        assert int(refused.value.headers["Retry-After"]) >= 1
+        assert (api_error_for(refused.value).status, refused.value.code) == (503, "limits_unavailable")
+        assert int(api_error_for(refused.value).headers["Retry-After"]) >= 1
 
 
 @override_settings(GATEWAY_REDIS_FAILURE_MODE="closed")

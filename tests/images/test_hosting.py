@@ -11,6 +11,7 @@ from django.core.files.storage import default_storage
 from django.core.management import call_command
 from django.utils import timezone
 
+from api.upstream_errors import upstream_error_to_api_error
 from images.hosting import (
     hosted_image_path,
     hosted_image_public_id,
@@ -21,7 +22,6 @@ from images.hosting import (
 from images.models import HostedImage
 from tests.factories import upstream_make
 from tests.images.conftest import OPENAI_KEY_ENV, RawUpstream, image_bytes
-from upstreams.errors import upstream_error_to_api_error
 from upstreams.providers.base import UpstreamError
 
 pytestmark = pytest.mark.django_db

@@ -13,10 +13,11 @@ from django.core.files.uploadhandler import MemoryFileUploadHandler
 from django.http.multipartparser import MultiPartParser
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
+from api.upstream_errors import upstream_error_to_api_error
 from images.validation import generation_params_validate
 from tests.images.conftest import OPENAI_BASE, OPENAI_KEY, OPENAI_KEY_ENV, image_bytes, mask_bytes
 from tests.images.test_edit_validation import edit_validate, files, form, upload
-from upstreams.errors import UpstreamMisconfigured, upstream_error_to_api_error
+from upstreams.errors import UpstreamMisconfigured
 from upstreams.providers import ADAPTERS, adapter_for
 from upstreams.providers.base import ImageRequest, UpstreamError
 from upstreams.providers.openai import OpenAIAdapter

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from api.upstream_errors import upstream_error_to_api_error
 from core.errors import PassthroughError, error_response
 from tests.images.conftest import OPENAI_KEY
-from upstreams.errors import upstream_error_to_api_error
 from upstreams.providers.base import UpstreamError
 
 pytestmark = pytest.mark.django_db

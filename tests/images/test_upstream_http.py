@@ -10,9 +10,9 @@ import time
 
 import pytest
 
+from api.upstream_errors import upstream_error_to_api_error
 from tests.fake_upstream import _png
 from tests.images.conftest import OPENAI_BASE, OPENAI_KEY, OPENAI_KEY_ENV
-from upstreams.errors import upstream_error_to_api_error
 from upstreams.providers import adapter_for
 from upstreams.providers.base import ImageRequest, UpstreamError
 from upstreams.services import upstream_upsert

@@ -29,8 +29,8 @@ from accounts.services import account_create, account_set_groups
 from billing.ledger import wallet_top_up
 from billing.models import LedgerEntry, UsageRecord, Wallet
 from core.config_cache import GENERATION_KEY
-from core.errors import AuthenticationFailed
 from keys.authentication import credential_verify
+from keys.errors import CredentialExpired
 from keys.models import ApiKey
 from keys.secrets import api_key_generate, oauth_access_token_generate, oauth_refresh_token_generate
 from keys.selectors import LastUsedMark
@@ -260,7 +260,7 @@ def test_it_applies_a_cached_keys_expiry_by_the_clock(client, alice, alpha_group
     secret = key_for(alice, alpha_group, expires_at=expires_at)
     warm(client, "/v1/models", secret)
 
-    with CaptureQueriesContext(connection) as captured, pytest.raises(AuthenticationFailed) as refused:
+    with CaptureQueriesContext(connection) as captured, pytest.raises(CredentialExpired) as refused:
         credential_verify(secret=secret, now=expires_at)
 
     assert refused.value.code == "expired_api_key"
@@ -403,7 +403,7 @@ def test_it_applies_a_cached_tokens_expiry_by_the_clock(client, alice, alpha_mod
     access, secret = oauth_token_create(account=alice, scopes=["profile:read"], expires_in_seconds=60)
     warm(client, "/v1/me", secret)
 
-    with CaptureQueriesContext(connection) as captured, pytest.raises(AuthenticationFailed) as refused:
+    with CaptureQueriesContext(connection) as captured, pytest.raises(CredentialExpired) as refused:
         credential_verify(secret=secret, now=access.expires)
 
     assert refused.value.code == "expired_api_key"

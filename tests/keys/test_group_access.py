@@ -8,7 +8,8 @@ import pytest
 
 from accounts.services import account_create, account_set_groups
 from accounts.snapshots import AccountSnapshot
-from core.errors import ApiError
+from api.errors import api_error_for
+from core.errors import ApiError, DomainError
 from groups.models import Group
 from groups.snapshots import GroupSnapshot
 from images.access import image_model_resolve
@@ -41,9 +42,9 @@ def resolve(credential, model):
 
 
 def assert_refused(call, *, status: int, type_: str, code: str) -> ApiError:
-    with pytest.raises(ApiError) as caught:
+    with pytest.raises((ApiError, DomainError)) as caught:
         call()
-    error = caught.value
+    error = api_error_for(caught.value)
     assert (error.status, error.type, error.code) == (status, type_, code), error.message
     return error
 

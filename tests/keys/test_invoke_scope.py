@@ -9,10 +9,11 @@ from urllib.parse import urlencode
 
 import pytest
 
+from api.errors import api_error_for
 from billing.models import UsageRecord, Wallet
-from core.errors import ApiError
 from keys.authentication import credential_verify
 from keys.credentials import SCOPES
+from keys.errors import ScopeMissing
 from keys.group_access import models_invoke_check
 from tests.keys.conftest import REDIRECT_URI, assert_compatible_error, bearer, pkce_pair
 from tests.keys.test_oauth import run
@@ -110,9 +111,9 @@ def test_the_check_passes_manual_keys_and_scoped_tokens_only(
 ):
     models_invoke_check(credential=credential_verify(secret=key_for(alice, alpha_group)))
     models_invoke_check(credential=credential_verify(secret=token_for(alice, [INVOKE])))
-    with pytest.raises(ApiError) as caught:
+    with pytest.raises(ScopeMissing) as caught:
         models_invoke_check(credential=credential_verify(secret=token_for(alice, ["account:read"])))
-    assert (caught.value.status, caught.value.code) == (403, "insufficient_scope")
+    assert (api_error_for(caught.value).status, caught.value.code) == (403, "insufficient_scope")
 
 
 def test_createtoken_issues_a_token_that_may_invoke_models(client, alice, alpha_model):

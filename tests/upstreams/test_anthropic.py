@@ -8,8 +8,8 @@ import json
 
 import pytest
 
+from api.upstream_errors import upstream_error_to_api_error
 from tests.upstreams.conftest import ANTHROPIC_BASE, ANTHROPIC_KEY, sse, text_request, trickled
-from upstreams.errors import upstream_error_to_api_error
 from upstreams.providers import adapter_for
 from upstreams.providers.anthropic import ANTHROPIC_VERSION
 from upstreams.providers.base import MESSAGES, MESSAGES_COUNT_TOKENS, TextRequest, UpstreamError

@@ -12,10 +12,10 @@ from django.core import checks
 from django.core.cache import cache
 from django.core.management import call_command
 
+from api.upstream_errors import upstream_error_to_api_error
 from core.errors import UpstreamFailed
 from tests.factories import upstream_make
 from upstreams.circuit import circuit_state, circuit_stats_flush
-from upstreams.errors import upstream_error_to_api_error
 from upstreams.providers import adapter_for
 from upstreams.providers.base import ImageRequest, TextRequest
 from upstreams.resilience import upstream_call_resilient

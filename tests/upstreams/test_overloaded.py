@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 from django.core.cache import cache
 
-from core.errors import UpstreamFailed
+from api.errors import api_error_for
+from api.upstream_errors import upstream_error_to_api_error
 from tests.factories import upstream_make
 from tests.upstreams.conftest import ANTHROPIC_KEY_ENV, text_request
 from upstreams.circuit import circuit_stats_flush
-from upstreams.errors import UpstreamError, upstream_error_to_api_error
+from upstreams.errors import UpstreamError, UpstreamsOverloaded
 from upstreams.providers import adapter_for
 from upstreams.providers.base import MESSAGES
 from upstreams.resilience import upstream_call_resilient
@@ -62,10 +63,10 @@ def test_a_529_fails_over_to_the_next_upstream(two_upstreams, mocked):
 def test_every_upstream_overloaded_answers_503_with_retry_after(two_upstreams, mocked):
     for upstream in two_upstreams:
         mocked.post(f"{upstream.base_url}/messages", json=OVERLOADED, status=529)
-    with pytest.raises(UpstreamFailed) as info:
+    with pytest.raises(UpstreamsOverloaded) as info:
         run(two_upstreams)
-    assert info.value.status == 503
-    assert "Retry-After" in info.value.headers
+    assert api_error_for(info.value).status == 503
+    assert "Retry-After" in api_error_for(info.value).headers
 
 
 def test_a_single_529_is_answered_as_a_503_would_be(anthropic_upstream):

@@ -6,13 +6,21 @@ from __future__ import annotations
 import pytest
 from django.core.cache import cache
 
-from core.errors import InvalidRequest, RateLimited, UpstreamFailed
+from api.errors import api_error_for
+from core.errors import InvalidRequest
 from upstreams.circuit import (
     circuit_admit,
     circuit_admit_panic,
     circuit_record_failure,
     circuit_state,
     circuit_stats_flush,
+)
+from upstreams.errors import (
+    UpstreamDeadlineExceeded,
+    UpstreamsCircuitOpen,
+    UpstreamsFailed,
+    UpstreamsOverloaded,
+    UpstreamsRateLimited,
 )
 from upstreams.providers.base import UpstreamError
 from upstreams.resilience import RetryPolicy, upstream_call_resilient
@@ -123,11 +131,11 @@ def test_it_honours_retry_after_and_never_retries_an_upstream_before_it():
     a = make_upstream("a", timeout=100)
     clock = Clock()
     script = Script(a=[err(429, retry_after=7), err(429, retry_after=40), "ok"])
-    with pytest.raises(RateLimited) as info:
+    with pytest.raises(UpstreamsRateLimited) as info:
         run([a], script, clock)
     assert 7 <= clock.sleeps[0] <= 7.0001
     assert len(clock.sleeps) == 1  # 40 s is beyond the longest wait (30 s): the caller gets it
-    assert info.value.headers["Retry-After"] == "40"
+    assert api_error_for(info.value).headers["Retry-After"] == "40"
 
 
 def test_it_gives_up_after_five_retries_with_502_naming_the_last_status(settings):
@@ -135,9 +143,9 @@ def test_it_gives_up_after_five_retries_with_502_naming_the_last_status(settings
     a = make_upstream("a", timeout=300)
     clock = Clock()
     script = Script(a=[err(500)] * 5 + [err(502)] + ["never reached"])
-    with pytest.raises(UpstreamFailed) as info:
+    with pytest.raises(UpstreamsFailed) as info:
         run([a], script, clock)
-    assert info.value.status == 502
+    assert api_error_for(info.value).status == 502
     assert "repeatedly failed" in info.value.message
     assert "last upstream status: 502" in info.value.message
     assert len(script.calls) == 6
@@ -147,19 +155,19 @@ def test_it_answers_503_when_every_upstream_said_503():
     a, b = make_upstream("a", timeout=300), make_upstream("b", timeout=300)
     clock = Clock()
     script = Script(a=[err(503)] * 3, b=[err(503)] * 3)
-    with pytest.raises(UpstreamFailed) as info:
+    with pytest.raises(UpstreamsOverloaded) as info:
         run([a, b], script, clock)
-    assert info.value.status == 503
-    assert "Retry-After" in info.value.headers
+    assert api_error_for(info.value).status == 503
+    assert "Retry-After" in api_error_for(info.value).headers
 
 
 def test_it_answers_429_with_retry_after_when_every_upstream_said_429():
     a = make_upstream("a", timeout=300)
     clock = Clock()
     script = Script(a=[err(429, retry_after=2)] * 6)
-    with pytest.raises(RateLimited) as info:
+    with pytest.raises(UpstreamsRateLimited) as info:
         run([a], script, clock)
-    assert info.value.headers["Retry-After"] == "2"
+    assert api_error_for(info.value).headers["Retry-After"] == "2"
 
 
 def test_it_ends_504_when_the_deadline_runs_out():
@@ -172,9 +180,9 @@ def test_it_ends_504_when_the_deadline_runs_out():
 
     clock = SlowClock()
     script = Script(a=[err(500)] * 6)
-    with pytest.raises(UpstreamFailed) as info:
+    with pytest.raises(UpstreamDeadlineExceeded) as info:
         run([a], script, clock)
-    assert info.value.status == 504
+    assert api_error_for(info.value).status == 504
     assert len(script.calls) < 6
 
 
@@ -233,9 +241,9 @@ def test_every_circuit_open_answers_503_without_any_call_once_the_process_has_pr
         circuit_record_failure(upstream_id=a.pk, threshold=5, cooldown=30)
     assert circuit_admit_panic(upstream_id=a.pk, cooldown=30) is not None  # this slot's probe
     script = Script(a=["never"])
-    with pytest.raises(UpstreamFailed) as info:
+    with pytest.raises(UpstreamsCircuitOpen) as info:
         run([a], script, Clock())
-    assert info.value.status == 503
+    assert api_error_for(info.value).status == 503
     assert script.calls == []
 
 
@@ -257,7 +265,7 @@ def test_an_upstreams_own_retry_settings_override_the_defaults():
     a.save(update_fields=["max_retries", "retry_base_seconds"])
     clock = Clock()
     script = Script(a=[err(500)] * 5)
-    with pytest.raises(UpstreamFailed):
+    with pytest.raises(UpstreamsFailed):
         run([a], script, clock)
     assert len(script.calls) == 2  # the first attempt and its one retry
     assert 3.2 <= clock.sleeps[0] <= 4.8
@@ -270,7 +278,7 @@ def test_a_calls_retries_count_as_one_failure_of_the_upstream():
     a = make_upstream("a", timeout=300)
     clock = Clock()
     script = Script(a=[err(500)] * 6)
-    with pytest.raises(UpstreamFailed):
+    with pytest.raises(UpstreamsFailed):
         run([a], script, clock)
     assert len(script.calls) == 6
     state = circuit_state(upstream_id=a.pk)
@@ -280,7 +288,7 @@ def test_a_calls_retries_count_as_one_failure_of_the_upstream():
 def test_the_threshold_counts_distinct_calls():
     a = make_upstream("a", timeout=300)
     for _ in range(5):
-        with pytest.raises(UpstreamFailed):
+        with pytest.raises(UpstreamsFailed):
             run([a], Script(a=[err(500)] * 6), Clock())
     assert circuit_state(upstream_id=a.pk).state == "open"
 
@@ -300,13 +308,13 @@ def test_a_failed_panic_probe_leaves_the_next_calls_of_the_slot_refused():
         circuit_record_failure(upstream_id=a.pk, threshold=5, cooldown=30)
     clock = Clock()
     script = Script(a=[err(500), "never"])
-    with pytest.raises(UpstreamFailed):
+    with pytest.raises(UpstreamsFailed):
         run([a], script, clock)
     assert script.calls == ["a"]
     assert clock.sleeps == []  # the circuit refuses every further attempt: no wait for one
-    with pytest.raises(UpstreamFailed) as info:
+    with pytest.raises(UpstreamsCircuitOpen) as info:
         run([a], script, clock)
-    assert (info.value.status, info.value.code) == (503, "upstreams_unavailable")
+    assert (api_error_for(info.value).status, info.value.code) == (503, "upstreams_unavailable")
     assert script.calls == ["a"]
 
 
@@ -320,7 +328,7 @@ def test_a_redis_outage_falls_back_to_process_memory_and_is_logged_once(settings
     }
     with caplog.at_level("WARNING"):
         assert run([a], Script(a=["ok"]), Clock())[0] == "ok"
-        with pytest.raises(UpstreamFailed):
+        with pytest.raises(UpstreamsFailed):
             run([a], Script(a=[err(500)] * 6), Clock())
         assert run([a], Script(a=[err(503), "ok"]), Clock())[0] == "ok"
     outage = [r for r in caplog.records if "degraded" in r.getMessage() and "Redis" in r.getMessage()]
@@ -341,7 +349,7 @@ def test_the_whole_call_ends_within_the_retry_deadline_whatever_the_upstream_tim
         clock.now = min(clock.now + 25, deadline)  # each attempt takes 25 s (or its read timeout)
         raise err(500)
 
-    with pytest.raises(UpstreamFailed) as info:
+    with pytest.raises(UpstreamDeadlineExceeded) as info:
         upstream_call_resilient(
             upstreams=[a],
             attempt=slow_failure,
@@ -351,7 +359,7 @@ def test_the_whole_call_ends_within_the_retry_deadline_whatever_the_upstream_tim
         )
     assert deadlines[0] == start + 60
     assert clock.now - start <= 60
-    assert info.value.status == 504
+    assert api_error_for(info.value).status == 504
 
 
 def test_it_never_waits_for_an_attempt_the_circuit_will_refuse():
@@ -360,7 +368,7 @@ def test_it_never_waits_for_an_attempt_the_circuit_will_refuse():
         circuit_record_failure(upstream_id=a.pk, threshold=5, cooldown=30)
     clock = Clock()
     script = Script(a=[err(500), "never"])
-    with pytest.raises(UpstreamFailed):
+    with pytest.raises(UpstreamsFailed):
         run([a], script, clock)
     assert circuit_state(upstream_id=a.pk).state == "open"
     assert clock.sleeps == []
@@ -370,7 +378,7 @@ def test_it_never_waits_for_an_attempt_the_circuit_will_refuse():
 def test_an_upstream_429_does_not_count_toward_its_circuit():
     a = make_upstream("a", timeout=300)
     for _ in range(3):
-        with pytest.raises(RateLimited):
+        with pytest.raises(UpstreamsRateLimited):
             run([a], Script(a=[err(429, retry_after=1)] * 6), Clock())
     state = circuit_state(upstream_id=a.pk)
     assert (state.state, state.consecutive_failures) == ("closed", 0)
@@ -388,8 +396,8 @@ def test_a_retry_after_beyond_the_deadline_ends_the_call_with_429_without_waitin
     a = make_upstream("a", timeout=300)
     clock = Clock()
     script = Script(a=[err(429, retry_after=3600), "never"])
-    with pytest.raises(RateLimited) as info:
+    with pytest.raises(UpstreamsRateLimited) as info:
         run([a], script, clock)
     assert clock.sleeps == []
     assert script.calls == ["a"]
-    assert info.value.headers["Retry-After"] == "3600"
+    assert api_error_for(info.value).headers["Retry-After"] == "3600"
