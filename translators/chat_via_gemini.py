@@ -204,7 +204,7 @@ def _usage_body(tokens: TranslatedTokens | None) -> dict[str, Any]:
 
 
 def _finish(reason: Any, *, called: bool) -> str:
-    if reason in _FILTERED:
+    if isinstance(reason, str) and reason in _FILTERED:
         return "content_filter"
     finish = _FINISH.get(reason if isinstance(reason, str) else "", "stop")
     return "tool_calls" if called and finish == "stop" else finish

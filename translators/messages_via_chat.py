@@ -159,7 +159,7 @@ def _messages_of(messages: Any) -> list[dict[str, Any]]:
                 tool_messages.append(
                     {"role": "tool", "tool_call_id": block["tool_use_id"], "content": result}
                 )
-            elif kind in _DROPPED_BLOCKS and role == "assistant":
+            elif isinstance(kind, str) and kind in _DROPPED_BLOCKS and role == "assistant":
                 continue
             else:
                 raise TranslationRefused(

@@ -55,7 +55,7 @@ def _message_content(content: Any, *, role: str, param: str) -> str | list[dict[
         at = f"{param}[{index}]"
         kind = obj(part).get("type")
         text = string(obj(part).get("text"))
-        if kind in _TEXT_PARTS and text is not None:
+        if isinstance(kind, str) and kind in _TEXT_PARTS and text is not None:
             parts.append({"type": "text", "text": text})
         elif kind == "refusal" and string(obj(part).get("refusal")) is not None:
             parts.append({"type": "text", "text": obj(part)["refusal"]})
@@ -125,7 +125,7 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
             messages.append(
                 {"role": "tool", "tool_call_id": call_id, "content": _output_text(item.get("output"))}
             )
-        elif kind in _DROPPED_ITEMS:
+        elif isinstance(kind, str) and kind in _DROPPED_ITEMS:
             continue
         else:
             raise TranslationRefused(
