@@ -91,6 +91,9 @@ DOMAIN_ERRORS: dict[type[DomainError], HttpError] = {
     keys.StaffRequired: _FORBIDDEN,
     keys.GroupNotAllowed: _FORBIDDEN,
     keys.GroupOverrideUnsupported: _CONFLICT,
+    keys.ModelNotAllowedForKey: HttpError(403, "permission_error", param="model"),
+    keys.IpNotAllowed: _FORBIDDEN,
+    keys.KeyLimitsInvalid: _BAD_REQUEST,
     # upstreams: the retry policy's outcomes (one attempt's UpstreamError: api/upstream_errors.py)
     upstreams.NoUpstreamAvailable: _UPSTREAM_UNAVAILABLE,
     upstreams.UpstreamsCircuitOpen: _UPSTREAM_UNAVAILABLE,
@@ -116,7 +119,7 @@ def api_error_for(error: DomainError | ApiError) -> ApiError:
         status=http.status,
         type=http.type,
         code=error.code,
-        param=http.param,
+        param=error.param or http.param,
         retry_after=error.retry_after,
     )
 

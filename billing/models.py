@@ -170,6 +170,14 @@ class Hold(models.Model):
     day_start = models.DateField(null=True, blank=True)
     week_start = models.DateField(null=True, blank=True)
     month_start = models.DateField(null=True, blank=True)
+    # The API key whose budget window this hold also counts in (KeyBudgetUsage), with that window, so
+    # that a capture for less and a release give back to exactly that window. Empty for a key
+    # without a budget, and for OAuth tokens and the console.
+    api_key = models.ForeignKey(
+        "keys.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    key_window = models.CharField(max_length=8, blank=True, default="")
+    key_window_start = models.DateField(null=True, blank=True)
     created_at = models.DateTimeField()
     expires_at = models.DateTimeField()
     resolved_at = models.DateTimeField(null=True, blank=True)
@@ -251,6 +259,38 @@ class SubscriptionUsage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.subscription} {self.window} from {self.window_start}: {money_display(self.used)}"
+
+
+class KeyBudgetUsage(models.Model):
+    """How much of an API key's budget one window has used, open holds included.
+
+    The window is the key's budget period as a calendar window in GATEWAY_TIMEZONE (billing/windows.py:
+    day, week, month, or the total window with its fixed start). A reservation adds to `used` with a
+    conditional UPDATE (`used + price <= budget`) in the same transaction as the wallet or
+    subscription hold; a capture for less and a release give the difference back."""
+
+    api_key = models.ForeignKey("keys.ApiKey", on_delete=models.CASCADE, related_name="budget_usage")
+    window = models.CharField(max_length=8, choices=SubscriptionUsage.Window.choices)
+    window_start = models.DateField(help_text="Local date in GATEWAY_TIMEZONE; fixed for the total.")
+    used = models.DecimalField(default=0, **MONEY)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["api_key_id", "window", "-window_start"]
+        verbose_name_plural = "key budget usage"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["api_key", "window", "window_start"], name="key_budget_usage_one_per_window"
+            ),
+            models.CheckConstraint(condition=models.Q(used__gte=0), name="key_budget_usage_not_negative"),
+            models.CheckConstraint(
+                condition=models.Q(window__in=["day", "week", "month", "total"]),
+                name="key_budget_usage_window_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"key #{self.api_key_id} {self.window} from {self.window_start}: {money_display(self.used)}"
 
 
 class UsageRecord(models.Model):

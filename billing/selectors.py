@@ -10,9 +10,24 @@ from django.db.models import Count, DecimalField, OuterRef, Q, Subquery, Sum, Va
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from billing.models import Hold, LedgerEntry, Subscription, SubscriptionUsage, UsageRecord, Wallet
+from billing.models import (
+    Hold,
+    KeyBudgetUsage,
+    LedgerEntry,
+    Subscription,
+    SubscriptionUsage,
+    UsageRecord,
+    Wallet,
+)
 from billing.money import money_display
-from billing.windows import TOTAL_WINDOW_START, local_midnight, window_end, window_starts_at
+from billing.windows import (
+    PERIOD_WINDOWS,
+    TOTAL_WINDOW_START,
+    local_midnight,
+    window_end,
+    window_start_for,
+    window_starts_at,
+)
 from core.modelutils import MONEY
 
 
@@ -31,6 +46,46 @@ def subscription_get_active(
         Subscription.objects.filter(account_id=account_id, group_id=group_id, starts_at__lte=moment)
         .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=moment))
         .first()
+    )
+
+
+@dataclass(frozen=True)
+class KeyBudgetWindow:
+    """An API key's budget window now: its calendar window, when it started and ends (None: the
+    total window never ends), the budget and what it has used (calls in flight included)."""
+
+    period: str
+    window: str
+    start: datetime
+    ends_at: datetime | None
+    budget: Decimal
+    used: Decimal
+
+    @property
+    def remaining(self) -> Decimal:
+        return max(self.budget - self.used, Decimal(0))
+
+
+def api_key_budget_window_get(
+    *, api_key_id: int, budget: Decimal | None, budget_period: str, now: datetime | None = None
+) -> KeyBudgetWindow | None:
+    """The key's current budget window and its spend; None for a key without a budget."""
+    if budget is None or not budget_period:
+        return None
+    window = PERIOD_WINDOWS[budget_period]
+    start = window_start_for(window=window, moment=now or timezone.now())
+    used = (
+        KeyBudgetUsage.objects.filter(api_key_id=api_key_id, window=window, window_start=start)
+        .values_list("used", flat=True)
+        .first()
+    )
+    return KeyBudgetWindow(
+        period=budget_period,
+        window=window,
+        start=local_midnight(start),
+        ends_at=window_end(window=window, start=start),
+        budget=budget,
+        used=money_exact(used),
     )
 
 

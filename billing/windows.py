@@ -54,3 +54,15 @@ def window_end(*, window: str, start: date) -> datetime | None:
     else:
         raise ValueError(f"unknown window {window!r}")
     return local_midnight(end)
+
+
+# An API key's budget period (keys.ApiKey.BudgetPeriod) and the calendar window it is counted in.
+PERIOD_WINDOWS = {"daily": "day", "weekly": "week", "monthly": "month", "total": "total"}
+
+
+def window_start_for(*, window: str, moment: datetime) -> date:
+    """The local start date of the window `window` ("day", "week", "month", "total") containing
+    `moment`."""
+    if window == "total":
+        return TOTAL_WINDOW_START
+    return getattr(window_starts_at(moment=moment), window)  # type: ignore[no-any-return]

@@ -51,8 +51,10 @@ INSUFFICIENT_SCOPE = "insufficient_scope"  # 403 permission_error
 # Model and capability codes.
 MODEL_NOT_FOUND = "model_not_found"  # 404
 MODEL_NOT_ALLOWED = "model_not_allowed"  # 403 permission_error
+IP_NOT_ALLOWED = "ip_not_allowed"  # 403 permission_error: the caller's address is not in the key's list
 IMAGE_GROUP_REQUIRED = "image_group_required"  # 403 permission_error
 MISSING_REQUIRED_PARAMETER = "missing_required_parameter"  # 400
+INVALID_VALUE = "invalid_value"  # 400: a field's value is out of its range or does not parse
 
 # Paths whose errors use the native shape; everything else under /v1 uses the compatible shape.
 NATIVE_SHAPE_PREFIXES = ("/v1/messages",)
@@ -103,10 +105,12 @@ class DomainError(Exception):
 
     code: str = "domain_error"
 
-    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+    def __init__(self, message: str, *, retry_after: float | None = None, param: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.retry_after = retry_after
+        # The request field the refusal is about, when only the raiser knows it (else the table's).
+        self.param = param
 
 
 class ApiError(Exception):

@@ -34,6 +34,9 @@ class Group(models.Model):
     concurrency = models.PositiveIntegerField(
         default=0, help_text="Calls in flight per credential; 0 = unlimited."
     )
+    tpm = models.PositiveIntegerField(
+        default=0, help_text="Tokens (input + output) per minute of text calls per credential; 0 = unlimited."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -21,6 +21,7 @@ class GroupSnapshot:
     allow_group_override: bool
     rpm: int
     concurrency: int
+    tpm: int = 0
 
     @property
     def pk(self) -> int:
@@ -37,4 +38,5 @@ class GroupSnapshot:
             allow_group_override=group.allow_group_override,
             rpm=group.rpm,
             concurrency=group.concurrency,
+            tpm=group.tpm,
         )

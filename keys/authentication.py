@@ -75,6 +75,7 @@ def _api_key_verify(*, secret: str, now: datetime) -> Credential:
         scopes=frozenset(),
         label=api_key.label,
         prefix=api_key_display_prefix(secret),
+        limits=api_key.limits,
     )
 
 

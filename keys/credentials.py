@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal
+from ipaddress import IPv4Network, IPv6Network
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
@@ -24,6 +26,22 @@ SCOPES = {
     SCOPE_MODELS_INVOKE: "Call models for you in your allowed groups (charged to your account)",
     SCOPE_ADMIN_PROVISION: "Staff only: create accounts and keys, top up wallets, read usage",
 }
+
+
+@dataclass(frozen=True, slots=True)
+class KeyLimits:
+    """An API key's own limits (keys.models.ApiKey), as every later step reads them; each None or
+    empty when unset. `allowed_networks` are `allowed_ips` parsed once, when the key is read."""
+
+    budget: Decimal | None = None
+    budget_period: str = ""
+    model_ids: frozenset[str] = frozenset()
+    rpm: int | None = None
+    tpm: int | None = None
+    allowed_networks: tuple[IPv4Network | IPv6Network, ...] = ()
+
+
+NO_KEY_LIMITS = KeyLimits()
 
 
 @dataclass(frozen=True)
@@ -51,6 +69,13 @@ class Credential:
     label: str = ""
     # An API key's public display prefix (`sk-abc12345`, as the console shows it); never the secret.
     prefix: str = ""
+    # An API key's own limits; OAuth tokens and the console carry none.
+    limits: KeyLimits = NO_KEY_LIMITS
+
+    @property
+    def api_key_id(self) -> int | None:
+        """The ApiKey's primary key, for an API key; None for other credentials."""
+        return self.id if self.kind == "api_key" else None
 
     @property
     def limit_key(self) -> str:

@@ -10,6 +10,9 @@ from core.errors import (
     GROUP_OVERRIDE_UNSUPPORTED,
     INSUFFICIENT_SCOPE,
     INVALID_API_KEY,
+    INVALID_VALUE,
+    IP_NOT_ALLOWED,
+    MODEL_NOT_ALLOWED,
     MULTIPLE_CREDENTIALS,
     REVOKED_API_KEY,
     DomainError,
@@ -64,3 +67,22 @@ class GroupOverrideUnsupported(DomainError):
     """`<group_id>:<model>` cannot leave the current group or enter the selected one."""
 
     code = GROUP_OVERRIDE_UNSUPPORTED
+
+
+class ModelNotAllowedForKey(DomainError):
+    """The key's `models` list does not name the model asked for."""
+
+    code = MODEL_NOT_ALLOWED
+
+
+class IpNotAllowed(DomainError):
+    """The caller's address is in none of the key's `allowed_ips` networks."""
+
+    code = IP_NOT_ALLOWED
+
+
+class KeyLimitsInvalid(DomainError):
+    """A key limit that cannot be stored (a negative budget, a period without a budget, a CIDR that
+    does not parse); `param` names the field."""
+
+    code = INVALID_VALUE

@@ -20,6 +20,7 @@ import hmac
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
+from ipaddress import ip_network
 from typing import cast
 
 from django.db.models import QuerySet
@@ -30,6 +31,7 @@ from accounts.models import Account, User
 from accounts.snapshots import AccountSnapshot
 from core.config_cache import GenerationCache
 from groups.snapshots import GroupSnapshot
+from keys.credentials import NO_KEY_LIMITS, KeyLimits
 from keys.models import ApiKey
 from keys.secrets import KEY_PREFIX, api_key_hash, api_key_well_formed, oauth_token_checksum
 
@@ -68,6 +70,7 @@ class ApiKeySnapshot:
     account: AccountSnapshot
     group: GroupSnapshot
     last_used: LastUsedMark = field(repr=False)
+    limits: KeyLimits = NO_KEY_LIMITS
 
 
 @dataclass(frozen=True, eq=False)
@@ -153,6 +156,19 @@ def _api_key_snapshot_load(*, digest: str) -> ApiKeySnapshot:
         account=AccountSnapshot.from_model(api_key.account),
         group=GroupSnapshot.from_model(api_key.group),
         last_used=LastUsedMark(api_key.last_used_at),
+        limits=api_key_limits_read(api_key=api_key),
+    )
+
+
+def api_key_limits_read(*, api_key: ApiKey) -> KeyLimits:
+    """The key's stored limits as the call reads them (the CIDRs parsed once, here)."""
+    return KeyLimits(
+        budget=api_key.budget,
+        budget_period=api_key.budget_period,
+        model_ids=frozenset(api_key.model_ids or ()),
+        rpm=api_key.rpm,
+        tpm=api_key.tpm,
+        allowed_networks=tuple(ip_network(cidr, strict=False) for cidr in api_key.allowed_ips or ()),
     )
 
 

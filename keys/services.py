@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from ipaddress import ip_network
+from typing import Any
 
 from django.db import transaction
 from django.db.models import Q
@@ -21,8 +25,10 @@ from oauth2_provider.settings import oauth2_settings
 
 from accounts.models import Account, User
 from core.config_cache import config_generation_bump_on_commit
+from core.modelutils import MONEY
 from groups.models import Group
 from keys.credentials import SCOPES, STAFF_ONLY_SCOPES
+from keys.errors import KeyLimitsInvalid
 from keys.models import ApiKey
 from keys.secrets import (
     api_key_display_prefix,
@@ -41,13 +47,115 @@ class ApiKeyGroupNotAllowed(ValueError):
     """The group asked for is not among the account's allowed groups."""
 
 
+# The most networks and model ids one key may list: a key's limits are read on every call.
+KEY_LIST_MAX = 100
+
+
+@dataclass(frozen=True)
+class ApiKeyLimitsInput:
+    """A key's limits as every surface (console, admin, provisioning API, createapikey) hands them to
+    `api_key_limits_clean`: each None (or empty) when unset."""
+
+    budget: Decimal | str | None = None
+    budget_period: str = ""
+    model_ids: list[str] = field(default_factory=list)
+    rpm: int | None = None
+    tpm: int | None = None
+    allowed_ips: list[str] = field(default_factory=list)
+
+
+def api_key_limits_clean(*, limits: ApiKeyLimitsInput) -> dict[str, Any]:
+    """The limits as ApiKey's column values, or KeyLimitsInvalid naming the field.
+
+    A budget is a non-negative amount with at most the ledger's decimal places, and comes with a
+    period (`daily`, `weekly`, `monthly`, `total`); a period needs a budget. `rpm` and `tpm` are
+    positive integers. `allowed_ips` are CIDR networks or single addresses, kept in their canonical
+    form (`10.0.0.0/8`, `2001:db8::/32`). Lists are kept sorted and without repeats. Whether each
+    model id is one of the group's models is the surface's check (the catalogue is an endpoint's)."""
+    budget = _budget_clean(limits.budget)
+    period = (limits.budget_period or "").strip().lower()
+    if period and period not in ApiKey.BudgetPeriod.values:
+        raise KeyLimitsInvalid(
+            f"budget_period must be one of {', '.join(ApiKey.BudgetPeriod.values)}.", param="budget_period"
+        )
+    if budget is not None and not period:
+        raise KeyLimitsInvalid("A budget needs a budget_period.", param="budget_period")
+    if period and budget is None:
+        raise KeyLimitsInvalid("A budget_period needs a budget.", param="budget")
+    model_ids = sorted({str(model_id).strip() for model_id in limits.model_ids if str(model_id).strip()})
+    if len(model_ids) > KEY_LIST_MAX:
+        raise KeyLimitsInvalid(f"A key may list at most {KEY_LIST_MAX} models.", param="models")
+    networks = []
+    for text in limits.allowed_ips:
+        try:
+            networks.append(ip_network(str(text).strip(), strict=False))
+        except ValueError:
+            raise KeyLimitsInvalid(
+                f"{text!r} is not an IP address or a CIDR network (e.g. 10.0.0.0/8).", param="allowed_ips"
+            ) from None
+    if len(networks) > KEY_LIST_MAX:
+        raise KeyLimitsInvalid(f"A key may list at most {KEY_LIST_MAX} networks.", param="allowed_ips")
+    for name, value in (("rpm", limits.rpm), ("tpm", limits.tpm)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise KeyLimitsInvalid(f"{name} must be a whole number of at least 1.", param=name)
+    return {
+        "budget": budget,
+        "budget_period": period,
+        "model_ids": model_ids,
+        "rpm": limits.rpm,
+        "tpm": limits.tpm,
+        "allowed_ips": sorted({str(network) for network in networks}),
+    }
+
+
+def _budget_clean(value: Decimal | str | None) -> Decimal | None:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    try:
+        amount = Decimal(str(value).strip())
+    except InvalidOperation:
+        raise KeyLimitsInvalid(f'budget {value!r} is not an amount such as "5.00".', param="budget") from None
+    places = MONEY["decimal_places"]
+    whole_digits = MONEY["max_digits"] - places
+    if not amount.is_finite() or amount < 0:
+        raise KeyLimitsInvalid("budget must be an amount of 0 or more.", param="budget")
+    if amount.adjusted() >= whole_digits or amount != amount.quantize(Decimal(1).scaleb(-places)):
+        raise KeyLimitsInvalid(
+            f"budget must have at most {places} decimal places and {whole_digits} digits before them.",
+            param="budget",
+        )
+    return amount
+
+
+def api_key_limits_set(*, api_key: ApiKey, limits: ApiKeyLimitsInput) -> list[str]:
+    """Store the key's limits (cleaned by `api_key_limits_clean`); returns the fields that changed.
+
+    The save bumps the configuration generation after commit (keys/apps.py), so every process applies
+    the new limits from its next call. Spend already counted in the key's windows stays counted."""
+    values = api_key_limits_clean(limits=limits)
+    changed = [name for name, value in values.items() if getattr(api_key, name) != value]
+    for name in changed:
+        setattr(api_key, name, values[name])
+    if changed:
+        api_key.save(update_fields=changed)
+    return changed
+
+
 def api_key_create(
-    *, account: Account, group: Group, label: str = "", expires_at: datetime | None = None
+    *,
+    account: Account,
+    group: Group,
+    label: str = "",
+    expires_at: datetime | None = None,
+    limits: ApiKeyLimitsInput | None = None,
 ) -> tuple[ApiKey, str]:
     """Create a key and return it with its secret. The secret exists only in this return value.
 
     The group must be one of the account's allowed groups (ApiKeyGroupNotAllowed otherwise): a key
-    serves only while it is (keys.group_access), so a key for any other group could never be used."""
+    serves only while it is (keys.group_access), so a key for any other group could never be used.
+    `limits`: the key's own limits (`api_key_limits_clean`; KeyLimitsInvalid before anything is
+    written)."""
+    limit_values = api_key_limits_clean(limits=limits or ApiKeyLimitsInput())
     if not account.allowed_groups.filter(pk=group.pk).exists():
         raise ApiKeyGroupNotAllowed(
             f"the group {group.name!r} is not among the groups {account.user.get_username()} may use"
@@ -60,6 +168,7 @@ def api_key_create(
         prefix=api_key_display_prefix(secret),
         key_hash=api_key_hash(secret),
         expires_at=expires_at,
+        **limit_values,
     )
     return api_key, secret
 
@@ -190,10 +299,18 @@ audit_logger = logging.getLogger("gateway.audit")
 
 
 def api_key_create_by_staff(
-    *, staff: User, account: Account, group: Group, label: str = "", expires_at: datetime | None = None
+    *,
+    staff: User,
+    account: Account,
+    group: Group,
+    label: str = "",
+    expires_at: datetime | None = None,
+    limits: ApiKeyLimitsInput | None = None,
 ) -> tuple[ApiKey, str]:
     """`api_key_create` on a staff user's behalf (the provisioning API), logged to `gateway.audit`."""
-    api_key, secret = api_key_create(account=account, group=group, label=label, expires_at=expires_at)
+    api_key, secret = api_key_create(
+        account=account, group=group, label=label, expires_at=expires_at, limits=limits
+    )
     audit_logger.info(
         "staff=%s action=api_key_create target=api_key:%s account=%s group=%s prefix=%s",
         staff.get_username(),
