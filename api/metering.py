@@ -31,6 +31,7 @@ from billing.subscriptions import subscription_hold_reserve
 from groups.models import Group
 from groups.snapshots import GroupSnapshot
 from keys.credentials import Credential
+from notifications.alerts import capture_with_alerts, charge_watch
 
 logger = logging.getLogger("gateway.billing")
 
@@ -100,12 +101,20 @@ class MeteredCall:
     slot). Each is safe to call more than once; the hold itself resolves exactly once."""
 
     def __init__(
-        self, *, usage: UsageScope, hold: Hold, slot: ConcurrencySlot | None, amount: Decimal
+        self,
+        *,
+        usage: UsageScope,
+        hold: Hold,
+        slot: ConcurrencySlot | None,
+        amount: Decimal,
+        subscription_caps: dict[str, Decimal | None] | None = None,
     ) -> None:
         self.usage = usage
         self.hold = hold
         self.slot = slot
         self.amount = amount
+        # A subscription hold's caps per window, which its capture's alerts watch.
+        self.subscription_caps = subscription_caps
         self.resolved = False
 
     def capture(self, *, amount: Decimal | None = None) -> bool:
@@ -118,7 +127,20 @@ class MeteredCall:
             return False
         self.resolved = True
         record = self.usage.record_build(status=200, error_code="")
-        captured = hold_capture(hold=self.hold, amount=amount, usage_record=record)
+        credential = self.usage.credential
+        # The alerts this charge may set off are written in its transaction (notifications/alerts.py);
+        # with no line it could cross, the capture runs alone.
+        watch = charge_watch(
+            account_id=credential.account.pk,
+            hold=self.hold,
+            subscription_caps=self.subscription_caps,
+            key_budget=credential.limits.budget,
+        )
+        captured = capture_with_alerts(
+            watch=watch,
+            capture=lambda: hold_capture(hold=self.hold, amount=amount, usage_record=record),
+            now=timezone.now(),
+        )
         if record.pk is not None:
             self.usage.record = record
         if captured:
@@ -180,7 +202,7 @@ def metered_begin(
     rate_limit_hit(limit_key=credential.limit_key, rpm=group.rpm)
     slot = concurrency_slot_acquire(limit_key=credential.limit_key, limit=group.concurrency)
     try:
-        hold = _reserve(
+        hold, caps = _reserve(
             credential=credential,
             group=group,
             model_id=model_id,
@@ -191,7 +213,7 @@ def metered_begin(
     except BaseException:
         concurrency_slot_release(slot=slot)
         raise
-    return MeteredCall(usage=usage, hold=hold, slot=slot, amount=amount)
+    return MeteredCall(usage=usage, hold=hold, slot=slot, amount=amount, subscription_caps=caps)
 
 
 def metered_call(
@@ -242,15 +264,24 @@ def _reserve(
     amount: Decimal,
     usage: UsageScope,
     now: datetime,
-) -> Hold:
+) -> tuple[Hold, dict[str, Decimal | None] | None]:
+    """The call's hold, and for a subscription hold its caps per window (for the capture's alerts)."""
     if group.billing == Group.Billing.SUBSCRIPTION:
         subscription = subscription_resolve_for_call(
             credential=credential, group=group, model_id=model_id, now=now
         )
-        return subscription_hold_reserve(
+        hold = subscription_hold_reserve(
             subscription=subscription, amount=amount, reference=usage.request_id, now=now
         )
-    return hold_reserve(account_id=credential.account.pk, amount=amount, reference=usage.request_id, now=now)
+        caps = {
+            "day": subscription.daily_limit,
+            "week": subscription.weekly_limit,
+            "month": subscription.monthly_limit,
+            "total": subscription.total_limit,
+        }
+        return hold, caps
+    hold = hold_reserve(account_id=credential.account.pk, amount=amount, reference=usage.request_id, now=now)
+    return hold, None
 
 
 def _release(*, hold: Hold) -> None:
