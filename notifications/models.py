@@ -30,7 +30,7 @@ class AlertSettings(models.Model):
     )
     balance_floor = models.DecimalField(null=True, blank=True, **MONEY)
     percentages = models.JSONField(default=default_percentages, blank=True)
-    webhook_url = models.URLField(max_length=500, blank=True, default="")
+    webhook_url = models.CharField(max_length=500, blank=True, default="")
     webhook_secret = models.CharField(max_length=100, blank=True, default="")
     email_enabled = models.BooleanField(default=True)
     floor_epoch = models.PositiveIntegerField(default=0)

@@ -30,7 +30,7 @@ class Migration(migrations.Migration):
                     "percentages",
                     models.JSONField(blank=True, default=notifications.models.default_percentages),
                 ),
-                ("webhook_url", models.URLField(blank=True, default="", max_length=500)),
+                ("webhook_url", models.CharField(blank=True, default="", max_length=500)),
                 ("webhook_secret", models.CharField(blank=True, default="", max_length=100)),
                 ("email_enabled", models.BooleanField(default=True)),
                 ("floor_epoch", models.PositiveIntegerField(default=0)),

@@ -11,6 +11,7 @@ from django.db import connection
 
 from billing.ledger import wallet_adjust, wallet_top_up
 from billing.models import LedgerEntry, Wallet
+from core.config_cache import config_cache_enabled
 from notifications.models import Notification
 from tests.billing.conftest import (
     BETA_PRICE,
@@ -90,6 +91,8 @@ def test_a_capture_that_cannot_cross_costs_one_read_and_stays_one_statement(alic
     with statements_sent() as sent:
         alpha_call(credential, alpha_group, FakeUpstream())
     if ON_POSTGRES:
+        if not config_cache_enabled():  # the thresholds are a query too without the shared cache
+            assert "notifications_alertsettings" in sent.pop(1).sql
         # Reserve, the one read of the counters, the capture: each in autocommit.
         assert [s.in_transaction for s in sent] == [False, False, False]
         assert "billing_wallet" in sent[1].sql and sent[1].sql.lstrip().startswith("(SELECT")
@@ -102,6 +105,8 @@ def test_an_account_without_a_floor_pays_nothing_for_alerts_on_a_wallet_call(ali
     with statements_sent() as sent:
         alpha_call(credential, alpha_group, FakeUpstream())
     if ON_POSTGRES:
+        if not config_cache_enabled():  # the thresholds are a query too without the shared cache
+            assert "notifications_alertsettings" in sent.pop(1).sql
         assert [s.in_transaction for s in sent] == [False, False]  # reserve, capture: as without alerts
     assert events() == []
 
