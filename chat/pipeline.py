@@ -12,7 +12,6 @@ sent. docs/text.md describes the rules.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
@@ -38,14 +37,13 @@ from api.stream_loop import CallerSocket, caller_socket
 from api.upstream_call import upstream_attempts_run
 from api.usage import UsageScope, usage_scope
 from billing.limits import rate_limit_hit
-from billing.usage import TokenCounts
 from chat.access import ResolvedTextModel, text_model_resolve
 from chat.answers import refusal_for_caller, tokens_charge
 from chat.families import CHAT, Family
 from chat.pricing import text_call_ceiling
 from chat.streaming import StreamBody, StreamedTextCall, stream_open, text_stream_relay
 from chat.token_count import messages_input_tokens
-from chat.translation import Route, Translation, translator_make
+from chat.translation import Route, Translation, translated_tokens_billed, translator_make
 from chat.validation import TextBody, input_ceiling_tokens, output_limit_validate, text_body_parse
 from core.errors import InvalidRequest, UpstreamFailed
 from core.metrics import stream_counted
@@ -363,7 +361,7 @@ def _produce(
             # The usage as the upstream reported it, every bucket kept: the caller's family may have
             # no field for some (Chat Completions has none for cache writes).
             seen = translator.tokens
-            tokens = None if seen is None else TokenCounts(**dataclasses.asdict(seen))
+            tokens = None if seen is None else translated_tokens_billed(seen)
         else:
             tokens = family.tokens_of(payload)
         return tokens_charge(usage=usage, resolved=resolved, tokens=tokens)

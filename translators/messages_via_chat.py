@@ -42,7 +42,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from translators import TranslatedCall, TranslatedTokens, TranslationRefused
-from translators.values import arguments_parsed, count, error_message, obj, string, text_joined
+from translators.chat_wire import chat_tokens
+from translators.values import arguments_parsed, error_message, obj, string, text_joined
 
 # Anthropic's error types by status (https://docs.anthropic.com/en/api/errors).
 _ERROR_TYPE = {
@@ -236,17 +237,6 @@ def _effort_of(thinking: Any) -> str | None:
     return "high"
 
 
-def _tokens_of(usage: Any) -> TranslatedTokens | None:
-    if not isinstance(usage, dict):
-        return None
-    prompt = count(usage.get("prompt_tokens"))
-    details = usage.get("prompt_tokens_details")
-    cached = min(count(details.get("cached_tokens")) if isinstance(details, dict) else 0, prompt)
-    return TranslatedTokens(
-        input=prompt - cached, cached=cached, output=count(usage.get("completion_tokens"))
-    )
-
-
 def _usage_body(tokens: TranslatedTokens | None) -> dict[str, int]:
     tokens = tokens or TranslatedTokens()
     return {
@@ -348,7 +338,7 @@ class MessagesViaChat:
                         "input": arguments_parsed(function.get("arguments")),
                     }
                 )
-        self.tokens = _tokens_of(obj(body).get("usage"))
+        self.tokens = chat_tokens(obj(body).get("usage"))
         return {
             "id": self._id,
             "type": "message",
@@ -381,7 +371,7 @@ class MessagesViaChat:
             return _event("error", {"type": "error", "error": {"type": "api_error", "message": message}})
         out = bytearray(self._start())
         if chunk.get("usage") is not None:
-            self.tokens = _tokens_of(chunk["usage"]) or self.tokens
+            self.tokens = chat_tokens(chunk["usage"]) or self.tokens
         choices = chunk.get("choices")
         choice = (
             choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
