@@ -237,6 +237,27 @@ def _effort_of(thinking: Any) -> str | None:
     return "high"
 
 
+def _response_format_of(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Anthropic's structured output (`output_config.format`, or the earlier `output_format`) as a
+    Chat Completions `response_format`: a JSON schema the answer must follow, strictly, as Anthropic
+    guarantees it. None when the caller asked for none."""
+    for param, value in (
+        ("output_config.format", obj(body.get("output_config")).get("format")),
+        ("output_format", body.get("output_format")),
+    ):
+        if value is None:
+            continue
+        if not isinstance(value, dict) or value.get("type") != "json_schema":
+            raise TranslationRefused(f"`{param}.type` is json_schema.", param=f"{param}.type")
+        if not isinstance(value.get("schema"), dict):
+            raise TranslationRefused(f"`{param}.schema` is a JSON schema object.", param=f"{param}.schema")
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": "output", "schema": value["schema"], "strict": True},
+        }
+    return None
+
+
 def _usage_body(tokens: TranslatedTokens | None) -> dict[str, int]:
     tokens = tokens or TranslatedTokens()
     return {
@@ -302,6 +323,9 @@ class MessagesViaChat:
         metadata = body.get("metadata")
         if isinstance(metadata, dict) and isinstance(metadata.get("user_id"), str):
             out["user"] = metadata["user_id"]
+        response_format = _response_format_of(body)
+        if response_format is not None:
+            out["response_format"] = response_format
         effort = _effort_of(body.get("thinking"))
         if effort is not None and self.openai:
             out["reasoning_effort"] = effort
