@@ -192,7 +192,7 @@ def image_fetch(*, url: str, upstream: UpstreamSnapshot) -> bytes:
         try:
             url_target_check(url=current, private_ok=private_ok)
         except UrlRefused as refused:
-            raise _fetch_error(f"image {refused.message}", url=url) from None
+            raise _fetch_error(f"image download refused: {refused.message}", url=url) from None
         with upstream_request(
             upstream=upstream,
             method="GET",
@@ -206,7 +206,7 @@ def image_fetch(*, url: str, upstream: UpstreamSnapshot) -> bytes:
                     peer=None if reply.proxied else reply.peer, port=origin.port, private_ok=private_ok
                 )
             except UrlRefused as refused:
-                raise _fetch_error(f"image {refused.message}", url=url) from None
+                raise _fetch_error(f"image download refused: {refused.message}", url=url) from None
             if reply.is_redirect:
                 try:
                     current = urljoin(current, reply.headers.get("Location", ""))
