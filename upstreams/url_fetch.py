@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from urllib.parse import urljoin
 
 from upstreams.errors import UpstreamError, UrlRefused
+from upstreams.providers.base import USER_AGENT
 from upstreams.ssrf import peer_address_check, url_target_check
 from upstreams.transport import CONNECT_TIMEOUT_SECONDS, Transport, UpstreamReply
 
@@ -47,7 +48,7 @@ def url_fetch(*, url: str, deadline: float, max_bytes: int, media_types: frozens
                 current,
                 timeout=(min(CONNECT_TIMEOUT_SECONDS, remaining), remaining),
                 stream=True,
-                headers={"Accept": ", ".join(sorted(media_types))},
+                headers={"Accept": ", ".join(sorted(media_types)), "User-Agent": USER_AGENT},
             )
         except UpstreamError as failed:
             raise _failed(failed) from None

@@ -56,16 +56,18 @@ HEIC = b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + b"\x00" * 64
 
 class ImageServer:
     """A real HTTP server on a loopback address: each path answers (status, headers, body, delay);
-    `received` lists the paths asked, in order."""
+    `received` lists the paths asked, in order, and `headers` their requests' headers."""
 
     def __init__(self, host: str = "127.0.0.1") -> None:
         self.routes: dict[str, tuple[int, dict[str, str], bytes, float]] = {}
         self.received: list[str] = []
+        self.headers: list[dict[str, str]] = []
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 server.received.append(self.path)
+                server.headers.append({name.lower(): value for name, value in self.headers.items()})
                 status, headers, body, delay = server.routes.get(self.path, (404, {}, b"", 0.0))
                 time.sleep(delay)
                 self.send_response(status)
@@ -254,6 +256,9 @@ def test_an_image_link_reaches_gemini_as_its_bytes_and_the_call_is_charged_exact
     else:
         assert text_of(response.json()) == "A red square"
     assert images.received == ["/photos/square.png"]
+    sent_headers = images.headers[0]
+    assert "authorization" not in sent_headers and "x-goog-api-key" not in sent_headers
+    assert sent_headers["user-agent"].startswith("image-gateway/") and "cookie" not in sent_headers
     gemini_call = next(call for call in upstream.calls if call.request.url.startswith(GEMINI_BASE))
     assert inline_parts(gemini_call) == [{"mimeType": "image/png", "data": base64.b64encode(png).decode()}]
     sent = json.loads(gemini_call.request.body)
