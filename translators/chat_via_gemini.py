@@ -4,9 +4,11 @@
 Request (Chat Completions → generateContent):
 - `system` and `developer` messages become `systemInstruction`; user and assistant turns `contents`
   with roles user and model (consecutive turns of one role merged); text parts `text` parts, an
-  image given as a `data:` URL an `inlineData` part (an image by link is refused: Gemini would need
-  its bytes, and a translator fetches nothing); the assistant's `tool_calls` `functionCall` parts
-  (ids kept) and each `tool` message a `functionResponse` part named after the call it answers.
+  image given as a `data:` URL an `inlineData` part (Gemini needs an image's bytes; the pipeline
+  downloads a caller's http(s) image links and gives this translator a body with their bytes as
+  `data:` URLs, chat/image_links.py, so a link that reaches it is refused); the assistant's
+  `tool_calls` `functionCall` parts (ids kept) and each `tool` message a `functionResponse` part
+  named after the call it answers.
 - `tools` (functions) become `functionDeclarations` with the parameters as `parametersJsonSchema`;
   `tool_choice` none/auto/required/a named function becomes the calling mode NONE/AUTO/ANY/ANY with
   that function allowed.
@@ -16,8 +18,8 @@ Request (Chat Completions → generateContent):
   low/medium/high a thinking budget of 1,024/8,192/24,576 tokens, its thoughts included.
 - Dropped: `user`, `parallel_tool_calls`, `seed`, penalties, `logit_bias`, `store`, `metadata`,
   `service_tier`, `stream_options` (the usage chunk is made from Gemini's `usageMetadata` when asked).
-- Refused with a 400 naming the field: `n` > 1, `logprobs`, audio, files, an image by link, tools
-  that are not functions.
+- Refused with a 400 naming the field: `n` > 1, `logprobs`, audio, files, an image URL that is not
+  a `data:` URL, tools that are not functions.
 
 Answer (generateContent → Chat Completions): the first candidate's text parts as the content, its
 thought parts as `reasoning_content`, its `functionCall` parts as `tool_calls` (an id made when Gemini
@@ -47,7 +49,7 @@ def _image_part(part: Mapping[str, Any], *, param: str) -> dict[str, Any]:
     url = string(obj(part.get("image_url")).get("url")) or string(part.get("image_url"))
     if not url or not url.startswith("data:"):
         raise TranslationRefused(
-            "Give images to this model as data: URLs (base64); it cannot be sent a link.",
+            "Give images to this model as base64 data: URLs or as http(s) links.",
             param=f"{param}.image_url",
         )
     head, _, data = url.partition(",")
