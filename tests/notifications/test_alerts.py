@@ -13,6 +13,7 @@ from billing.ledger import wallet_adjust, wallet_top_up
 from billing.models import LedgerEntry, Wallet
 from core.config_cache import config_cache_enabled
 from notifications.models import Notification
+from notifications.services import AlertSettingsInput, alert_settings_set
 from tests.billing.conftest import (
     BETA_PRICE,
     FakeUpstream,
@@ -206,3 +207,17 @@ def test_a_failed_subscription_call_writes_no_event(carol, beta_group, beta_mode
     with pytest.raises(UpstreamError):
         beta_call(credential_for(carol), beta_group, FakeUpstream(fail=True), now=WEDNESDAY_NOON)
     assert events() == []
+
+
+def test_new_settings_apply_from_the_next_call(alice, alpha_group, alpha_model):
+    credential = credential_for(alice)
+    alpha_call(credential, alpha_group, FakeUpstream(), request_id="r1")  # 9.85; "no floor" is cached
+    alert_settings_set(
+        account=alice,
+        values=AlertSettingsInput(
+            balance_floor="9.80", percentages=[80, 100], webhook_url="", email_enabled=True
+        ),
+    )
+    alpha_call(credential, alpha_group, FakeUpstream(), request_id="r2")  # 9.70: below the new floor
+    [event] = events()
+    assert event.threshold == Decimal("9.80")
