@@ -23,6 +23,7 @@ those captures read it, so that capture takes the transactional path and writes 
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from django.db.models.functions import Cast
 
 from billing.models import Hold, KeyBudgetUsage, LedgerEntry, SubscriptionUsage, Wallet
 from billing.money import money_str
+from billing.statements import on_postgresql, sql_names, statement_run
 from billing.windows import PERIOD_WINDOWS, TOTAL_WINDOW_START, window_end
 from core.modelutils import MONEY
 from notifications.models import AlertSettings, Notification
@@ -242,7 +244,102 @@ def _percentage_lines(
 
 def _counters_read(*, watch: ChargeWatch) -> list[tuple[str, str, Any]]:
     """One query: each counter the watch needs as (tag, window or epoch, value), and the events
-    already written for its lines as (subject, window, threshold)."""
+    already written for its lines as (subject, window, threshold). On PostgreSQL one prepared
+    statement run as the billing statements are (`_counters_read_statement`); elsewhere (SQLite) the
+    ORM's union of the same reads."""
+    if on_postgresql():
+        return _counters_read_statement(watch=watch)
+    return _counters_read_orm(watch=watch)
+
+
+@functools.cache
+def counters_read_sql(*, floor: bool, windows: tuple[str, ...], key: bool) -> str:
+    """The PostgreSQL form of the counters' read, for one shape of watch: one row of scalar
+    subqueries (the available balance and the floor's arming; each capped window's use; the key's
+    window's use) and the array of the events already written for the watch's lines. Identifiers
+    come from the models' _meta (`sql_names`), every value is a bound parameter."""
+    w, a, u = sql_names(Wallet), sql_names(AlertSettings), sql_names(SubscriptionUsage)
+    k, n = sql_names(KeyBudgetUsage), sql_names(Notification)
+    epoch = f"(SELECT {a.floor_epoch}::text FROM {a.table} WHERE {a.account_id} = %(account_id)s)"  # noqa: S608
+    available = f"(SELECT {w.balance} - {w.held} FROM {w.table} WHERE {w.account_id} = %(account_id)s)"  # noqa: S608
+    columns, emitted = [], []
+    if floor:
+        columns += [available, epoch]
+        emitted.append(
+            f"({n.kind} = %(floor_kind)s AND {n.subject} = %(floor_subject)s"
+            f" AND {n.threshold} = %(floor)s AND {n.window} = {epoch})"
+        )
+    for window in windows:
+        used = f"SELECT {u.used} FROM {u.table} WHERE {u.subscription_id} = %(subscription_id)s"  # noqa: S608
+        columns.append(
+            f"({used} AND {u.window} = %({window}_window)s AND {u.window_start} = %({window}_start)s)"
+        )
+        emitted.append(
+            f"({n.kind} = %(cap_kind)s AND {n.subject} = %({window}_subject)s"
+            f" AND {n.window} = %({window}_start)s::text)"
+        )
+    if key:
+        used = f"SELECT {k.used} FROM {k.table} WHERE {k.api_key_id} = %(api_key_id)s"  # noqa: S608
+        columns.append(f"({used} AND {k.window} = %(key_window)s AND {k.window_start} = %(key_start)s)")
+        emitted.append(
+            f"({n.kind} = %(key_kind)s AND {n.subject} = %(key_subject)s"
+            f" AND {n.window} = %(key_start)s::text)"
+        )
+    written = f"{n.subject} || ' ' || {n.window} || ' ' || {n.threshold}::text"
+    columns.append(
+        f"ARRAY(SELECT {written} FROM {n.table}"  # noqa: S608
+        f" WHERE {n.account_id} = %(account_id)s AND ({' OR '.join(emitted)}))"
+    )
+    return "SELECT " + ", ".join(columns)
+
+
+def _counters_read_statement(*, watch: ChargeWatch) -> list[tuple[str, str, Any]]:
+    windows = tuple(cap.window for cap in watch.caps)
+    params: dict[str, Any] = {"account_id": watch.account_id}
+    if watch.floor is not None:
+        params.update(
+            floor=watch.floor, floor_kind=Notification.Kind.BALANCE_FLOOR, floor_subject=FLOOR_SUBJECT
+        )
+    for cap in watch.caps:
+        params[f"{cap.window}_window"] = cap.window
+        params[f"{cap.window}_start"] = cap.start
+        params[f"{cap.window}_subject"] = f"subscription:{watch.subscription_id}:{cap.window}"
+    if watch.caps:
+        params.update(subscription_id=watch.subscription_id, cap_kind=Notification.Kind.SUBSCRIPTION_CAP)
+    if watch.budget is not None:
+        params.update(
+            api_key_id=watch.api_key_id,
+            key_window=watch.budget.window,
+            key_start=watch.budget.start,
+            key_kind=Notification.Kind.KEY_BUDGET,
+            key_subject=f"key:{watch.api_key_id}",
+        )
+    sql = counters_read_sql(floor=watch.floor is not None, windows=windows, key=watch.budget is not None)
+    row = statement_run(sql, params)
+    assert row is not None  # a SELECT without FROM always returns its one row
+    values = list(row)
+    rows: list[tuple[str, str, Any]] = []
+    if watch.floor is not None:
+        available, epoch = values.pop(0), values.pop(0)
+        if available is not None:
+            rows.append((AVAILABLE, "", available))
+        if epoch is not None:
+            rows.append((EPOCH, epoch, None))
+    for cap in watch.caps:
+        used = values.pop(0)
+        if used is not None:
+            rows.append((cap.window, cap.start.isoformat(), used))
+    if watch.budget is not None:
+        used = values.pop(0)
+        if used is not None:
+            rows.append((KEY, watch.budget.start.isoformat(), used))
+    for written in values.pop(0):
+        subject, window, threshold = written.split(" ")
+        rows.append((subject, window, Decimal(threshold)))
+    return rows
+
+
+def _counters_read_orm(*, watch: ChargeWatch) -> list[tuple[str, str, Any]]:
     text, money = CharField(), DecimalField(**MONEY)
     parts: list[QuerySet[Any, Any]] = []
     emitted = Q()

@@ -96,7 +96,7 @@ def test_a_capture_that_cannot_cross_costs_one_read_and_stays_one_statement(alic
             assert "notifications_alertsettings" in sent.pop(1).sql
         # Reserve, the one read of the counters, the capture: each in autocommit.
         assert [s.in_transaction for s in sent] == [False, False, False]
-        assert "billing_wallet" in sent[1].sql and sent[1].sql.lstrip().startswith("(SELECT")
+        assert "billing_wallet" in sent[1].sql and sent[1].sql.lstrip().startswith("SELECT")
     assert events() == []
 
 
