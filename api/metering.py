@@ -18,6 +18,7 @@ from api.usage import UsageScope
 from billing.errors import InsufficientBalance, SubscriptionInvalid, SubscriptionNotFound
 from billing.holds import hold_capture, hold_release, hold_reserve
 from billing.idempotency import idempotency_charge_note
+from billing.key_budgets import key_budget_for
 from billing.limits import (
     ConcurrencySlot,
     concurrency_slot_acquire,
@@ -265,13 +266,25 @@ def _reserve(
     usage: UsageScope,
     now: datetime,
 ) -> tuple[Hold, dict[str, Decimal | None] | None]:
-    """The call's hold, and for a subscription hold its caps per window (for the capture's alerts)."""
+    """The wallet's or the subscription's hold, and with it, in the same transaction, the count in
+    the key's budget window when the credential is an API key with a budget (docs/billing.md, "Key
+    budgets"); a key without one costs no statement more. For a subscription hold, its caps per
+    window too, which the capture's alerts watch."""
+    key_budget = key_budget_for(
+        api_key_id=credential.api_key_id,
+        budget=credential.limits.budget,
+        period=credential.limits.budget_period,
+    )
     if group.billing == Group.Billing.SUBSCRIPTION:
         subscription = subscription_resolve_for_call(
             credential=credential, group=group, model_id=model_id, now=now
         )
         hold = subscription_hold_reserve(
-            subscription=subscription, amount=amount, reference=usage.request_id, now=now
+            subscription=subscription,
+            amount=amount,
+            reference=usage.request_id,
+            now=now,
+            key_budget=key_budget,
         )
         caps = {
             "day": subscription.daily_limit,
@@ -280,7 +293,13 @@ def _reserve(
             "total": subscription.total_limit,
         }
         return hold, caps
-    hold = hold_reserve(account_id=credential.account.pk, amount=amount, reference=usage.request_id, now=now)
+    hold = hold_reserve(
+        account_id=credential.account.pk,
+        amount=amount,
+        reference=usage.request_id,
+        now=now,
+        key_budget=key_budget,
+    )
     return hold, None
 
 
