@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
@@ -426,15 +427,15 @@ def balance_floor_rearm(*, instance: LedgerEntry, created: bool, **_: Any) -> No
     ).update(floor_epoch=F("floor_epoch") + 1)
 
 
-def capture_with_alerts(*, watch: ChargeWatch | None, capture: Any, now: datetime) -> bool:
+def capture_with_alerts(*, watch: ChargeWatch | None, capture: Callable[[], bool], now: datetime) -> bool:
     """Run `capture()` (a hold's capture, True when it charged) and write the events of the lines it
     crossed in the same transaction. Without a watch, or when the one read says no line can be
     newly reached, the capture runs alone, as it always does. An event that cannot be written (a
     database error) is logged and the charge stays: a served call is charged whatever its alerts."""
     if watch is None or not charge_crossing_possible(watch=watch):
-        return bool(capture())
+        return capture()
     with transaction.atomic():
-        captured = bool(capture())
+        captured = capture()
         if captured:
             try:
                 with transaction.atomic():  # a savepoint: a refused insert leaves the charge standing

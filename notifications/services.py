@@ -80,19 +80,19 @@ def alert_settings_set(*, account: Account, values: AlertSettingsInput) -> tuple
     clean = alert_settings_clean(values=values)
     with transaction.atomic():
         current = AlertSettings.objects.select_for_update().filter(account_id=account.pk).first()
-        settings = current if current is not None else AlertSettings(account_id=account.pk)
+        row = current if current is not None else AlertSettings(account_id=account.pk)
         new_secret = None
-        if clean.webhook_url and not settings.webhook_secret:
+        if clean.webhook_url and not row.webhook_secret:
             new_secret = webhook_secret_generate()
-            settings.webhook_secret = new_secret
-        settings.balance_floor = clean.balance_floor
-        settings.percentages = clean.percentages
-        settings.webhook_url = clean.webhook_url
-        settings.email_enabled = clean.email_enabled
+            row.webhook_secret = new_secret
+        row.balance_floor = clean.balance_floor
+        row.percentages = clean.percentages
+        row.webhook_url = clean.webhook_url
+        row.email_enabled = clean.email_enabled
         if current is None:
-            settings.save(force_insert=True)
+            row.save(force_insert=True)
         else:
-            settings.save(
+            row.save(
                 update_fields=[
                     "balance_floor",
                     "percentages",
@@ -102,19 +102,19 @@ def alert_settings_set(*, account: Account, values: AlertSettingsInput) -> tuple
                     "updated_at",
                 ]
             )
-    return settings, new_secret
+    return row, new_secret
 
 
 def alert_webhook_secret_rotate(*, account: Account) -> str:
     """A new signing secret for the account's webhook (the old one stops signing at once)."""
     secret = webhook_secret_generate()
     with transaction.atomic():
-        settings = AlertSettings.objects.select_for_update().filter(account_id=account.pk).first()
-        if settings is None:
-            settings = AlertSettings(account_id=account.pk, percentages=list(DEFAULT_PERCENTAGES))
-            settings.webhook_secret = secret
-            settings.save(force_insert=True)
+        row = AlertSettings.objects.select_for_update().filter(account_id=account.pk).first()
+        if row is None:
+            row = AlertSettings(account_id=account.pk, percentages=list(DEFAULT_PERCENTAGES))
+            row.webhook_secret = secret
+            row.save(force_insert=True)
         else:
-            settings.webhook_secret = secret
-            settings.save(update_fields=["webhook_secret", "updated_at"])
+            row.webhook_secret = secret
+            row.save(update_fields=["webhook_secret", "updated_at"])
     return secret
