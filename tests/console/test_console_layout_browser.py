@@ -22,6 +22,7 @@ PAGES = {
     "keys": "/console/keys/",
     "key-revoke": "/console/keys/{key}/revoke/",
     "usage": "/console/usage/",
+    "alerts": "/console/alerts/",
     "playground": "/console/playground/",
     "chat-playground": "/console/playground/chat/",
     "applications": "/console/applications/",
