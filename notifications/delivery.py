@@ -16,6 +16,7 @@ import functools
 import json
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,12 +26,12 @@ from django.conf import settings
 from django.core.mail import send_mail
 from django.db import connection, transaction
 from django.utils import timezone
-from upstreams.ssrf import peer_address_check
 
 from notifications.models import AlertSettings, Notification
 from notifications.signing import EVENT_ID_HEADER, SIGNATURE_HEADER, signature_header
 from notifications.targets import webhook_target_check
 from upstreams.errors import UrlRefused
+from upstreams.ssrf import peer_address_check
 from upstreams.transport import UpstreamReply
 
 logger = logging.getLogger("gateway.notifications")
@@ -87,11 +88,22 @@ def notifications_claim(*, now: datetime, limit: int) -> list[Notification]:
     return claimed
 
 
-def notifications_deliver_due(*, now: datetime | None = None, limit: int = 50) -> DeliveryCounts:
-    """One round of the worker: claim what is due and send it. `now` moves the clock (tests)."""
+def notifications_deliver_due(
+    *, now: datetime | None = None, limit: int = 50, stopping: Callable[[], bool] | None = None
+) -> DeliveryCounts:
+    """One round of the worker: claim what is due and send it. `now` moves the clock (tests). When
+    `stopping()` turns true between two events, the events claimed and not yet sent are handed back
+    (due again at once, for another worker) and the round ends."""
     moment = now or timezone.now()
     counts = DeliveryCounts()
-    for notification in notifications_claim(now=moment, limit=limit):
+    claimed = notifications_claim(now=moment, limit=limit)
+    for index, notification in enumerate(claimed):
+        if stopping is not None and stopping():
+            unsent = [n.pk for n in claimed[index:]]
+            Notification.objects.filter(pk__in=unsent, status=Notification.Status.PENDING).update(
+                next_attempt_at=moment
+            )
+            break
         counts += notification_deliver(notification=notification, now=moment)
     return counts
 

@@ -15,6 +15,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from billing.ledger import wallet_top_up
 from notifications.delivery import BACKOFF_SECONDS, MAX_ATTEMPTS, notifications_deliver_due
 from notifications.models import Notification
 from notifications.signing import signature_verify
@@ -186,3 +187,24 @@ def test_the_command_delivers_once(alice, alpha_group, alpha_model, local_receiv
     assert Notification.objects.get().status == "delivered"
     assert len(local_receiver.received) == 1
     assert Decimal(json.loads(local_receiver.received[0].body)["data"]["floor"]) == Decimal("9.9")
+
+
+def test_a_stopping_worker_hands_back_what_it_claimed_and_did_not_send(
+    alice, bob, alpha_group, alpha_model, local_receiver
+):
+    wallet_top_up(account=bob, amount="10", reference="test")
+    for account in (alice, bob):
+        alerts_set(account, floor="9.90", webhook_url=local_receiver.url, webhook_secret=SECRET)
+        alpha_call(credential_for(account), alpha_group, FakeUpstream(), request_id=f"r{account.pk}")
+    moment = timezone.now()
+
+    def stopping():  # asked before each event: stop once one has been sent
+        return len(local_receiver.received) >= 1
+
+    counts = notifications_deliver_due(now=moment, stopping=stopping)
+
+    assert counts.delivered == 1 and len(local_receiver.received) == 1
+    delivered, handed_back = Notification.objects.order_by("status")  # "delivered" < "pending"
+    assert delivered.status == "delivered"
+    assert (handed_back.status, handed_back.attempts, handed_back.next_attempt_at) == ("pending", 0, moment)
+    assert notifications_deliver_due(now=moment).delivered == 1  # due again at once

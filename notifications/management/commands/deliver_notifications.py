@@ -27,7 +27,7 @@ class Command(BaseCommand):
                 signal.signal(signum, lambda *_: stop.set())
         limit = max(1, batch_size)
         while True:
-            counts = notifications_deliver_due(limit=limit)
+            counts = notifications_deliver_due(limit=limit, stopping=stop.is_set)
             if once:
                 self.stdout.write(
                     f"Delivered {counts.delivered}, retrying {counts.retried}, failed {counts.failed}, "
