@@ -32,7 +32,7 @@ from billing.subscriptions import subscription_hold_reserve
 from groups.models import Group
 from groups.snapshots import GroupSnapshot
 from keys.credentials import Credential
-from notifications.alerts import capture_with_alerts, charge_watch
+from notifications.alerts import capture_with_alerts
 
 logger = logging.getLogger("gateway.billing")
 
@@ -131,14 +131,11 @@ class MeteredCall:
         credential = self.usage.credential
         # The alerts this charge may set off are written in its transaction (notifications/alerts.py);
         # with no line it could cross, the capture runs alone.
-        watch = charge_watch(
+        captured = capture_with_alerts(
             account_id=credential.account.pk,
             hold=self.hold,
             subscription_caps=self.subscription_caps,
             key_budget=credential.limits.budget,
-        )
-        captured = capture_with_alerts(
-            watch=watch,
             capture=lambda: hold_capture(hold=self.hold, amount=amount, usage_record=record),
             now=timezone.now(),
         )

@@ -32,7 +32,7 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models import CharField, DecimalField, F, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Cast
 
@@ -427,12 +427,31 @@ def balance_floor_rearm(*, instance: LedgerEntry, created: bool, **_: Any) -> No
     ).update(floor_epoch=F("floor_epoch") + 1)
 
 
-def capture_with_alerts(*, watch: ChargeWatch | None, capture: Callable[[], bool], now: datetime) -> bool:
-    """Run `capture()` (a hold's capture, True when it charged) and write the events of the lines it
-    crossed in the same transaction. Without a watch, or when the one read says no line can be
-    newly reached, the capture runs alone, as it always does. An event that cannot be written (a
-    database error) is logged and the charge stays: a served call is charged whatever its alerts."""
-    if watch is None or not charge_crossing_possible(watch=watch):
+def capture_with_alerts(
+    *,
+    account_id: int,
+    hold: Hold,
+    subscription_caps: dict[str, Decimal | None] | None,
+    key_budget: Decimal | None,
+    capture: Callable[[], bool],
+    now: datetime,
+) -> bool:
+    """Run `capture()` (the capture of `hold`, True when it charged) and write the events of the
+    lines it crossed in the same transaction (`charge_watch` says what it could cross). Without a
+    line, or when the one read says none can be newly reached, the capture runs alone, as it always
+    does. A served call is charged whatever its alerts: a database error while reading the lines
+    runs the capture alone, and an event that cannot be written leaves the charge standing; both
+    are logged."""
+    try:
+        watch = charge_watch(
+            account_id=account_id, hold=hold, subscription_caps=subscription_caps, key_budget=key_budget
+        )
+        crossing = watch is not None and charge_crossing_possible(watch=watch)
+    except DatabaseError:
+        # The capture's own statement reconnects after a restart of PostgreSQL (statement_run).
+        logger.exception("could not read the alert lines of request %s; capturing without", hold.reference)
+        watch, crossing = None, False
+    if watch is None or not crossing:
         return capture()
     with transaction.atomic():
         captured = capture()
@@ -440,6 +459,6 @@ def capture_with_alerts(*, watch: ChargeWatch | None, capture: Callable[[], bool
             try:
                 with transaction.atomic():  # a savepoint: a refused insert leaves the charge standing
                     charge_alerts_write(watch=watch, now=now)
-            except Exception:
-                logger.exception("could not write the alerts of account %s's charge", watch.account_id)
+            except DatabaseError:
+                logger.exception("could not write the alerts of request %s", hold.reference)
     return captured

@@ -221,3 +221,20 @@ def test_new_settings_apply_from_the_next_call(alice, alpha_group, alpha_model):
     alpha_call(credential, alpha_group, FakeUpstream(), request_id="r2")  # 9.70: below the new floor
     [event] = events()
     assert event.threshold == Decimal("9.80")
+
+
+def test_a_call_is_charged_when_its_alerts_cannot_be_read(alice, alpha_group, alpha_model):
+    alerts_set(alice, floor="9.90")
+    table = connection.ops.quote_name(Notification._meta.db_table)
+    moved = connection.ops.quote_name("notifications_moved_away")
+    with connection.cursor() as cursor:  # the outbox is unreadable: its table is not where it was
+        cursor.execute(f"ALTER TABLE {table} RENAME TO {moved}")
+    try:
+        alpha_call(credential_for(alice), alpha_group, FakeUpstream())
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"ALTER TABLE {moved} RENAME TO {table}")
+    charge = LedgerEntry.objects.get(kind="charge")
+    assert (charge.amount, charge.balance_after) == (Decimal("-0.15"), Decimal("9.85"))
+    assert Wallet.objects.get(account=alice).held == 0
+    assert events() == []
