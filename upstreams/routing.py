@@ -5,7 +5,8 @@ a many-to-many field called `upstreams`; a call names the model by its label and
 enabled upstreams are read once per configuration generation and kept per process as snapshots
 (`GenerationCache`, core/config_cache.py): every write to an upstream, a model or a model's upstream
 list bumps the generation after commit, so the next call on every process routes by the new rows.
-The order is drawn anew for every call from the cached candidates.
+The order is drawn anew for every call from the cached candidates; a call that names a conversation
+goes first, among the upstreams of a priority, to the one that answered it before (upstreams/affinity.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from django.apps import apps
 
 from core.config_cache import GenerationCache
+from upstreams.affinity import Affinity, affinity_upstream_get
 from upstreams.models import Upstream
 from upstreams.snapshots import UpstreamSnapshot
 
@@ -32,12 +34,21 @@ class _Tier:
 _candidates: GenerationCache[tuple[_Tier, ...]] = GenerationCache(name="model_upstreams")
 
 
-def upstreams_for_model(*, model_label: str, model_pk: int) -> list[UpstreamSnapshot]:
+def upstreams_for_model(
+    *, model_label: str, model_pk: int, affinity: Affinity | None = None
+) -> list[UpstreamSnapshot]:
     """Enabled upstreams of the model `model_label` ("app_label.ModelName") with primary key
     `model_pk`, by priority (lower first); within a priority, a weighted random order drawn for this
-    call."""
+    call, after the upstream that last answered the call's conversation (`affinity`) when it is
+    among them."""
     key = (model_label.lower(), model_pk)
     tiers = _candidates.get_or_load(key, lambda: _tiers_load(model_label=model_label, model_pk=model_pk))
+    # Asked only when a priority has a choice to make (one cache read).
+    sticky = (
+        affinity_upstream_get(affinity=affinity)
+        if affinity is not None and any(len(tier.upstreams) > 1 for tier in tiers)
+        else None
+    )
     ordered: list[UpstreamSnapshot] = []
     for tier in tiers:
         if len(tier.upstreams) == 1:
@@ -45,6 +56,11 @@ def upstreams_for_model(*, model_label: str, model_pk: int) -> list[UpstreamSnap
             continue
         pool = list(tier.upstreams)
         weights = list(tier.weights)
+        for index, upstream in enumerate(pool):
+            if upstream.pk == sticky:
+                ordered.append(pool.pop(index))
+                weights.pop(index)
+                break
         while pool:
             # Weighted choice without replacement: weight w is picked first w/total of the time.
             index = random.choices(range(len(pool)), weights=weights)[0]
