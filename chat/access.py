@@ -22,8 +22,8 @@ from core.errors import MODEL_NOT_ALLOWED, MODEL_NOT_FOUND, InvalidRequest, NotF
 from groups.snapshots import GroupSnapshot
 from keys.credentials import Credential
 from keys.group_access import group_resolve_for_credential, models_invoke_check
-from upstreams.affinity import Affinity, affinity_make, affinity_matters
-from upstreams.routing import upstreams_for_model
+from upstreams.affinity import Affinity, affinity_make
+from upstreams.routing import upstreams_route
 from upstreams.snapshots import UpstreamSnapshot
 
 UNSUPPORTED_ENDPOINT = "unsupported_endpoint"
@@ -35,7 +35,7 @@ class ResolvedTextModel:
     text_model: TextModelSnapshot
     upstreams: list[UpstreamSnapshot]  # in the order this call tries them
     translations: dict[str, Translation]  # how each kind among them serves the caller's family
-    # The call's conversation, when it names one and stickiness can choose among the upstreams.
+    # The call's conversation, when it names one and stickiness has a choice to make.
     affinity: Affinity | None = None
 
     @property
@@ -79,9 +79,8 @@ def text_model_resolve(
         conversation_key=conversation_key,
         seconds=text_model.sticky_seconds,
     )
-    upstreams = upstreams_for_model(
-        model_label=text_model.model_label, model_pk=text_model.pk, affinity=affinity
-    )
+    routed = upstreams_route(model_label=text_model.model_label, model_pk=text_model.pk, affinity=affinity)
+    upstreams = routed.upstreams
     kinds = sorted({upstream.kind for upstream in upstreams})
     translations = {kind: translation_for(family=family, kind=kind) for kind in kinds}
     if any(translation is None for translation in translations.values()):
@@ -97,5 +96,5 @@ def text_model_resolve(
         text_model=text_model,
         upstreams=upstreams,
         translations={kind: translation for kind, translation in translations.items() if translation},
-        affinity=affinity if affinity_matters(upstreams=upstreams) else None,
+        affinity=routed.affinity,
     )

@@ -5,7 +5,8 @@ misses the cache at each switch. So a call that names its conversation (the call
 `prompt_cache_key`; the endpoint family says which field) goes first to the upstream that last
 answered that conversation on that model, among the upstreams of that upstream's priority: it takes
 the place of the weighted draw and never puts a fallback (a higher priority number) before a preferred
-upstream. An upstream disabled since is no longer among the model's upstreams, and one whose circuit
+upstream. Only a model with two upstreams of one priority (counting disabled ones) has a choice to
+make; for any other, the mapping is neither read nor written (upstreams.routing.upstreams_route). An upstream disabled since is no longer among the model's upstreams, and one whose circuit
 is open is skipped by the resilience rules (upstreams/resilience.py): the call then goes in the normal
 order, and the mapping moves to the upstream that answered (`affinity_upstream_record`, after every
 call that an upstream answered).
@@ -21,7 +22,7 @@ Stickiness never fails a call.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -31,7 +32,6 @@ from django.core.cache.backends.locmem import LocMemCache
 from django.core.cache.backends.redis import RedisCache
 
 from core.redis_health import RedisUnavailable, redis_fail_open, redis_guarded
-from upstreams.snapshots import UpstreamSnapshot
 
 T = TypeVar("T")
 
@@ -58,12 +58,6 @@ def affinity_make(
         return None
     material = f"{model_label.lower()}:{model_pk}\n{conversation_key}".encode("utf-8", "surrogatepass")
     return Affinity(key=f"{AFFINITY_PREFIX}{hashlib.sha256(material).hexdigest()}", seconds=seconds)
-
-
-def affinity_matters(*, upstreams: Sequence[UpstreamSnapshot]) -> bool:
-    """Whether stickiness can change where a call goes: two of the upstreams share a priority (it
-    chooses only among the upstreams of one priority)."""
-    return len({upstream.priority for upstream in upstreams}) < len(upstreams)
 
 
 def affinity_upstream_get(*, affinity: Affinity) -> int | None:

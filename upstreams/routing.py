@@ -12,6 +12,7 @@ goes first, among the upstreams of a priority, to the one that answered it befor
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import dataclass
 
 from django.apps import apps
@@ -30,27 +31,49 @@ class _Tier:
     weights: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class _Candidates:
+    """A model's enabled upstreams by priority, and whether stickiness has a choice to make: some
+    priority has two upstreams or more, counting disabled ones (a conversation on an upstream
+    disabled since must move to the one that answers)."""
+
+    tiers: tuple[_Tier, ...]
+    choosing: bool
+
+
+@dataclass(frozen=True)
+class RoutedUpstreams:
+    """A call's upstreams in the order it tries them, and its conversation for the upstream that
+    answers to keep (None when it names none, or when stickiness has no choice to make)."""
+
+    upstreams: list[UpstreamSnapshot]
+    affinity: Affinity | None
+
+
 # Keyed by (model label, model id): bounded by the configuration.
-_candidates: GenerationCache[tuple[_Tier, ...]] = GenerationCache(name="model_upstreams")
+_candidates: GenerationCache[_Candidates] = GenerationCache(name="model_upstreams")
 
 
-def upstreams_for_model(
-    *, model_label: str, model_pk: int, affinity: Affinity | None = None
-) -> list[UpstreamSnapshot]:
+def upstreams_for_model(*, model_label: str, model_pk: int) -> list[UpstreamSnapshot]:
     """Enabled upstreams of the model `model_label` ("app_label.ModelName") with primary key
     `model_pk`, by priority (lower first); within a priority, a weighted random order drawn for this
-    call, after the upstream that last answered the call's conversation (`affinity`) when it is
-    among them."""
+    call."""
+    return upstreams_route(model_label=model_label, model_pk=model_pk, affinity=None).upstreams
+
+
+def upstreams_route(*, model_label: str, model_pk: int, affinity: Affinity | None) -> RoutedUpstreams:
+    """As `upstreams_for_model`, a call naming a conversation (`affinity`) trying first, among the
+    upstreams of its priority, the one that last answered that conversation."""
     key = (model_label.lower(), model_pk)
-    tiers = _candidates.get_or_load(key, lambda: _tiers_load(model_label=model_label, model_pk=model_pk))
-    # Asked only when a priority has a choice to make (one cache read).
-    sticky = (
-        affinity_upstream_get(affinity=affinity)
-        if affinity is not None and any(len(tier.upstreams) > 1 for tier in tiers)
-        else None
+    candidates = _candidates.get_or_load(
+        key, lambda: _candidates_load(model_label=model_label, model_pk=model_pk)
     )
+    if not candidates.choosing:
+        affinity = None
+    # One cache read, only where stickiness can choose.
+    sticky = affinity_upstream_get(affinity=affinity) if affinity is not None else None
     ordered: list[UpstreamSnapshot] = []
-    for tier in tiers:
+    for tier in candidates.tiers:
         if len(tier.upstreams) == 1:
             ordered.append(tier.upstreams[0])
             continue
@@ -66,19 +89,23 @@ def upstreams_for_model(
             index = random.choices(range(len(pool)), weights=weights)[0]
             ordered.append(pool.pop(index))
             weights.pop(index)
-    return ordered
+    return RoutedUpstreams(upstreams=ordered, affinity=affinity)
 
 
-def _tiers_load(*, model_label: str, model_pk: int) -> tuple[_Tier, ...]:
+def _candidates_load(*, model_label: str, model_pk: int) -> _Candidates:
     # The reverse name of the model's `upstreams` field, e.g. `image_models` for images.ImageModel.
     relation = apps.get_model(model_label)._meta.get_field("upstreams").related_query_name()
     by_priority: dict[int, list[UpstreamSnapshot]] = {}
-    for upstream in Upstream.objects.filter(enabled=True, **{relation: model_pk}):
-        by_priority.setdefault(upstream.priority, []).append(UpstreamSnapshot.from_model(upstream))
-    return tuple(
+    configured: Counter[int] = Counter()
+    for upstream in Upstream.objects.filter(**{relation: model_pk}):
+        configured[upstream.priority] += 1
+        if upstream.enabled:
+            by_priority.setdefault(upstream.priority, []).append(UpstreamSnapshot.from_model(upstream))
+    tiers = tuple(
         _Tier(
             upstreams=tuple(by_priority[priority]),
             weights=tuple(upstream.weight for upstream in by_priority[priority]),
         )
         for priority in sorted(by_priority)
     )
+    return _Candidates(tiers=tiers, choosing=any(count > 1 for count in configured.values()))

@@ -1,4 +1,4 @@
-"""Sticky routing in the domain (upstreams/affinity.py): the order `upstreams_for_model` gives a call
+"""Sticky routing in the domain (upstreams/affinity.py): the order `upstreams_route` gives a call
 naming a conversation, what the resilience loop records, the mapping's keys and lifetime, and where it
 lives with Redis, without it, and while it is down (failing open or closed)."""
 
@@ -18,18 +18,11 @@ from tests.factories import text_model_make
 from tests.process_state import redis_health_fresh
 from tests.redis_process import redis_process
 from upstreams import affinity as affinity_module
-from upstreams.affinity import (
-    Affinity,
-    affinity_make,
-    affinity_matters,
-    affinity_upstream_get,
-    affinity_upstream_record,
-)
+from upstreams.affinity import Affinity, affinity_make, affinity_upstream_get, affinity_upstream_record
 from upstreams.providers.base import UpstreamError
 from upstreams.resilience import upstream_call_resilient
-from upstreams.routing import upstreams_for_model
+from upstreams.routing import upstreams_route
 from upstreams.services import upstream_upsert
-from upstreams.snapshots import UpstreamSnapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -45,7 +38,7 @@ def clean_cache():
     cache.clear()
 
 
-def upstream(name: str, *, priority: int = 0):
+def upstream(name: str, *, priority: int = 0, enabled: bool = True):
     row, _ = upstream_upsert(
         name=name,
         kind="demo",
@@ -54,7 +47,7 @@ def upstream(name: str, *, priority: int = 0):
         timeout_seconds=30,
         priority=priority,
         weight=1,
-        enabled=True,
+        enabled=enabled,
     )
     return row
 
@@ -71,14 +64,16 @@ def conversation(model, key: str = "conversation-1", seconds: int = 60) -> Affin
 
 def firsts(model, affinity: Affinity | None) -> Counter:
     return Counter(
-        upstreams_for_model(model_label=LABEL, model_pk=model.pk, affinity=affinity)[0].name
+        upstreams_route(model_label=LABEL, model_pk=model.pk, affinity=affinity).upstreams[0].name
         for _ in range(DRAWS)
     )
 
 
 def orders(model, affinity: Affinity | None) -> set[tuple[str, ...]]:
     return {
-        tuple(u.name for u in upstreams_for_model(model_label=LABEL, model_pk=model.pk, affinity=affinity))
+        tuple(
+            u.name for u in upstreams_route(model_label=LABEL, model_pk=model.pk, affinity=affinity).upstreams
+        )
         for _ in range(DRAWS)
     }
 
@@ -124,16 +119,22 @@ def test_a_disabled_upstream_is_passed_over(chat_group, django_capture_on_commit
     assert set(firsts(model, sticky)) == {"a", "b"}
 
 
-def test_stickiness_matters_only_where_a_priority_has_a_choice(chat_group):
-    def snapshots(*priorities: int) -> list[UpstreamSnapshot]:
-        return [
-            UpstreamSnapshot.from_model(upstream(f"u{index}", priority=priority))
-            for index, priority in enumerate(priorities)
-        ]
+@pytest.mark.parametrize(
+    ("upstreams", "kept"),
+    [
+        ([("a", 0, True)], False),
+        ([("a", 0, True), ("b", 1, True)], False),  # a fallback is never chosen by stickiness
+        ([("a", 0, True), ("b", 0, True)], True),
+        ([("a", 0, True), ("b", 0, False)], True),  # a conversation on `b` must move to `a`
+    ],
+)
+def test_a_conversation_is_kept_only_where_a_priority_has_a_choice(chat_group, upstreams, kept):
+    model = model_of(chat_group, *(upstream(n, priority=p, enabled=e) for n, p, e in upstreams))
+    sticky = conversation(model)
 
-    assert not affinity_matters(upstreams=snapshots(0))
-    assert not affinity_matters(upstreams=snapshots(0, 1))
-    assert affinity_matters(upstreams=snapshots(0, 1, 1))
+    routed = upstreams_route(model_label=LABEL, model_pk=model.pk, affinity=sticky)
+
+    assert routed.affinity == (sticky if kept else None)
 
 
 def test_the_mapping_is_keyed_by_a_digest_of_the_model_and_the_conversation(chat_group):
@@ -252,7 +253,7 @@ def test_the_upstream_that_answers_after_a_failover_keeps_the_conversation(chat_
         return "answer"
 
     result, answered = upstream_call_resilient(
-        upstreams=upstreams_for_model(model_label=LABEL, model_pk=model.pk, affinity=sticky),
+        upstreams=upstreams_route(model_label=LABEL, model_pk=model.pk, affinity=sticky).upstreams,
         attempt=attempt,
         classify=classify,
         affinity=sticky,
@@ -273,7 +274,7 @@ def test_a_call_that_no_upstream_answers_leaves_the_mapping_alone(chat_group):
 
     with pytest.raises(RuntimeError):
         upstream_call_resilient(
-            upstreams=upstreams_for_model(model_label=LABEL, model_pk=model.pk, affinity=sticky),
+            upstreams=upstreams_route(model_label=LABEL, model_pk=model.pk, affinity=sticky).upstreams,
             attempt=attempt,
             classify=classify,
             affinity=sticky,
