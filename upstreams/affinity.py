@@ -5,11 +5,12 @@ misses the cache at each switch. So a call that names its conversation (the call
 `prompt_cache_key`; the endpoint family says which field) goes first to the upstream that last
 answered that conversation on that model, among the upstreams of that upstream's priority: it takes
 the place of the weighted draw and never puts a fallback (a higher priority number) before a preferred
-upstream. Only a model with two upstreams of one priority (counting disabled ones) has a choice to
-make; for any other, the mapping is neither read nor written (upstreams.routing.upstreams_route). An upstream disabled since is no longer among the model's upstreams, and one whose circuit
+upstream. An upstream disabled since is no longer among the model's upstreams, and one whose circuit
 is open is skipped by the resilience rules (upstreams/resilience.py): the call then goes in the normal
 order, and the mapping moves to the upstream that answered (`affinity_upstream_record`, after every
-call that an upstream answered).
+call that an upstream answered). Only a model with two upstreams of one priority (counting disabled
+ones) has a choice to make; for any other the mapping is neither read nor written
+(upstreams.routing.upstreams_route).
 
 The mapping: `affinity:<SHA-256 of the model and the conversation key>` -> upstream id, so no caller
 text is stored; it expires `seconds` after the last call that used it (the model's `sticky_seconds`).
