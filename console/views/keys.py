@@ -92,7 +92,9 @@ class ApiKeysView(ConsoleView):
             "form": form,
             "keys": keys,
             "key_rows": queries.key_rows(api_keys=keys),
-            "group_models": queries.key_group_models(groups=list(form.fields["group"].queryset)),
+            "group_models": queries.key_group_models(
+                groups=queries.key_groups_for_account(account=self.account)
+            ),
             **extra,
         }
         return self.render("console/keys.html", context, status=status)
