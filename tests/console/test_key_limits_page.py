@@ -138,6 +138,8 @@ def test_the_limits_page_changes_and_unsets_limits(alice_client, limited_key):
     assert "¥0.00 of ¥20.00 this week, resets" in response.content.decode()
 
 
+# The credential cache is invalidated once the change commits.
+@pytest.mark.django_db(transaction=True)
 def test_a_change_applies_from_the_keys_next_authentication(alice_client, alice, alpha_group):
     api_key, secret = api_key_create(account=alice, group=alpha_group)
     assert credential_verify(secret=secret).limits.rpm is None
