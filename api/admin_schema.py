@@ -62,7 +62,8 @@ _LIMIT_PROPERTIES = {
         "type": "array",
         "items": {"type": "string"},
         "maxItems": 100,
-        "description": "Model ids of the key's group it may call; empty: all of them.",
+        "nullable": True,
+        "description": "Model ids of the key's group it may call; empty (or null): all of them.",
     },
     "rpm": {"type": "integer", "minimum": 1, "nullable": True, "description": "Requests per minute."},
     "tpm": {
@@ -75,7 +76,8 @@ _LIMIT_PROPERTIES = {
         "type": "array",
         "items": {"type": "string", "example": "10.0.0.0/8"},
         "maxItems": 100,
-        "description": "CIDR networks or addresses the caller must call from; empty: any.",
+        "nullable": True,
+        "description": "CIDR networks or addresses the caller must call from; empty (or null): any.",
     },
 }
 ADMIN_KEY_CREATE = component_register(
