@@ -174,6 +174,7 @@ class GroupEntry(Entry):
     billing: column(Group, "billing") = "balance"
     allow_group_override: column(Group, "allow_group_override") = False
     rpm: column(Group, "rpm") = 0
+    tpm: column(Group, "tpm") = 0
     concurrency: column(Group, "concurrency") = 0
 
     def problems(self, config: ConfigFile) -> list[str]:
@@ -196,6 +197,7 @@ def groups_apply(entries: list[GroupEntry], path: Path) -> Iterator[str]:
             billing=e.billing,
             allow_group_override=e.allow_group_override,
             rpm=e.rpm,
+            tpm=e.tpm,
             concurrency=e.concurrency,
         )
         yield outcome
