@@ -13,6 +13,7 @@ class GroupAdmin(admin.ModelAdmin):
         "billing",
         "allow_group_override",
         "rpm",
+        "tpm",
         "concurrency",
     )
     list_filter = ("status", "billing", "image_enabled", "allow_group_override")

@@ -8,6 +8,7 @@ from django.core.cache.backends.locmem import LocMemCache
 
 from billing import limits
 from core import redis_health
+from upstreams import affinity
 
 
 def redis_health_fresh(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -22,3 +23,10 @@ def limits_local_fresh(monkeypatch: pytest.MonkeyPatch) -> None:
     """New per-process rate counters and concurrency slots (used without Redis or while it is down)."""
     monkeypatch.setattr(limits, "_local", LocMemCache("igw-limits-test", {}))
     monkeypatch.setattr(limits, "_local_slots", limits._LocalSlots())
+
+
+def affinity_local_fresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new per-process memory of sticky routing (used without Redis or while it is down)."""
+    fresh = LocMemCache("igw-affinity-test", {})
+    fresh.clear()  # caches of one name share their entries
+    monkeypatch.setattr(affinity, "_local", fresh)

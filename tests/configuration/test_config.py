@@ -104,6 +104,22 @@ def test_it_applies_the_issue_example(tmp_path):
     assert subscription.expires_at.year == 2027
 
 
+def test_a_groups_tpm_is_loaded_like_its_rpm(tmp_path):
+    config_load(path=write(tmp_path, VALID.replace("rpm = 60\n", "rpm = 60\ntpm = 100000\n", 1)))
+
+    assert Group.objects.get(name="Alpha-Image").tpm == 100_000
+    assert Group.objects.get(name="Beta-API").tpm == 0  # unset: unlimited
+
+    config_load(path=write(tmp_path, VALID))  # taken out of the file: back to unlimited
+    assert Group.objects.get(name="Alpha-Image").tpm == 0
+
+
+def test_a_negative_tpm_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"groups\[0\] \(Alpha-Image\): tpm"):
+        config_load(path=write(tmp_path, VALID.replace("rpm = 60\n", "rpm = 60\ntpm = -1\n", 1)))
+    assert not Group.objects.filter(name="Alpha-Image").exists()
+
+
 def test_it_changes_nothing_when_applied_twice(tmp_path):
     path = write(tmp_path, VALID)
     config_load(path=path)

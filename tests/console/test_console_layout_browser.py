@@ -21,6 +21,7 @@ PAGES = {
     "overview": "/console/",
     "keys": "/console/keys/",
     "key-revoke": "/console/keys/{key}/revoke/",
+    "key-limits": "/console/keys/{key}/limits/",
     "usage": "/console/usage/",
     "alerts": "/console/alerts/",
     "playground": "/console/playground/",
