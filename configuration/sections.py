@@ -175,6 +175,7 @@ class GroupEntry(Entry):
     allow_group_override: column(Group, "allow_group_override") = False
     rpm: column(Group, "rpm") = 0
     concurrency: column(Group, "concurrency") = 0
+    tpm: column(Group, "tpm") = 0
 
     def problems(self, config: ConfigFile) -> list[str]:
         existing = Group.objects.filter(name=self.name).values_list("id", flat=True).first()
@@ -197,6 +198,7 @@ def groups_apply(entries: list[GroupEntry], path: Path) -> Iterator[str]:
             allow_group_override=e.allow_group_override,
             rpm=e.rpm,
             concurrency=e.concurrency,
+            tpm=e.tpm,
         )
         yield outcome
 

@@ -14,6 +14,7 @@ class GroupAdmin(admin.ModelAdmin):
         "allow_group_override",
         "rpm",
         "concurrency",
+        "tpm",
     )
     list_filter = ("status", "billing", "image_enabled", "allow_group_override")
     search_fields = ("name", "=id")

@@ -14,6 +14,7 @@ def group_upsert(
     allow_group_override: bool,
     rpm: int,
     concurrency: int,
+    tpm: int = 0,
 ) -> tuple[Group, str]:
     return model_upsert(
         Group,
@@ -26,5 +27,6 @@ def group_upsert(
             "allow_group_override": allow_group_override,
             "rpm": rpm,
             "concurrency": concurrency,
+            "tpm": tpm,
         },
     )
