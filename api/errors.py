@@ -101,6 +101,7 @@ DOMAIN_ERRORS: dict[type[DomainError], HttpError] = {
     upstreams.UpstreamsRateLimited: _TOO_MANY,
     upstreams.UpstreamsFailed: HttpError(502, "upstream_error"),
     upstreams.UpstreamDeadlineExceeded: HttpError(504, "upstream_error"),
+    upstreams.UrlRefused: _BAD_REQUEST,
 }
 
 

@@ -20,6 +20,7 @@ from api.usage import UsageScope
 from billing.errors import InsufficientBalance, SubscriptionInvalid, SubscriptionNotFound
 from billing.holds import hold_capture, hold_release, hold_reserve
 from billing.idempotency import idempotency_charge_note
+from billing.key_budgets import key_budget_for
 from billing.limits import (
     ConcurrencySlot,
     concurrency_slot_acquire,
@@ -306,14 +307,32 @@ def _reserve(
     usage: UsageScope,
     now: datetime,
 ) -> Hold:
+    """The wallet's or the subscription's hold, and with it, in the same transaction, the count in
+    the key's budget window when the credential is an API key with a budget (docs/billing.md, "Key
+    budgets"); a key without one costs no statement more."""
+    key_budget = key_budget_for(
+        api_key_id=credential.api_key_id,
+        budget=credential.limits.budget,
+        period=credential.limits.budget_period,
+    )
     if group.billing == Group.Billing.SUBSCRIPTION:
         subscription = subscription_resolve_for_call(
             credential=credential, group=group, model_id=model_id, now=now
         )
         return subscription_hold_reserve(
-            subscription=subscription, amount=amount, reference=usage.request_id, now=now
+            subscription=subscription,
+            amount=amount,
+            reference=usage.request_id,
+            now=now,
+            key_budget=key_budget,
         )
-    return hold_reserve(account_id=credential.account.pk, amount=amount, reference=usage.request_id, now=now)
+    return hold_reserve(
+        account_id=credential.account.pk,
+        amount=amount,
+        reference=usage.request_id,
+        now=now,
+        key_budget=key_budget,
+    )
 
 
 def _release(*, hold: Hold) -> None:

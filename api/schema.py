@@ -117,6 +117,39 @@ ME = component_register(
                     "label": {"type": "string"},
                     "group": {**_GROUP, "nullable": True, "description": "API keys: the bound group."},
                     "scopes": {"type": "array", "items": {"type": "string"}, "description": "OAuth tokens."},
+                    "limits": {
+                        "type": "object",
+                        "description": "API keys: the key's own limits; null (or empty) where unset.",
+                        "properties": {
+                            "budget": {**_MONEY, "nullable": True},
+                            "budget_period": {
+                                "type": "string",
+                                "enum": ["daily", "weekly", "monthly", "total"],
+                                "nullable": True,
+                            },
+                            "models": {"type": "array", "items": {"type": "string"}},
+                            "rpm": {"type": "integer", "nullable": True},
+                            "tpm": {"type": "integer", "nullable": True},
+                            "allowed_ips": {"type": "array", "items": {"type": "string"}},
+                        },
+                    },
+                    "budget_window": {
+                        "type": "object",
+                        "nullable": True,
+                        "description": "API keys with a budget: its current window (GATEWAY_TIMEZONE) "
+                        "and its spend, calls in flight included; null without a budget.",
+                        "properties": {
+                            "start": {"type": "string", "format": "date-time"},
+                            "end": {
+                                "type": "string",
+                                "format": "date-time",
+                                "nullable": True,
+                                "description": "null for the total budget, which never resets.",
+                            },
+                            "used": _MONEY,
+                            "remaining": _MONEY,
+                        },
+                    },
                 },
             },
             "user": {

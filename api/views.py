@@ -16,12 +16,12 @@ from rest_framework.response import Response
 from accounts.models import Account
 from accounts.selectors import account_get_for_profile
 from api.base import GatewayAPIView
-from api.bodies import usage_totals_body
+from api.bodies import api_key_limits_body, budget_window_body, usage_totals_body
 from api.catalog import ListedModel, model_get_for_credential, model_list_for_credential
 from api.schema import me_schema, model_detail_schema, model_list_schema
 from billing.models import Wallet
 from billing.money import money_str
-from billing.selectors import usage_totals_get
+from billing.selectors import api_key_budget_window_get, usage_totals_get
 from core.errors import INSUFFICIENT_SCOPE, MODEL_NOT_FOUND, InvalidRequest, NotFound, PermissionDenied, Shape
 from groups.models import Group
 from groups.snapshots import GroupSnapshot
@@ -185,9 +185,16 @@ class ModelDetailView(ModelCatalogView):
 
 
 def _credential_part(credential: Credential) -> dict[str, Any]:
+    """What the credential is; an API key with its own limits and the spend of its budget window."""
     part: dict[str, Any] = {"type": credential.kind, "label": credential.label}
     if credential.kind == "api_key":
         part["group"] = _group_summary(credential.bound_group) if credential.bound_group else None
+        limits = credential.limits
+        part["limits"] = api_key_limits_body(limits)
+        window = api_key_budget_window_get(
+            api_key_id=credential.id, budget=limits.budget, budget_period=limits.budget_period
+        )
+        part["budget_window"] = None if window is None else budget_window_body(window)
     else:
         part["scopes"] = sorted(credential.scopes)
     return part

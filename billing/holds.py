@@ -20,11 +20,21 @@ from django.db.models import F
 from django.utils import timezone
 
 from billing.errors import InsufficientBalance
+from billing.key_budgets import (
+    KeyBudget,
+    KeyBudgetReached,
+    key_budget_count_orm,
+    key_budget_give_back_orm,
+    key_budget_hold_values,
+    key_budget_refusal,
+    key_budget_statement_params,
+)
 from billing.models import Hold, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
 from billing.money import money_display, money_parse, money_sql
 from billing.statements import (
     hold_capture_sql,
     hold_release_sql,
+    hold_reserve_keyed_sql,
     hold_reserve_sql,
     on_postgresql,
     statement_instance,
@@ -53,6 +63,7 @@ def hold_reserve(
     reference: str,
     now: datetime | None = None,
     ttl_seconds: int | None = None,
+    key_budget: KeyBudget | None = None,
 ) -> Hold:
     """Reserve `amount` of the account's available balance (balance - held) for one call.
 
@@ -60,6 +71,11 @@ def hold_reserve(
     Hold row is written with it, all or nothing. Nothing is reserved when it does not: 403
     billing_error INSUFFICIENT_BALANCE. Available balance therefore never goes below zero, whatever
     the concurrency. On PostgreSQL this is one statement in autocommit (one round trip).
+
+    `key_budget`: the call is made with an API key that has a budget; the amount is counted in the
+    key's current window in the same transaction (billing/key_budgets.py), and a window without room
+    refuses the call with 429 USAGE_LIMIT_EXCEEDED, nothing reserved. On PostgreSQL that is one
+    statement in a transaction (BEGIN, the statement, COMMIT).
     """
     value = money_parse(amount)
     moment = now or timezone.now()
@@ -71,9 +87,13 @@ def hold_reserve(
         "owner": process_owner(),
         "created_at": moment,
         "expires_at": hold_expiry(now=moment, ttl_seconds=ttl_seconds),
+        **key_budget_hold_values(key_budget=key_budget, now=moment),
     }
-    reserve = _hold_reserve_statement if on_postgresql() else _hold_reserve_orm
-    hold = reserve(account_id=account_id, values=values)
+    if key_budget is not None:
+        hold = _hold_reserve_keyed(account_id=account_id, values=values, key_budget=key_budget)
+    else:
+        reserve = _hold_reserve_statement if on_postgresql() else _hold_reserve_orm
+        hold = reserve(account_id=account_id, values=values)
     if hold is None:
         raise InsufficientBalance(
             f"Insufficient balance: this call costs {money_display(value)} and the account's "
@@ -112,6 +132,36 @@ def _hold_reserve_orm(*, account_id: int, values: dict[str, Any]) -> Hold | None
         return hold
 
 
+def _hold_reserve_keyed(*, account_id: int, values: dict[str, Any], key_budget: KeyBudget) -> Hold | None:
+    """The wallet hold of a call on a key with a budget: the wallet, then the key's window, in one
+    transaction (the lock order capture and release keep too). None: the balance does not cover it;
+    the key's window refusing raises UsageLimitExceeded. Either way nothing stays reserved."""
+    try:
+        with transaction.atomic():
+            if not on_postgresql():
+                hold = _hold_reserve_orm(account_id=account_id, values=values)
+                if hold is not None:
+                    key_budget_count_orm(values=values, key_budget=key_budget)
+                return hold
+            params = {
+                "account_id": account_id,
+                **values,
+                **key_budget_statement_params(key_budget=key_budget),
+            }
+            row = statement_run(hold_reserve_keyed_sql(), params)
+            assert row is not None  # the final SELECT always returns one row
+            reserved, hold_id, wallet_id = row
+            if not reserved:
+                return None
+            if hold_id is None:
+                raise KeyBudgetReached  # rolls back the wallet's reservation
+            return statement_instance(Hold, {"id": hold_id, "wallet_id": wallet_id, **values})
+    except KeyBudgetReached:
+        raise key_budget_refusal(
+            key_budget=key_budget, amount=values["amount"], now=values["created_at"]
+        ) from None
+
+
 # --- Capture -----------------------------------------------------------------------------------------
 
 
@@ -142,6 +192,9 @@ def hold_capture(
     deleted meanwhile), the failed statement changed nothing: the hold is captured without it and the
     record is left unsaved (pk None) for the caller to write, so a successful call is still charged
     and answered.
+
+    A hold counted in an API key's budget window gives that window back what it did not charge, in
+    the same statement (PostgreSQL) or transaction, only when this caller won the transition.
     """
     moment = now or timezone.now()
     charge = hold.amount if amount is None else min(money_parse(amount), hold.amount)
@@ -190,7 +243,8 @@ def _hold_capture_statement(
     if usage_record is not None:
         for field in usage_record_fields():
             params[f"usage_{field.attname}"] = getattr(usage_record, field.attname)
-    row = statement_run(hold_capture_sql(recorded=usage_record is not None), params)
+    sql = hold_capture_sql(recorded=usage_record is not None, keyed=bool(hold.key_window))
+    row = statement_run(sql, params)
     assert row is not None  # the final SELECT always returns one row
     if usage_record is not None:
         usage_record.pk, usage_record.amount = row[1], row[2]
@@ -228,6 +282,9 @@ def _hold_capture_orm(
                     balance_after=wallet.balance - charge,
                     reference=hold.reference,
                 )
+        if won:
+            # After the wallet's row, as the reservation locked them.
+            key_budget_give_back_orm(hold=hold, amount=hold.amount - charge, now=now)
         if usage_record is not None:
             # What this capture charged; a hold no longer open charged nothing.
             usage_record.amount = charge if won else Decimal("0")
@@ -261,7 +318,8 @@ def hold_release(*, hold: Hold, now: datetime | None = None, expired: bool = Fal
 
     Exactly once: True only for the caller that moved the hold out of `open`; a hold already captured
     or released is left alone (False). `expired` marks a release by release_stale_holds. A wallet
-    hold's release is one statement on PostgreSQL.
+    hold's release is one statement on PostgreSQL. A hold counted in an API key's budget window gives
+    all of it back to that window with the same statement (or transaction), by the winner only.
     """
     moment = now or timezone.now()
     status = Hold.Status.EXPIRED if expired else Hold.Status.RELEASED
@@ -278,7 +336,7 @@ def _hold_release_statement(*, hold: Hold, now: datetime, status: str) -> bool:
         "status": status,
         "now": now,
     }
-    row = statement_run(hold_release_sql(), params)
+    row = statement_run(hold_release_sql(keyed=bool(hold.key_window)), params)
     return bool(row and row[0])
 
 
@@ -298,6 +356,8 @@ def _hold_release_orm(*, hold: Hold, now: datetime, status: str) -> bool:
             )
         else:
             _subscription_windows_give_back(hold=hold, amount=hold.amount)
+        # After the wallet's row (or the subscription's counters), as the reservation locked them.
+        key_budget_give_back_orm(hold=hold, amount=hold.amount, now=now)
         return True
 
 

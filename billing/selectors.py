@@ -158,8 +158,9 @@ def ledger_check() -> list[LedgerProblem]:
     """Every broken billing invariant, read from one consistent snapshot of the database.
 
     For every wallet: balance = sum of its ledger entries = the last entry's balance_after;
-    held = sum of its open holds; available = balance - held >= 0. For every subscription counter:
-    used = sum of its open and captured holds in that window, and used >= 0.
+    held = sum of its open holds; available = balance - held >= 0. For every subscription counter
+    and every API key's budget window: used = sum of its open and captured holds in that window, and
+    used >= 0.
     """
     with transaction.atomic():
         if connection.vendor == "postgresql" and len(connection.atomic_blocks) == 1:
@@ -167,7 +168,7 @@ def ledger_check() -> list[LedgerProblem]:
             # broken invariant. Must be the transaction's first statement (not possible when nested).
             with connection.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        return _wallet_problems() + _subscription_usage_problems()
+        return _wallet_problems() + _subscription_usage_problems() + _key_budget_usage_problems()
 
 
 def _wallet_problems() -> list[LedgerProblem]:
@@ -248,6 +249,38 @@ def _subscription_usage_problems() -> list[LedgerProblem]:
             problems.append(
                 LedgerProblem(
                     f"subscription #{counted_in[0]} {counted_in[1]} window from {counted_in[2]}",
+                    f"no usage counter, but holds of {money_display(want)} count in it",
+                )
+            )
+    return problems
+
+
+def _key_budget_usage_problems() -> list[LedgerProblem]:
+    counted = (Hold.Status.OPEN, Hold.Status.CAPTURED)
+    holds = Hold.objects.filter(api_key__isnull=False, status__in=counted).exclude(key_window="")
+    expected: dict[tuple[int, str, object], Decimal] = {
+        (row["api_key_id"], row["key_window"], row["key_window_start"]): money_exact(row["total"])
+        for row in holds.values("api_key_id", "key_window", "key_window_start").annotate(
+            total=Sum(Coalesce("captured_amount", "amount"))
+        )
+    }
+    problems = []
+    for usage in KeyBudgetUsage.objects.order_by("pk"):
+        identity = (usage.api_key_id, usage.window, usage.window_start)
+        want = expected.pop(identity, Decimal("0"))
+        if usage.used != want or usage.used < 0:
+            problems.append(
+                LedgerProblem(
+                    f"API key #{usage.api_key_id} budget {usage.window} window from {usage.window_start}",
+                    f"used {money_display(usage.used)} != sum of its open and captured holds "
+                    f"{money_display(want)}",
+                )
+            )
+    for (api_key_id, window, start), want in expected.items():
+        if want != 0:
+            problems.append(
+                LedgerProblem(
+                    f"API key #{api_key_id} budget {window} window from {start}",
                     f"no usage counter, but holds of {money_display(want)} count in it",
                 )
             )

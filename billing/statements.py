@@ -23,7 +23,7 @@ import psycopg
 from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connection, connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from billing.models import Hold, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
+from billing.models import Hold, KeyBudgetUsage, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
 from billing.windows import WINDOW_ORDER
 from core.db import database_reconnect, session_ended_before_statement
 
@@ -177,12 +177,62 @@ def hold_reserve_sql(*, own_transaction: bool) -> str:
         )
         INSERT INTO {h.table} (
             {h.kind}, {h.wallet_id}, {h.amount}, {h.status}, {h.reference}, {h.owner}, {h.created_at},
-            {h.expires_at}
+            {h.expires_at}, {h.api_key_id}, {h.key_window}, {h.key_window_start}
         )
         SELECT %(kind)s, reserved.wallet_id, %(amount)s, %(status)s, %(reference)s, %(owner)s,
-            %(created_at)s, %(expires_at)s
+            %(created_at)s, %(expires_at)s, %(api_key_id)s, %(key_window)s, %(key_window_start)s
         FROM reserved{" CROSS JOIN no_flush_wait" if own_transaction else ""}
         RETURNING {h.id}, {h.wallet_id}
+    """  # noqa: S608 - identifiers from the models' _meta, values bound as parameters
+
+
+def _key_counted_cte(*, after: str) -> str:
+    """The CTE `key_counted`: the call's amount counted in its key's budget window, an upsert as a
+    subscription window's (created at `amount` on the window's first call, else raised with the
+    conditional `used + amount <= budget`, evaluated on the locked, committed row). It runs only once
+    `after` (the wallet's or the last subscription window's CTE) has returned its row: that data
+    dependency takes the locks in one order, the wallet (or the subscription's counters) before the
+    key's, as capture and release take them too, so they cannot deadlock."""
+    k = sql_names(KeyBudgetUsage)
+    key = f"{k.api_key_id}, {k.window}, {k.window_start}"
+    return f"""
+        key_counted AS (
+            INSERT INTO {k.table} AS counter ({key}, {k.used}, {k.updated_at})
+            SELECT %(api_key_id)s, %(key_window)s, %(key_window_start)s, %(amount)s, %(key_updated_at)s
+            WHERE EXISTS (SELECT FROM {after}) AND %(amount)s <= %(key_budget)s
+            ON CONFLICT ({key}) DO UPDATE SET {k.used} = counter.{k.used} + EXCLUDED.{k.used},
+                {k.updated_at} = EXCLUDED.{k.updated_at}
+            WHERE counter.{k.used} + EXCLUDED.{k.used} <= %(key_budget)s
+            RETURNING 1
+        )"""  # noqa: S608 - identifiers from the models' _meta, values bound as parameters
+
+
+@functools.cache
+def hold_reserve_keyed_sql() -> str:
+    """Reserve a call on an API key with a budget as ONE statement, run in a transaction: the wallet's
+    conditional UPDATE (as `hold_reserve_sql`), then the key's window (`_key_counted_cte`), then the
+    hold, written only when both counted and naming the key's window. A refusal by the key's window
+    after the wallet reserved is rolled back by the transaction. The result: whether the wallet
+    reserved, then the hold's id and wallet id (NULL when refused)."""
+    w, h = sql_names(Wallet), sql_names(Hold)
+    return f"""
+        WITH reserved AS (
+            UPDATE {w.table} SET {w.held} = {w.held} + %(amount)s, {w.updated_at} = %(created_at)s
+            WHERE {w.account_id} = %(account_id)s AND {w.balance} >= {w.held} + %(amount)s
+            RETURNING {w.id} AS wallet_id
+        ),{_key_counted_cte(after="reserved")},
+        held AS (
+            INSERT INTO {h.table} (
+                {h.kind}, {h.wallet_id}, {h.amount}, {h.status}, {h.reference}, {h.owner}, {h.created_at},
+                {h.expires_at}, {h.api_key_id}, {h.key_window}, {h.key_window_start}
+            )
+            SELECT %(kind)s, reserved.wallet_id, %(amount)s, %(status)s, %(reference)s, %(owner)s,
+                %(created_at)s, %(expires_at)s, %(api_key_id)s, %(key_window)s, %(key_window_start)s
+            FROM reserved
+            WHERE EXISTS (SELECT FROM key_counted)
+            RETURNING {h.id} AS id, {h.wallet_id} AS wallet_id
+        )
+        SELECT EXISTS (SELECT FROM reserved), (SELECT id FROM held), (SELECT wallet_id FROM held)
     """  # noqa: S608 - identifiers from the models' _meta, values bound as parameters
 
 
@@ -191,8 +241,23 @@ def usage_record_fields() -> list[models.Field[Any, Any]]:
     return [field for field in UsageRecord._meta.concrete_fields if not field.primary_key]
 
 
+def _key_given_back_cte(*, source: str, amount: str) -> str:
+    """The start of the CTE `key_given_back`: `amount` (an expression over `source`, the CTE of the
+    hold's won transition) goes back to the key window the hold names; the caller closes its WHERE
+    clause and the parenthesis."""
+    k = sql_names(KeyBudgetUsage)
+    return f"""
+        key_given_back AS (
+            UPDATE {k.table} SET {k.used} = {k.table}.{k.used} - ({amount}), {k.updated_at} = %(now)s
+            FROM {source}
+            WHERE {k.table}.{k.api_key_id} = {source}.api_key_id
+                AND {k.table}.{k.window} = {source}.key_window
+                AND {k.table}.{k.window_start} = {source}.key_window_start
+                AND {amount} > 0"""  # noqa: S608 - identifiers from the models' _meta
+
+
 @functools.cache
-def hold_capture_sql(*, recorded: bool) -> str:
+def hold_capture_sql(*, recorded: bool, keyed: bool = False) -> str:
     """Capture as ONE statement, and with `recorded` the call's usage record too: no transaction and
     no lock held across a client round trip, and the charge and its record can only be written
     together.
@@ -209,8 +274,21 @@ def hold_capture_sql(*, recorded: bool) -> str:
     - `charged`: the ledger charge (append-only) when the charge is not zero, with that balance_after
       and the hold's request id.
     - `recorded`: the usage record, with the amount captured, or 0 when the hold was no longer open.
+    - `key_given_back` (with `keyed`, for a hold counted in an API key's budget window): what the
+      hold reserved and the capture did not charge goes back to that window, only for the capture
+      that won; after the wallet's row (the reservation's lock order).
     """
     h, w, e = sql_names(Hold), sql_names(Wallet), sql_names(LedgerEntry)
+    key_returning, key_cte = "", ""
+    if keyed:
+        key_returning = (
+            f", {h.api_key_id} AS api_key_id, {h.key_window} AS key_window,"
+            f" {h.key_window_start} AS key_window_start"
+        )
+        given_back = _key_given_back_cte(source="captured", amount="captured.held_amount - captured.amount")
+        key_cte = f""",{given_back}
+            AND (captured.wallet_id IS NULL OR EXISTS (SELECT FROM debited))
+        )"""
     ledger_columns = ", ".join(
         (e.wallet_id, e.kind, e.amount, e.balance_after, e.reference, e.note, e.created_at)
     )
@@ -238,7 +316,7 @@ def hold_capture_sql(*, recorded: bool) -> str:
                 {h.captured_amount} = %(capture_amount)s
             WHERE {h.id} = %(hold_id)s AND {h.reference} = %(reference)s AND {h.status} = %(open)s
             RETURNING {h.wallet_id} AS wallet_id, {h.amount} AS held_amount,
-                {h.captured_amount} AS amount, {h.reference} AS reference
+                {h.captured_amount} AS amount, {h.reference} AS reference{key_returning}
         ),
         debited AS (
             UPDATE {w.table} SET
@@ -255,35 +333,47 @@ def hold_capture_sql(*, recorded: bool) -> str:
                 captured.reference, '', %(written_at)s
             FROM debited CROSS JOIN captured
             WHERE captured.amount > 0
-        ){recorded_cte}
+        ){key_cte}{recorded_cte}
         {result}
     """  # noqa: S608 - identifiers from the models' _meta, values bound as parameters
 
 
 @functools.cache
-def hold_release_sql() -> str:
+def hold_release_sql(*, keyed: bool = False) -> str:
     """Release a wallet hold as ONE statement: the status transition guarded by the old status
     (exactly one resolution per hold; a loser gets no row and gives nothing back), then `held` goes
     down by the amount with a relative update, the wallet's row lock held only inside the statement.
-    The held >= 0 constraint is the backstop. Matched by id and reference, as the capture is."""
+    The held >= 0 constraint is the backstop. Matched by id and reference, as the capture is. With
+    `keyed` (a hold counted in an API key's budget window) the amount goes back to that window too,
+    after the wallet's row (the reservation's lock order)."""
     h, w = sql_names(Hold), sql_names(Wallet)
+    key_returning, key_cte, unheld_returning = "", "", ""
+    if keyed:
+        key_returning = (
+            f", {h.api_key_id} AS api_key_id, {h.key_window} AS key_window,"
+            f" {h.key_window_start} AS key_window_start"
+        )
+        unheld_returning = "\n            RETURNING 1"
+        key_cte = f""",{_key_given_back_cte(source="released", amount="released.amount")}
+                AND EXISTS (SELECT FROM unheld)
+        )"""
     return f"""
         WITH released AS (
             UPDATE {h.table} SET {h.status} = %(status)s, {h.resolved_at} = %(now)s
             WHERE {h.id} = %(hold_id)s AND {h.reference} = %(reference)s AND {h.status} = %(open)s
-            RETURNING {h.wallet_id} AS wallet_id, {h.amount} AS amount
+            RETURNING {h.wallet_id} AS wallet_id, {h.amount} AS amount{key_returning}
         ),
         unheld AS (
             UPDATE {w.table} SET {w.held} = {w.table}.{w.held} - released.amount, {w.updated_at} = %(now)s
             FROM released
-            WHERE {w.table}.{w.id} = released.wallet_id AND released.amount > 0
-        )
+            WHERE {w.table}.{w.id} = released.wallet_id AND released.amount > 0{unheld_returning}
+        ){key_cte}
         SELECT EXISTS (SELECT FROM released)
     """  # noqa: S608 - identifiers from the models' _meta, values bound as parameters
 
 
 @functools.cache
-def subscription_hold_reserve_sql(*, capped: frozenset[str]) -> str:
+def subscription_hold_reserve_sql(*, capped: frozenset[str], keyed: bool = False) -> str:
     """Count the amount in every window and write the hold in ONE statement, run in a transaction so
     that a window refused after others were counted rolls them back.
 
@@ -294,8 +384,10 @@ def subscription_hold_reserve_sql(*, capped: frozenset[str]) -> str:
     dependency makes PostgreSQL lock the counters in the fixed order day, week, month, total (the
     order release uses too, so they cannot deadlock), and the chain stops at the first refused
     window. The hold is written only when all four counted. `capped` names the windows that have a
-    cap: one statement per combination. The result: per window in WINDOW_ORDER 1 if counted (0 if
-    not), then the hold's id (NULL when refused).
+    cap: one statement per combination. With `keyed` the call is counted in its API key's budget
+    window too, after the total window (`_key_counted_cte`), and the hold names that window. The
+    result: per window in WINDOW_ORDER 1 if counted (0 if not), then with `keyed` 1 if the key's
+    window counted, then the hold's id (NULL when refused).
     """
     u, h = sql_names(SubscriptionUsage), sql_names(Hold)
     counters = []
@@ -320,16 +412,23 @@ def subscription_hold_reserve_sql(*, capped: frozenset[str]) -> str:
         )"""
         )
         previous = f"counted_{window}"
-    counts = ", ".join(f"(SELECT count(*) FROM counted_{w})" for w in WINDOW_ORDER)  # noqa: S608
+    counted = [f"counted_{w}" for w in WINDOW_ORDER]
+    if keyed:
+        counters.append(_key_counted_cte(after=str(previous)))
+        counted.append("key_counted")
+        previous = "key_counted"
+    counts = ", ".join(f"(SELECT count(*) FROM {name})" for name in counted)  # noqa: S608
     return f"""
         WITH {",".join(counters)},
         held AS (
             INSERT INTO {h.table} (
                 {h.kind}, {h.subscription_id}, {h.amount}, {h.status}, {h.reference}, {h.owner},
-                {h.day_start}, {h.week_start}, {h.month_start}, {h.created_at}, {h.expires_at}
+                {h.day_start}, {h.week_start}, {h.month_start}, {h.created_at}, {h.expires_at},
+                {h.api_key_id}, {h.key_window}, {h.key_window_start}
             )
             SELECT %(kind)s, %(subscription_id)s, %(amount)s, %(status)s, %(reference)s, %(owner)s,
-                %(day_start)s, %(week_start)s, %(month_start)s, %(created_at)s, %(expires_at)s
+                %(day_start)s, %(week_start)s, %(month_start)s, %(created_at)s, %(expires_at)s,
+                %(api_key_id)s, %(key_window)s, %(key_window_start)s
             WHERE EXISTS (SELECT FROM {previous})
             RETURNING {h.id}
         )

@@ -15,15 +15,26 @@ from django.utils import timezone
 from accounts.models import Account
 from billing.errors import UsageLimitExceeded
 from billing.holds import hold_expiry
+from billing.key_budgets import (
+    KeyBudget,
+    KeyBudgetReached,
+    key_budget_count_orm,
+    key_budget_hold_values,
+    key_budget_refusal,
+    key_budget_statement_params,
+)
 from billing.models import Hold, Subscription, SubscriptionUsage
 from billing.money import money_display, money_parse, money_sql
 from billing.statements import on_postgresql, statement_instance, statement_run, subscription_hold_reserve_sql
-from billing.windows import TOTAL_WINDOW_START, WINDOW_ORDER, window_end, window_starts_at
+from billing.windows import (
+    NEVER_RESETS_RETRY_AFTER_SECONDS,
+    TOTAL_WINDOW_START,
+    WINDOW_ORDER,
+    window_end,
+    window_starts_at,
+)
 from core.process_identity import process_owner
 from groups.models import Group
-
-# Retry-After for a used-up total quota, which never resets: retrying sooner cannot help.
-TOTAL_CAP_RETRY_AFTER_SECONDS = 24 * 60 * 60
 
 WINDOW_NAMES = {"day": "daily", "week": "weekly", "month": "monthly", "total": "total"}
 
@@ -91,6 +102,7 @@ def subscription_hold_reserve(
     reference: str,
     now: datetime | None = None,
     ttl_seconds: int | None = None,
+    key_budget: KeyBudget | None = None,
 ) -> Hold:
     """Reserve `amount` against every cap window of the subscription (day, week, month, total).
 
@@ -99,6 +111,12 @@ def subscription_hold_reserve(
     USAGE_LIMIT_EXCEEDED with Retry-After until the blocking window ends. Uncapped windows count
     too, so a cap added later starts from the real usage. On PostgreSQL the transaction holds one
     statement (three round trips: BEGIN, the statement, COMMIT).
+
+    `key_budget`: the call is made with an API key that has a budget; the amount is counted in the
+    key's current window too, after the subscription's, in the same transaction and statement. A
+    key window without room refuses the call (429 USAGE_LIMIT_EXCEEDED naming the key's budget) and
+    the subscription's windows are rolled back with it; a cap refusing leaves the key's window as it
+    was.
     """
     value = money_parse(amount)
     moment = now or timezone.now()
@@ -116,37 +134,51 @@ def subscription_hold_reserve(
         "month_start": starts["month"],
         "created_at": moment,
         "expires_at": hold_expiry(now=moment, ttl_seconds=ttl_seconds),
+        **key_budget_hold_values(key_budget=key_budget, now=moment),
     }
     reserve = _subscription_hold_reserve_statement if on_postgresql() else _subscription_hold_reserve_orm
     try:
-        # All or none: a refused window raises _CapReached, which rolls back the windows already
-        # counted.
+        # All or none: a refused window raises _CapReached (or the key's KeyBudgetReached), which
+        # rolls back the windows already counted.
         with transaction.atomic():
-            return reserve(values=values, windows=windows)
+            return reserve(values=values, windows=windows, key_budget=key_budget)
+    except KeyBudgetReached:
+        assert key_budget is not None  # only a keyed reservation counts a key's window
+        raise key_budget_refusal(key_budget=key_budget, amount=value, now=moment) from None
     except _CapReached as refused:
         raise _usage_limit_error(
             subscription_id=subscription.pk, amount=value, windows=windows, refused=refused.window, now=moment
         ) from None
 
 
-def _subscription_hold_reserve_statement(*, values: dict[str, Any], windows: Windows) -> Hold:
+def _subscription_hold_reserve_statement(
+    *, values: dict[str, Any], windows: Windows, key_budget: KeyBudget | None
+) -> Hold:
     params: dict[str, Any] = {**values, "updated_at": timezone.now()}  # a new counter's, as auto_now
+    if key_budget is not None:
+        params.update(key_budget_statement_params(key_budget=key_budget))
     # Per window: its name, its start (day_start, week_start, month_start are also the hold's
     # columns) and its cap.
     for window, start, cap in windows:
         name = str(window)
         params.update({f"{name}_window": name, f"{name}_start": start, f"{name}_cap": cap})
     capped = frozenset(str(window) for window, _, cap in windows if cap is not None)
-    row = statement_run(subscription_hold_reserve_sql(capped=capped), params)
+    row = statement_run(subscription_hold_reserve_sql(capped=capped, keyed=key_budget is not None), params)
     assert row is not None  # the final SELECT always returns one row
-    *counted, hold_id = row  # per window in WINDOW_ORDER: 1 if counted, 0 if not
+    # Per window in WINDOW_ORDER (then the key's window): 1 if counted, 0 if not.
+    *counted, hold_id = row
     if hold_id is None:
         # The chain stops at the first refused window; the windows after it were not tried.
-        raise _CapReached(WINDOW_ORDER[counted.index(0)])
+        refused = counted.index(0)
+        if refused == len(WINDOW_ORDER):
+            raise KeyBudgetReached
+        raise _CapReached(WINDOW_ORDER[refused])
     return statement_instance(Hold, {"id": hold_id, **values})
 
 
-def _subscription_hold_reserve_orm(*, values: dict[str, Any], windows: Windows) -> Hold:
+def _subscription_hold_reserve_orm(
+    *, values: dict[str, Any], windows: Windows, key_budget: KeyBudget | None
+) -> Hold:
     subscription_id, amount = values["subscription_id"], values["amount"]
     # Counters are created on first use. ON CONFLICT DO NOTHING: concurrent first calls of a window
     # all go on to the conditional update below instead of failing on the unique key.
@@ -169,6 +201,8 @@ def _subscription_hold_reserve_orm(*, values: dict[str, Any], windows: Windows) 
         # wait and re-check `used` against the committed value, so a cap is never overshot.
         if rows.update(used=money_sql(F("used") + amount)) != 1:
             raise _CapReached(window)
+    if key_budget is not None:
+        key_budget_count_orm(values=values, key_budget=key_budget)  # after the counters, as release
     hold = Hold(**values)
     hold.save(force_insert=True)
     return hold
@@ -195,7 +229,7 @@ def _usage_limit_error(
     parts = []
     for window, start, cap in blocking:
         end = window_end(window=window, start=start)
-        waits.append(TOTAL_CAP_RETRY_AFTER_SECONDS if end is None else (end - now).total_seconds())
+        waits.append(NEVER_RESETS_RETRY_AFTER_SECONDS if end is None else (end - now).total_seconds())
         resets = "never resets" if end is None else f"resets at {end.isoformat()}"
         parts.append(f"the {WINDOW_NAMES[window]} cap of {money_display(cap)} ({resets})")
     return UsageLimitExceeded(

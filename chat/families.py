@@ -329,6 +329,8 @@ class Family:
     streams: bool
     tokens_of: Callable[[Any], TokenCounts | None]  # from a non-streamed answer's JSON
     tracker: type[StreamTracker] | None
+    # Whether the family's API takes an image by link; else the gateway sends its bytes (chat/image_links.py).
+    takes_image_links: bool = True
 
     @property
     def operation(self) -> str:
@@ -392,6 +394,7 @@ GEMINI_FAMILY = Family(
     streams=True,
     tokens_of=_usage_of("usageMetadata", gemini_tokens),
     tracker=GeminiTracker,
+    takes_image_links=False,
 )
 # Gemini's countTokens, reached from /v1/messages/count_tokens through its translator.
 GEMINI_COUNT_FAMILY = Family(
@@ -403,6 +406,7 @@ GEMINI_COUNT_FAMILY = Family(
     streams=False,
     tokens_of=lambda payload: None,
     tracker=None,
+    takes_image_links=False,
 )
 FAMILIES: tuple[Family, ...] = (CHAT, RESPONSES_FAMILY, MESSAGES_FAMILY, COUNT_TOKENS)
 FAMILY_BY_OPERATION: dict[str, Family] = {family.operation: family for family in FAMILIES}

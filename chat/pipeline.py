@@ -12,7 +12,6 @@ sent. docs/text.md describes the rules.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
@@ -37,14 +36,14 @@ from api.metering import metered_begin, metered_call, request_rate_limits_hit
 from api.stream_loop import CallerSocket, caller_socket
 from api.upstream_call import upstream_attempts_run
 from api.usage import UsageScope, usage_scope
-from billing.usage import TokenCounts
 from chat.access import ResolvedTextModel, text_model_resolve
 from chat.answers import refusal_for_caller, tokens_charge
 from chat.families import CHAT, Family
+from chat.image_links import image_links_inlined
 from chat.pricing import text_call_ceiling
 from chat.streaming import StreamBody, StreamedTextCall, stream_open, text_stream_relay
 from chat.token_count import messages_input_tokens
-from chat.translation import Route, Translation, translator_make
+from chat.translation import Route, Translation, translated_tokens_billed, translator_make
 from chat.validation import TextBody, input_ceiling_tokens, output_limit_validate, text_body_parse
 from core.errors import InvalidRequest, UpstreamFailed
 from core.metrics import stream_counted
@@ -213,9 +212,12 @@ def _routes(
 ) -> dict[str, Route]:
     """A route per kind among the model's upstreams (a failover may cross kinds, each attempt sent its
     kind's body); a native one when the model has no upstream. What some kind's API cannot express is
-    the caller's 400, as the call could land there."""
+    the caller's 400, as the call could land there. A kind that takes no image by link (Gemini) is
+    translated from a copy of the body with its image links downloaded (chat/image_links.py), once
+    for the call, before anything is reserved; the other kinds are sent the links."""
     translations = resolved.translations or {"": Translation(upstream_family=family, translator=None)}
     routes = {}
+    inlined: list[dict[str, Any]] = []  # the body with its image links made bytes, made once if needed
     for kind, translation in translations.items():
         translator = translator_make(
             translation=translation,
@@ -231,7 +233,12 @@ def _routes(
             body = _forward_body(parsed=parsed, resolved=resolved, family=family)
             sent = parsed.body
         else:
-            sent = _translated_body(translator=translator, body=parsed.body)
+            given = parsed.body
+            if not translation.upstream_family.takes_image_links:
+                if not inlined:
+                    inlined.append(image_links_inlined(body=parsed.body, family=family))
+                given = inlined[0]
+            sent = _translated_body(translator=translator, body=given)
             body = json.dumps(sent, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         request = TextRequest(
             operation=translation.upstream_family.operation,
@@ -368,7 +375,7 @@ def _produce(
             # The usage as the upstream reported it, every bucket kept: the caller's family may have
             # no field for some (Chat Completions has none for cache writes).
             seen = translator.tokens
-            tokens = None if seen is None else TokenCounts(**dataclasses.asdict(seen))
+            tokens = None if seen is None else translated_tokens_billed(seen)
         else:
             tokens = family.tokens_of(payload)
         return tokens_charge(usage=usage, resolved=resolved, tokens=tokens)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from billing.usage import TokenCounts
 from chat.families import (
     CHAT,
     COUNT_TOKENS,
@@ -25,7 +26,7 @@ from chat.families import (
     RESPONSES_FAMILY,
     Family,
 )
-from translators import TranslatedCall, Translator
+from translators import TranslatedCall, TranslatedTokens, Translator
 from translators.chained import Chained
 from translators.chat_via_gemini import ChatViaGemini
 from translators.chat_via_messages import ChatViaMessages
@@ -89,3 +90,15 @@ def translator_make(*, translation: Translation, call: TranslatedCall) -> Transl
     if translation.translator is None:
         return None
     return translation.translator(call)
+
+
+def translated_tokens_billed(seen: TranslatedTokens) -> TokenCounts:
+    """The usage a translator saw, as billing prices it: every bucket the upstream reported (the
+    caller's family may have no field for some; reasoning is priced as the output it is part of)."""
+    return TokenCounts(
+        input=seen.input,
+        cached=seen.cached,
+        cache_write=seen.cache_write,
+        output=seen.output,
+        cache_write_1h=seen.cache_write_1h,
+    )

@@ -341,9 +341,13 @@ FILE_UPLOAD_HANDLERS = [
 # Hosted results: signed links valid this long; the stored image is deleted by purge_images after this.
 GATEWAY_IMAGE_URL_TTL_SECONDS = env_int("GATEWAY_IMAGE_URL_TTL_SECONDS", 3600, minimum=60)
 GATEWAY_IMAGE_RETENTION_HOURS = env_int("GATEWAY_IMAGE_RETENTION_HOURS", 24, minimum=1)
-# Downloading an upstream's image URL (for response_format=b64_json): size cap and total time limit.
+# Downloading an image by URL (an upstream's answer for response_format=b64_json, or a caller's link for a
+# model that needs its bytes, docs/text.md): size cap and time limit.
 GATEWAY_FETCH_MAX_BYTES = env_int("GATEWAY_FETCH_MAX_BYTES", 32 * 1024 * 1024, minimum=1024)
 GATEWAY_FETCH_TIMEOUT_SECONDS = env_int("GATEWAY_FETCH_TIMEOUT_SECONDS", 60, minimum=1)
+# Private networks the gateway may fetch from or call when given a URL (upstreams/ssrf.py): none by
+# default, only globally routable addresses; e.g. `10.20.0.0/16` for an image server of your own.
+GATEWAY_FETCH_PRIVATE_NETWORKS = env_networks("GATEWAY_FETCH_PRIVATE_NETWORKS")
 # Where hosted images are stored: the file system under MEDIA_ROOT, or an S3-compatible bucket
 # (needs `pip install "django-storages[s3]"`; credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY).
 GATEWAY_IMAGE_STORAGE = env_str("GATEWAY_IMAGE_STORAGE", "filesystem") or "filesystem"

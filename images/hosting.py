@@ -9,16 +9,13 @@
 
 from __future__ import annotations
 
-import ipaddress
 import logging
-import re
-import socket
 import time
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin
 
 from django.conf import settings
 from django.core import signing
@@ -26,13 +23,18 @@ from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.urls import get_script_prefix, reverse
 from django.utils import timezone
-from urllib3.exceptions import LocationParseError
-from urllib3.util import parse_url
 
 from core.errors import NotFound, PermissionDenied
 from images.models import HostedImage
-from upstreams.errors import UpstreamError
+from upstreams.errors import UpstreamError, UrlRefused
 from upstreams.imageformats import CONTENT_TYPES, image_format_sniff
+from upstreams.ssrf import (
+    base_url_origin,
+    origin_is_private,
+    peer_address_check,
+    url_origin,
+    url_target_check,
+)
 from upstreams.transport import UpstreamReply, upstream_request
 
 if TYPE_CHECKING:
@@ -45,15 +47,6 @@ STORAGE_PREFIX = "hosted-images"
 EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/webp": "webp"}
 MAX_REDIRECTS = 3
 FETCH_CHUNK_BYTES = 64 * 1024
-# What no canonical image URL holds: controls, whitespace, a backslash (WHATWG reads it as "/", RFC 3986
-# parsers as data), anything beyond ASCII.
-_UNSAFE_CHARACTERS = re.compile(r"[\x00-\x20\x7f\\]|[^\x00-\x7f]")
-# scheme://authority, the authority ending at the first "/", "?" or "#" as every parser ends it.
-_AUTHORITY = re.compile(r"(?P<scheme>https?)://(?P<authority>[^/?#]*)")
-_HOST_PORT = re.compile(
-    r"(?P<host>[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*|\[[0-9a-f:.]+\])"
-    r"(?::(?P<port>[1-9][0-9]{0,4}))?"
-)
 
 
 # --- hosted images ------------------------------------------------------------------------------------
@@ -181,19 +174,25 @@ def image_fetch(*, url: str, upstream: UpstreamSnapshot) -> bytes:
     """Download an image an upstream answered by URL. Raises UpstreamError (the upstream's fault).
 
     Only the upstream's own scheme, host and port are accepted, at every redirect hop (followed here,
-    never by requests). Addresses that are not globally routable are refused unless the upstream's own
-    host resolves to such an address (a provider on the local network). The body is capped at
-    GATEWAY_FETCH_MAX_BYTES and the whole download at GATEWAY_FETCH_TIMEOUT_SECONDS; it must be a PNG,
-    JPEG or WebP by its bytes. No credentials are sent.
+    never by requests), under the request-forgery rules of upstreams/ssrf.py: addresses that are not
+    globally routable are refused unless the upstream's own host resolves to such an address (a
+    provider on the local network). The body is capped at GATEWAY_FETCH_MAX_BYTES and the whole
+    download at GATEWAY_FETCH_TIMEOUT_SECONDS; it must be a PNG, JPEG or WebP by its bytes. No
+    credentials are sent.
     """
-    origin = _origin(upstream.base_url)
+    origin = base_url_origin(upstream.base_url)
     if origin is None:
         raise _fetch_error("upstream has no base URL to fetch images from", url=url)
-    private_ok = not _all_global(_resolve(host=origin[1].strip("[]"), port=origin[2]))
+    private_ok = origin_is_private(origin=origin)
     deadline = time.monotonic() + settings.GATEWAY_FETCH_TIMEOUT_SECONDS
     current = url
     for _ in range(MAX_REDIRECTS + 1):
-        target = _fetch_target_check(url=current, origin=origin, private_ok=private_ok)
+        if url_origin(current) != origin:
+            raise _fetch_error("image URL is not on the upstream's own host", url=url)
+        try:
+            url_target_check(url=current, private_ok=private_ok)
+        except UrlRefused as refused:
+            raise _fetch_error(f"image download refused: {refused.message}", url=url) from None
         with upstream_request(
             upstream=upstream,
             method="GET",
@@ -202,7 +201,12 @@ def image_fetch(*, url: str, upstream: UpstreamSnapshot) -> bytes:
             stream=True,
             headers={"Accept": "image/*"},
         ) as reply:
-            _peer_check(reply=reply, port=target[2], private_ok=private_ok, url=url)
+            try:
+                peer_address_check(
+                    peer=None if reply.proxied else reply.peer, port=origin.port, private_ok=private_ok
+                )
+            except UrlRefused as refused:
+                raise _fetch_error(f"image download refused: {refused.message}", url=url) from None
             if reply.is_redirect:
                 try:
                     current = urljoin(current, reply.headers.get("Location", ""))
@@ -217,93 +221,8 @@ def image_fetch(*, url: str, upstream: UpstreamSnapshot) -> bytes:
 
 def upstream_is_private(*, upstream: UpstreamSnapshot) -> bool:
     """True when the upstream lives on a non-public address (its image URLs are useless to callers)."""
-    origin = _origin(upstream.base_url)
-    if origin is None:
-        return False
-    try:
-        return not _all_global(_resolve(host=origin[1].strip("[]"), port=origin[2]))
-    except UpstreamError:
-        return True
-
-
-def _fetch_target_check(*, url: str, origin: tuple[str, str, int], private_ok: bool) -> tuple[str, str, int]:
-    target = _canonical_origin(url)
-    if target is None or target != origin:
-        raise _fetch_error("image URL is not on the upstream's own host", url=url)
-    addresses = _resolve(host=target[1].strip("[]"), port=target[2])
-    if not private_ok and not _all_global(addresses):
-        raise _fetch_error("image URL resolves to a non-public address", url=url)
-    return target
-
-
-def _canonical_origin(url: str) -> tuple[str, str, int] | None:
-    """(scheme, host, port) of an image URL written in the one form every URL parser reads alike, else
-    None.
-
-    The host checked must be the host connected to: requests connects where urllib3's `parse_url`
-    says, which reads `http://a:1\\@b:2/` as host a port 1 where `urlsplit` reads b port 2. So a URL
-    is taken only when it is canonical (lowercase scheme and host, no userinfo, no percent-encoding,
-    backslash, control or whitespace character, no trailing dot, an IP literal only in its standard
-    form, a port without leading zeros) and urllib3 and urlsplit agree on its scheme, host and port.
-    """
-    if _UNSAFE_CHARACTERS.search(url):
-        return None
-    written = _AUTHORITY.match(url)
-    if written is None:
-        return None
-    host_port = _HOST_PORT.fullmatch(written["authority"])
-    if host_port is None:  # userinfo ("@"), "%", uppercase, an empty host, ...
-        return None
-    scheme, host = written["scheme"], host_port["host"]
-    port = int(host_port["port"]) if host_port["port"] else (443 if scheme == "https" else 80)
-    if port > 65535 or not _host_is_canonical(host):
-        return None
-    try:
-        by_urllib3 = parse_url(url)
-        by_urlsplit = urlsplit(url)
-        urlsplit_port = by_urlsplit.port
-    except (LocationParseError, ValueError):
-        return None
-    if (
-        by_urllib3.auth is not None
-        or (by_urllib3.scheme, by_urllib3.host, by_urllib3.port or port) != (scheme, host, port)
-        or (by_urlsplit.scheme, by_urlsplit.hostname, urlsplit_port or port)
-        != (scheme, host.strip("[]"), port)
-    ):
-        return None
-    return scheme, host, port
-
-
-def _host_is_canonical(host: str) -> bool:
-    """An IP literal in its standard form (no decimal, octal or hex IPv4, IPv6 compressed), or a name
-    that cannot be read as an IPv4 address."""
-    if host.startswith("["):
-        try:
-            return str(ipaddress.IPv6Address(host[1:-1])) == host[1:-1]
-        except ValueError:
-            return False
-    last_label = host.rsplit(".", 1)[-1]
-    if last_label.isdigit() or last_label.startswith("0x"):
-        try:
-            return str(ipaddress.IPv4Address(host)) == host
-        except ValueError:
-            return False
-    return True
-
-
-def _peer_check(*, reply: UpstreamReply, port: int, private_ok: bool, url: str) -> None:
-    """The server actually connected to is on the URL's port, and public unless the upstream is not:
-    a second DNS answer (rebinding between the check above and the connection) cannot redirect it."""
-    peer = reply.peer
-    if peer is None or reply.proxied:
-        return
-    address = ipaddress.ip_address(peer[0].split("%", 1)[0])
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    if peer[1] != port:
-        raise _fetch_error("image download connected to another port than its URL's", url=url)
-    if not private_ok and not address.is_global:
-        raise _fetch_error("image URL resolves to a non-public address", url=url)
+    origin = base_url_origin(upstream.base_url)
+    return origin is not None and origin_is_private(origin=origin)
 
 
 def _body_read(*, reply: UpstreamReply, deadline: float, url: str) -> bytes:
@@ -331,36 +250,6 @@ def _body_read(*, reply: UpstreamReply, deadline: float, url: str) -> bytes:
     if image_format_sniff(data=data) not in CONTENT_TYPES:
         raise _fetch_error("downloaded file is not a PNG, JPEG or WebP image", url=url)
     return data
-
-
-def _origin(url: str) -> tuple[str, str, int] | None:
-    """(scheme, host, port) of the upstream's own base URL (the operator's), with the default port
-    filled in and an IPv6 host in brackets; None when it is not http(s)."""
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        return None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return None
-    host = parts.hostname.lower()
-    if ":" in host:
-        host = f"[{host}]"
-    return (parts.scheme, host, port or (443 if parts.scheme == "https" else 80))
-
-
-def _resolve(*, host: str, port: int) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:
-        raise UpstreamError(
-            f"cannot resolve image host: {exc}", status=502, retryable=False, sent=True
-        ) from exc
-    return [ipaddress.ip_address(info[4][0].split("%", 1)[0]) for info in infos]
-
-
-def _all_global(addresses: list[ipaddress.IPv4Address | ipaddress.IPv6Address]) -> bool:
-    return bool(addresses) and all(address.is_global for address in addresses)
 
 
 def _fetch_error(reason: str, *, url: str) -> UpstreamError:

@@ -45,13 +45,15 @@ class TranslationRefused(ValueError):
 class TranslatedTokens:
     """The tokens an upstream reported, split by price as billing reads them: `input` excludes the
     cached (`cached`) and cache-write (`cache_write`) tokens; `cache_write_1h` is the part of the
-    writes made to a one-hour cache; `output` includes reasoning tokens."""
+    writes made to a one-hour cache; `output` includes the reasoning tokens, which `reasoning` counts
+    where the upstream reports them apart (for the caller's usage; billing prices them as output)."""
 
     input: int = 0
     cached: int = 0
     cache_write: int = 0
     output: int = 0
     cache_write_1h: int = 0
+    reasoning: int = 0
 
 
 class Translator(Protocol):

@@ -4,9 +4,11 @@
 Request (Chat Completions → generateContent):
 - `system` and `developer` messages become `systemInstruction`; user and assistant turns `contents`
   with roles user and model (consecutive turns of one role merged); text parts `text` parts, an
-  image given as a `data:` URL an `inlineData` part (an image by link is refused: Gemini would need
-  its bytes, and a translator fetches nothing); the assistant's `tool_calls` `functionCall` parts
-  (ids kept) and each `tool` message a `functionResponse` part named after the call it answers.
+  image given as a `data:` URL an `inlineData` part (Gemini needs an image's bytes; the pipeline
+  downloads a caller's http(s) image links and gives this translator a body with their bytes as
+  `data:` URLs, chat/image_links.py, so a link that reaches it is refused); the assistant's
+  `tool_calls` `functionCall` parts (ids kept) and each `tool` message a `functionResponse` part
+  named after the call it answers.
 - `tools` (functions) become `functionDeclarations` with the parameters as `parametersJsonSchema`;
   `tool_choice` none/auto/required/a named function becomes the calling mode NONE/AUTO/ANY/ANY with
   that function allowed.
@@ -16,8 +18,8 @@ Request (Chat Completions → generateContent):
   low/medium/high a thinking budget of 1,024/8,192/24,576 tokens, its thoughts included.
 - Dropped: `user`, `parallel_tool_calls`, `seed`, penalties, `logit_bias`, `store`, `metadata`,
   `service_tier`, `stream_options` (the usage chunk is made from Gemini's `usageMetadata` when asked).
-- Refused with a 400 naming the field: `n` > 1, `logprobs`, audio, files, an image by link, tools
-  that are not functions.
+- Refused with a 400 naming the field: `n` > 1, `logprobs`, audio, files, an image URL that is not
+  a `data:` URL, tools that are not functions.
 
 Answer (generateContent → Chat Completions): the first candidate's text parts as the content, its
 thought parts as `reasoning_content`, its `functionCall` parts as `tool_calls` (an id made when Gemini
@@ -35,6 +37,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from translators import TranslatedCall, TranslatedTokens, TranslationRefused
+from translators.chat_wire import ChatChunks, chat_usage, sse_data
 from translators.values import arguments_parsed, count, error_message, obj, string, text_joined
 
 _FINISH = {"STOP": "stop", "MAX_TOKENS": "length"}
@@ -46,7 +49,7 @@ def _image_part(part: Mapping[str, Any], *, param: str) -> dict[str, Any]:
     url = string(obj(part.get("image_url")).get("url")) or string(part.get("image_url"))
     if not url or not url.startswith("data:"):
         raise TranslationRefused(
-            "Give images to this model as data: URLs (base64); it cannot be sent a link.",
+            "Give images to this model as base64 data: URLs or as http(s) links.",
             param=f"{param}.image_url",
         )
     head, _, data = url.partition(",")
@@ -188,19 +191,9 @@ def _tokens_of(usage: Any) -> TranslatedTokens | None:
         return None
     prompt = count(usage.get("promptTokenCount"))
     cached = min(count(usage.get("cachedContentTokenCount")), prompt)
-    output = count(usage.get("candidatesTokenCount")) + count(usage.get("thoughtsTokenCount"))
-    return TranslatedTokens(input=prompt - cached, cached=cached, output=output)
-
-
-def _usage_body(tokens: TranslatedTokens | None) -> dict[str, Any]:
-    tokens = tokens or TranslatedTokens()
-    prompt = tokens.input + tokens.cached
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": tokens.output,
-        "total_tokens": prompt + tokens.output,
-        "prompt_tokens_details": {"cached_tokens": tokens.cached},
-    }
+    thoughts = count(usage.get("thoughtsTokenCount"))
+    output = count(usage.get("candidatesTokenCount")) + thoughts
+    return TranslatedTokens(input=prompt - cached, cached=cached, output=output, reasoning=thoughts)
 
 
 def _finish(reason: Any, *, called: bool) -> str:
@@ -218,8 +211,9 @@ class ChatViaGemini:
         self.created = call.created
         self.tokens: TranslatedTokens | None = None
         self._usage_asked = False
-        self._id = f"chatcmpl-{secrets.token_hex(12)}"
-        self._started = False
+        self._chunks = ChatChunks(
+            chunk_id=f"chatcmpl-{secrets.token_hex(12)}", created=call.created, model=call.model
+        )
         self._stopped = False
         self._calls = 0
         self._finish: str | None = None
@@ -302,7 +296,7 @@ class ChatViaGemini:
             message["tool_calls"] = calls
         response_id = string(answer.get("responseId"))
         return {
-            "id": f"chatcmpl-{response_id}" if response_id else self._id,
+            "id": f"chatcmpl-{response_id}" if response_id else self._chunks.id,
             "object": "chat.completion",
             "created": self.created,
             "model": self.model,
@@ -314,7 +308,7 @@ class ChatViaGemini:
                     "logprobs": None,
                 }
             ],
-            "usage": _usage_body(self.tokens),
+            "usage": chat_usage(self.tokens),
         }
 
     # A stream, one upstream event at a time.
@@ -331,8 +325,10 @@ class ChatViaGemini:
         if obj(piece.get("error")):
             self._stopped = True
             message = string(obj(piece["error"]).get("message")) or "The upstream failed."
-            return _data({"error": {"message": message, "type": "server_error", "param": None, "code": None}})
-        out = bytearray(self._start())
+            return sse_data(
+                {"error": {"message": message, "type": "server_error", "param": None, "code": None}}
+            )
+        out = bytearray(self._chunks.start())
         self.tokens = _tokens_of(piece.get("usageMetadata")) or self.tokens
         candidates = piece.get("candidates")
         candidate = obj(candidates[0]) if isinstance(candidates, list) and candidates else {}
@@ -342,10 +338,10 @@ class ChatViaGemini:
             call = obj(obj(part).get("functionCall"))
             if text:
                 field = "reasoning_content" if obj(part).get("thought") is True else "content"
-                out += self._chunk({field: text})
+                out += self._chunks.chunk({field: text})
             elif call:
                 index = self._calls
-                out += self._chunk({"tool_calls": [{"index": index, **self._call(call)}]})
+                out += self._chunks.chunk({"tool_calls": [{"index": index, **self._call(call)}]})
         if string(candidate.get("finishReason")):
             self._finish = _finish(candidate["finishReason"], called=self._calls > 0)
         return bytes(out)
@@ -354,12 +350,8 @@ class ChatViaGemini:
         if self._stopped:
             return b""
         self._stopped = True
-        out = bytearray(self._start())
-        out += self._chunk({}, finish=self._finish or ("tool_calls" if self._calls else "stop"))
-        if self._usage_asked:
-            out += _data({**self._head(), "choices": [], "usage": _usage_body(self.tokens)})
-        out += b"data: [DONE]\n\n"
-        return bytes(out)
+        finish = self._finish or ("tool_calls" if self._calls else "stop")
+        return self._chunks.end(finish=finish, usage=self.tokens, usage_asked=self._usage_asked)
 
     def error_body(self, status: int, body: bytes) -> bytes:
         error_type = "server_error" if status >= 500 else "invalid_request_error"
@@ -376,29 +368,3 @@ class ChatViaGemini:
             "type": "function",
             "function": {"name": string(call.get("name")) or "", "arguments": arguments},
         }
-
-    def _head(self) -> dict[str, Any]:
-        return {
-            "id": self._id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-        }
-
-    def _chunk(self, delta: Mapping[str, Any], *, finish: str | None = None) -> bytes:
-        return _data(
-            {
-                **self._head(),
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
-            }
-        )
-
-    def _start(self) -> bytes:
-        if self._started:
-            return b""
-        self._started = True
-        return self._chunk({"role": "assistant", "content": ""})
-
-
-def _data(payload: Mapping[str, Any]) -> bytes:
-    return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"

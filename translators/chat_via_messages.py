@@ -44,6 +44,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from translators import TranslatedCall, TranslatedTokens, TranslationRefused
+from translators.chat_wire import ChatChunks, chat_usage, sse_data
 from translators.values import arguments_parsed, count, error_message, obj, string, text_joined
 
 JSON_TOOL = "json_output"
@@ -255,8 +256,7 @@ class ChatViaMessages:
         self.tokens: TranslatedTokens | None = None
         self._json = False  # the answer comes as the json_output tool's input
         self._usage_asked = False
-        self._id = "chatcmpl-"
-        self._started = False
+        self._chunks = ChatChunks(chunk_id="chatcmpl-", created=call.created, model=call.model)
         self._stopped = False
         self._finish: str | None = None
         self._blocks: dict[int, tuple[str, int]] = {}  # Messages block index -> (kind, tool call index)
@@ -371,7 +371,7 @@ class ChatViaMessages:
             "created": self.created,
             "model": self.model,
             "choices": [{"index": 0, "message": reply, "finish_reason": finish, "logprobs": None}],
-            "usage": _usage_body(self.tokens),
+            "usage": chat_usage(self.tokens),
         }
 
     # A stream, one upstream event at a time.
@@ -389,10 +389,10 @@ class ChatViaMessages:
         if kind == "message_start":
             message = obj(event.get("message"))
             if isinstance(message.get("id"), str):
-                self._id = f"chatcmpl-{message['id']}"
+                self._chunks.id = f"chatcmpl-{message['id']}"
             self.tokens = _tokens_of(message.get("usage"), before=self.tokens)
-            return self._start()
-        out = bytearray(self._start())
+            return self._chunks.start()
+        out = bytearray(self._chunks.start())
         if kind == "content_block_start":
             out += self._block_start(event)
         elif kind == "content_block_delta":
@@ -410,37 +410,16 @@ class ChatViaMessages:
             self._stopped = True
             error = obj(event.get("error"))
             said = string(error.get("message")) or "The upstream failed."
-            out += _data({"error": {"message": said, "type": "server_error", "param": None, "code": None}})
+            out += sse_data({"error": {"message": said, "type": "server_error", "param": None, "code": None}})
         return bytes(out)
 
     def stream_end(self) -> bytes:
         if self._stopped:
             return b""
         self._stopped = True
-        out = bytearray(self._start())
-        out += self._chunk({}, finish=self._finish or "stop")
-        if self._usage_asked:
-            out += _data({**self._head(), "choices": [], "usage": _usage_body(self.tokens)})
-        out += b"data: [DONE]\n\n"
-        return bytes(out)
-
-    def _head(self) -> dict[str, Any]:
-        return {
-            "id": self._id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-        }
-
-    def _chunk(self, delta: Mapping[str, Any], *, finish: str | None = None) -> bytes:
-        choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
-        return _data({**self._head(), "choices": [choice]})
-
-    def _start(self) -> bytes:
-        if self._started:
-            return b""
-        self._started = True
-        return self._chunk({"role": "assistant", "content": ""})
+        return self._chunks.end(
+            finish=self._finish or "stop", usage=self.tokens, usage_asked=self._usage_asked
+        )
 
     def _block_start(self, event: Mapping[str, Any]) -> bytes:
         index = event.get("index")
@@ -452,7 +431,7 @@ class ChatViaMessages:
             call = self._calls
             self._calls += 1
             self._blocks[index] = ("tool", call)
-            return self._chunk(
+            return self._chunks.chunk(
                 {
                     "tool_calls": [
                         {
@@ -469,7 +448,7 @@ class ChatViaMessages:
             )
         self._blocks[index] = ("json" if kind == "tool_use" else str(kind), 0)
         if kind == "text" and isinstance(block.get("text"), str) and block["text"]:
-            return self._chunk({"content": block["text"]})
+            return self._chunks.chunk({"content": block["text"]})
         return b""
 
     def _block_delta(self, event: Mapping[str, Any]) -> bytes:
@@ -478,18 +457,18 @@ class ChatViaMessages:
         kind, call = self._blocks.get(index, ("", 0)) if isinstance(index, int) else ("", 0)
         piece_type = delta.get("type")
         if piece_type == "text_delta" and isinstance(delta.get("text"), str):
-            return self._chunk({"content": delta["text"]})
+            return self._chunks.chunk({"content": delta["text"]})
         if piece_type == "thinking_delta" and isinstance(delta.get("thinking"), str):
-            return self._chunk({"reasoning_content": delta["thinking"]})
+            return self._chunks.chunk({"reasoning_content": delta["thinking"]})
         if (
             piece_type == "input_json_delta"
             and isinstance(delta.get("partial_json"), str)
             and delta["partial_json"]
         ):
             if kind == "json":
-                return self._chunk({"content": delta["partial_json"]})
+                return self._chunks.chunk({"content": delta["partial_json"]})
             if kind == "tool":
-                return self._chunk(
+                return self._chunks.chunk(
                     {"tool_calls": [{"index": call, "function": {"arguments": delta["partial_json"]}}]}
                 )
         return b""
@@ -523,18 +502,3 @@ def _tokens_of(usage: Any, *, before: TranslatedTokens | None = None) -> Transla
             else base.cache_write_1h
         ),
     )
-
-
-def _usage_body(tokens: TranslatedTokens | None) -> dict[str, Any]:
-    tokens = tokens or TranslatedTokens()
-    prompt = tokens.input + tokens.cached + tokens.cache_write
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": tokens.output,
-        "total_tokens": prompt + tokens.output,
-        "prompt_tokens_details": {"cached_tokens": tokens.cached},
-    }
-
-
-def _data(payload: Mapping[str, Any]) -> bytes:
-    return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"

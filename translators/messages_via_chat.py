@@ -42,7 +42,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from translators import TranslatedCall, TranslatedTokens, TranslationRefused
-from translators.values import arguments_parsed, count, error_message, obj, string, text_joined
+from translators.chat_wire import chat_tokens
+from translators.values import arguments_parsed, error_message, obj, string, text_joined
 
 # Anthropic's error types by status (https://docs.anthropic.com/en/api/errors).
 _ERROR_TYPE = {
@@ -236,15 +237,25 @@ def _effort_of(thinking: Any) -> str | None:
     return "high"
 
 
-def _tokens_of(usage: Any) -> TranslatedTokens | None:
-    if not isinstance(usage, dict):
-        return None
-    prompt = count(usage.get("prompt_tokens"))
-    details = usage.get("prompt_tokens_details")
-    cached = min(count(details.get("cached_tokens")) if isinstance(details, dict) else 0, prompt)
-    return TranslatedTokens(
-        input=prompt - cached, cached=cached, output=count(usage.get("completion_tokens"))
-    )
+def _response_format_of(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Anthropic's structured output (`output_config.format`, or the earlier `output_format`) as a
+    Chat Completions `response_format`: a JSON schema the answer must follow, strictly, as Anthropic
+    guarantees it. None when the caller asked for none."""
+    for param, value in (
+        ("output_config.format", obj(body.get("output_config")).get("format")),
+        ("output_format", body.get("output_format")),
+    ):
+        if value is None:
+            continue
+        if not isinstance(value, dict) or value.get("type") != "json_schema":
+            raise TranslationRefused(f"`{param}.type` is json_schema.", param=f"{param}.type")
+        if not isinstance(value.get("schema"), dict):
+            raise TranslationRefused(f"`{param}.schema` is a JSON schema object.", param=f"{param}.schema")
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": "output", "schema": value["schema"], "strict": True},
+        }
+    return None
 
 
 def _usage_body(tokens: TranslatedTokens | None) -> dict[str, int]:
@@ -312,6 +323,9 @@ class MessagesViaChat:
         metadata = body.get("metadata")
         if isinstance(metadata, dict) and isinstance(metadata.get("user_id"), str):
             out["user"] = metadata["user_id"]
+        response_format = _response_format_of(body)
+        if response_format is not None:
+            out["response_format"] = response_format
         effort = _effort_of(body.get("thinking"))
         if effort is not None and self.openai:
             out["reasoning_effort"] = effort
@@ -348,7 +362,7 @@ class MessagesViaChat:
                         "input": arguments_parsed(function.get("arguments")),
                     }
                 )
-        self.tokens = _tokens_of(obj(body).get("usage"))
+        self.tokens = chat_tokens(obj(body).get("usage"))
         return {
             "id": self._id,
             "type": "message",
@@ -381,7 +395,7 @@ class MessagesViaChat:
             return _event("error", {"type": "error", "error": {"type": "api_error", "message": message}})
         out = bytearray(self._start())
         if chunk.get("usage") is not None:
-            self.tokens = _tokens_of(chunk["usage"]) or self.tokens
+            self.tokens = chat_tokens(chunk["usage"]) or self.tokens
         choices = chunk.get("choices")
         choice = (
             choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None

@@ -38,7 +38,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from translators import TranslatedCall, TranslatedTokens, TranslationRefused
-from translators.values import count, error_message, obj, string
+from translators.chat_wire import chat_tokens
+from translators.values import error_message, obj, string
 
 _DROPPED_ITEMS = frozenset({"reasoning"})
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
@@ -191,16 +192,6 @@ def _response_format(text: Any) -> dict[str, Any] | None:
     raise TranslationRefused("`text.format.type` is text, json_object or json_schema.", param="text.format")
 
 
-def _tokens_of(usage: Any) -> TranslatedTokens | None:
-    if not isinstance(usage, dict):
-        return None
-    prompt = count(usage.get("prompt_tokens"))
-    cached = min(count(obj(usage.get("prompt_tokens_details")).get("cached_tokens")), prompt)
-    return TranslatedTokens(
-        input=prompt - cached, cached=cached, output=count(usage.get("completion_tokens"))
-    )
-
-
 def _usage_body(tokens: TranslatedTokens | None) -> dict[str, Any]:
     tokens = tokens or TranslatedTokens()
     prompt = tokens.input + tokens.cached + tokens.cache_write
@@ -208,7 +199,7 @@ def _usage_body(tokens: TranslatedTokens | None) -> dict[str, Any]:
         "input_tokens": prompt,
         "input_tokens_details": {"cached_tokens": tokens.cached},
         "output_tokens": tokens.output,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": tokens.reasoning},
         "total_tokens": prompt + tokens.output,
     }
 
@@ -296,7 +287,7 @@ class ResponsesViaChat:
                     call_id, string(function.get("name")) or "", string(function.get("arguments")) or ""
                 )
             )
-        self.tokens = _tokens_of(answer.get("usage"))
+        self.tokens = chat_tokens(answer.get("usage"))
         self._finish = string(choice.get("finish_reason"))
         return self._response(output=output, final=True)
 
@@ -319,7 +310,7 @@ class ResponsesViaChat:
             return self._event("error", {"code": "upstream_error", "message": message, "param": None})
         out = bytearray(self._start())
         if chunk.get("usage") is not None:
-            self.tokens = _tokens_of(chunk["usage"]) or self.tokens
+            self.tokens = chat_tokens(chunk["usage"]) or self.tokens
         choices = chunk.get("choices")
         choice = obj(choices[0]) if isinstance(choices, list) and choices else None
         if choice is None:

@@ -82,3 +82,11 @@ class UpstreamDeadlineExceeded(DomainError):
     """The call's deadline ran out before an upstream produced a result."""
 
     code = "upstream_timeout"
+
+
+class UrlRefused(DomainError):
+    """A URL the gateway was given to request breaks the request-forgery rules (upstreams/ssrf.py), or
+    what it answered breaks the request's limits: not canonical, a non-public address, too large, not
+    what was asked for."""
+
+    code = "url_refused"

@@ -84,6 +84,7 @@ ANSWERS: dict[type[DomainError], tuple[int, str, str, str]] = {
     upstreams.UpstreamsRateLimited: (429, LIMITED, LIMITED, "upstream_rate_limited"),
     upstreams.UpstreamsFailed: (502, "upstream_error", "api_error", "upstream_error"),
     upstreams.UpstreamDeadlineExceeded: (504, "upstream_error", "api_error", "upstream_timeout"),
+    upstreams.UrlRefused: (400, BAD, BAD, "url_refused"),
 }
 BY_NAME = {cls.__name__: cls for cls in ANSWERS}
 

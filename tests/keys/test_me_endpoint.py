@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, time, timedelta
 from decimal import Decimal
 from itertools import combinations
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
+from billing.holds import hold_capture, hold_reserve
+from billing.key_budgets import KeyBudget
 from billing.selectors import usage_totals_get
 from billing.usage import TokenCounts, usage_record_build, usage_record_insert
+from keys.services import ApiKeyLimitsInput, api_key_create
 from tests.keys.conftest import assert_compatible_error, bearer
 
 pytestmark = pytest.mark.django_db
@@ -23,6 +28,15 @@ NO_USAGE = {
     "cached_tokens": 0,
     "cache_write_tokens": 0,
     "output_tokens": 0,
+}
+
+NO_LIMITS = {
+    "budget": None,
+    "budget_period": None,
+    "models": [],
+    "rpm": None,
+    "tpm": None,
+    "allowed_ips": [],
 }
 
 SCOPES = ("profile:read", "account:read", "account:balance:read")
@@ -68,6 +82,8 @@ def test_it_shows_a_manual_key_its_own_account_in_full(client, alice, alpha_grou
         "type": "api_key",
         "label": "laptop",
         "group": {"id": 1, "name": "Alpha-Image"},
+        "limits": NO_LIMITS,
+        "budget_window": None,
     }
     assert body["user"]["username"] == "alice"
     assert body["user"]["email"] == "alice@example.com"
@@ -172,3 +188,67 @@ def test_it_hides_usage_from_a_token_without_the_balance_scope(client, alice, to
 
     assert response.status_code == 200
     assert "usage" not in response.json()
+
+
+def test_it_shows_a_key_its_own_limits_and_the_spend_of_its_budget_window(
+    client, alice, alpha_group, settings
+):
+    api_key, secret = api_key_create(
+        account=alice,
+        group=alpha_group,
+        limits=ApiKeyLimitsInput(
+            budget="5.00",
+            budget_period="monthly",
+            model_ids=["alpha-image-2"],
+            rpm=60,
+            tpm=100_000,
+            allowed_ips=["10.0.0.0/8", "2001:db8::1"],
+        ),
+    )
+    key_budget = KeyBudget(api_key_id=api_key.pk, budget=Decimal("5.00"), period="monthly")
+    captured = hold_reserve(
+        account_id=alice.pk, amount=Decimal("0.15"), reference="r1", key_budget=key_budget
+    )
+    hold_capture(hold=captured)
+    hold_reserve(
+        account_id=alice.pk, amount=Decimal("0.05"), reference="r2", key_budget=key_budget
+    )  # in flight
+
+    response = client.get("/v1/me", headers=bearer(secret))
+
+    assert response.status_code == 200
+    credential = response.json()["credential"]
+    assert credential["limits"] == {
+        "budget": "5.00000000",
+        "budget_period": "monthly",
+        "models": ["alpha-image-2"],
+        "rpm": 60,
+        "tpm": 100000,
+        "allowed_ips": ["10.0.0.0/8", "2001:db8::1/128"],
+    }
+    zone = ZoneInfo(settings.GATEWAY_TIMEZONE)
+    month = timezone.now().astimezone(zone).date().replace(day=1)
+    next_month = (month.replace(day=28) + timedelta(days=4)).replace(day=1)
+    assert credential["budget_window"] == {
+        "start": datetime.combine(month, time.min, tzinfo=zone).isoformat(),
+        "end": datetime.combine(next_month, time.min, tzinfo=zone).isoformat(),
+        "used": "0.20000000",
+        "remaining": "4.80000000",
+    }
+
+
+def test_a_total_budgets_window_never_ends(client, alice, alpha_group, settings):
+    settings.GATEWAY_TIMEZONE = "Asia/Shanghai"
+    _, secret = api_key_create(
+        account=alice, group=alpha_group, limits=ApiKeyLimitsInput(budget="1", budget_period="total")
+    )
+
+    credential = client.get("/v1/me", headers=bearer(secret)).json()["credential"]
+
+    assert credential["limits"]["budget"] == "1.00000000"
+    assert credential["budget_window"] == {
+        "start": "1970-01-01T00:00:00+08:00",
+        "end": None,
+        "used": "0.00000000",
+        "remaining": "1.00000000",
+    }

@@ -266,7 +266,7 @@ def test_a_gemini_stream_comes_back_as_a_messages_stream_the_anthropic_sdk_assem
     assert message.content[0].text == "Let me check."
     assert (message.content[1].id, message.content[1].input) == ("c1", {"city": "Oslo"})
     assert message.stop_reason == "tool_use"
-    assert step.tokens == TranslatedTokens(input=30, cached=10, output=15)
+    assert step.tokens == TranslatedTokens(input=30, cached=10, output=15, reasoning=3)
 
 
 def test_a_gemini_answer_comes_back_as_a_response():

@@ -193,8 +193,9 @@ def test_it_translates_a_generate_content_answer_into_a_chat_completion():
         "completion_tokens": 35,
         "total_tokens": 155,
         "prompt_tokens_details": {"cached_tokens": 20},
+        "completion_tokens_details": {"reasoning_tokens": 5},
     }
-    assert step.tokens == TranslatedTokens(input=100, cached=20, output=35)
+    assert step.tokens == TranslatedTokens(input=100, cached=20, output=35, reasoning=5)
 
 
 @pytest.mark.parametrize(

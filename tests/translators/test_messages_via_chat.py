@@ -257,6 +257,42 @@ def test_thinking_becomes_a_reasoning_effort_for_openai_and_is_dropped_elsewhere
     assert "reasoning_effort" not in translator().request_body(body)
 
 
+SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.parametrize("where", ["output_config", "output_format"])
+def test_a_structured_output_schema_becomes_a_strict_response_format(where):
+    fmt = {"type": "json_schema", "schema": SCHEMA}
+    extra = (
+        {"output_config": {"format": fmt, "effort": "high"}}
+        if where == "output_config"
+        else {"output_format": fmt}
+    )
+    body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}], **extra}
+
+    sent = translator(openai=True).request_body(body)
+
+    assert sent["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "output", "schema": SCHEMA, "strict": True},
+    }
+    assert "output_config" not in sent and "output_format" not in sent and "effort" not in str(sent)
+
+
+def test_claude_codes_effort_alone_asks_for_no_response_format():
+    body = {
+        "max_tokens": 5,
+        "messages": [{"role": "user", "content": "x"}],
+        "output_config": {"effort": "high"},
+    }
+    assert "response_format" not in translator().request_body(body)
+
+
 @pytest.mark.parametrize(
     ("body", "param"),
     [
@@ -285,6 +321,14 @@ def test_thinking_becomes_a_reasoning_effort_for_openai_and_is_dropped_elsewhere
             "messages[0].content[0].source",
         ),
         ({"messages": [{"role": "user", "content": "x"}], "system": [{"type": "image"}]}, "system[0]"),
+        (
+            {"messages": [{"role": "user", "content": "x"}], "output_config": {"format": {"type": "text"}}},
+            "output_config.format.type",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "x"}], "output_format": {"type": "json_schema"}},
+            "output_format.schema",
+        ),
     ],
 )
 def test_what_chat_completions_cannot_express_is_refused_naming_the_field(body, param):

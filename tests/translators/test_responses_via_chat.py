@@ -265,6 +265,33 @@ def test_it_translates_a_chat_completion_into_a_response():
     assert step.tokens == TranslatedTokens(input=100, cached=20, output=30)
 
 
+def test_reasoning_tokens_the_chat_upstream_reports_reach_the_response_usage():
+    step = translator()
+    step.request_body({"input": "x", "reasoning": {"effort": "high"}})
+    usage = {
+        "prompt_tokens": 10,
+        "completion_tokens": 50,
+        "completion_tokens_details": {"reasoning_tokens": 42},
+    }
+    answer = {**CHAT_ANSWER, "usage": usage}
+
+    response = step.response_body(answer)
+
+    assert response["usage"]["output_tokens"] == 50
+    assert response["usage"]["output_tokens_details"] == {"reasoning_tokens": 42}
+    assert step.tokens == TranslatedTokens(input=10, output=50, reasoning=42)
+
+
+def test_reported_reasoning_tokens_beyond_the_output_are_cut_to_it():
+    step = translator()
+    step.request_body({"input": "x"})
+    usage = {"prompt_tokens": 1, "completion_tokens": 3, "completion_tokens_details": {"reasoning_tokens": 9}}
+
+    response = step.response_body({**CHAT_ANSWER, "usage": usage})
+
+    assert response["usage"]["output_tokens_details"] == {"reasoning_tokens": 3}
+
+
 def test_an_answer_cut_at_the_limit_is_an_incomplete_response():
     step = translator()
     step.request_body({"input": "x", "max_output_tokens": 5})
