@@ -275,3 +275,9 @@ def test_it_refuses_a_value_its_column_cannot_hold_and_writes_nothing(tmp_path, 
     assert str(tmp_path / "gateway.toml") in message
     assert expected in message
     assert snapshot() == before
+
+
+def test_a_groups_tpm_is_applied_and_defaults_to_unlimited(tmp_path):
+    config_load(path=write(tmp_path, VALID.replace("concurrency = 4\n", "concurrency = 4\ntpm = 100000\n")))
+
+    assert dict(Group.objects.values_list("name", "tpm")) == {"Alpha-Image": 100_000, "Beta-API": 0}
