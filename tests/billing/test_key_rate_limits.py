@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 from django.core.cache import cache
+from django.test import override_settings
 
 from api.errors import api_error_for
 from api.metering import request_rate_limits_hit
-from billing.errors import RateLimitExceeded
+from billing.errors import LimitsUnavailable, RateLimitExceeded
 from billing.limits import KEY_RATE_GROUP
 from billing.models import Hold, LedgerEntry, UsageRecord
 from groups.models import Group
@@ -17,7 +18,9 @@ from groups.snapshots import GroupSnapshot
 from keys.credentials import Credential, KeyLimits
 from keys.services import ApiKeyLimitsInput, api_key_create, api_key_limits_set
 from tests.billing.conftest import credential_for
-from tests.rate_windows import rate_window_wait
+from tests.process_state import redis_health_fresh
+from tests.rate_windows import local_rate_window_wait, rate_window_wait
+from tests.redis_process import redis_process
 
 pytestmark = pytest.mark.django_db
 
@@ -134,3 +137,29 @@ def test_over_the_keys_rpm_an_image_call_is_refused_before_reserving_and_a_chang
     again = client.post(GENERATIONS, body, content_type="application/json", headers=headers)
     assert again.status_code == 200, again.content
     assert LedgerEntry.objects.filter(kind="charge").count() == 2
+
+
+@pytest.fixture
+def redis_down(monkeypatch):
+    """A Redis of the test's own, stopped: every limit meets the outage."""
+    with redis_process() as server, override_settings(REDIS_URL=server.url, CACHES=server.caches()):
+        redis_health_fresh(monkeypatch)
+        server.stop()
+        yield server
+
+
+def test_while_redis_is_down_the_keys_rpm_counts_per_process_or_refuses_503_when_closed(
+    alice, alpha_group, redis_down, settings
+):
+    group = GroupSnapshot.from_model(Group.objects.get(pk=alpha_group.pk))
+    credential = key_credential(alice, group, rpm=2)
+    local_rate_window_wait()
+    for _ in range(2):
+        request_rate_limits_hit(credential=credential, group=group)
+    with pytest.raises(RateLimitExceeded):
+        request_rate_limits_hit(credential=credential, group=group)
+
+    settings.GATEWAY_REDIS_FAILURE_MODE = "closed"
+    with pytest.raises(LimitsUnavailable) as refused:
+        request_rate_limits_hit(credential=key_credential(alice, group, rpm=2), group=group)
+    assert api_error_for(refused.value).status == 503
