@@ -8,6 +8,7 @@ billing do the writes (and the audit log lines).
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from datetime import datetime, time, timedelta
 from typing import Annotated, Any, TypeVar
 
@@ -25,6 +26,7 @@ from accounts.services import AccountExists, AccountGroupInactive, account_creat
 from api.admin_schema import (
     account_create_schema,
     key_create_schema,
+    key_limits_schema,
     key_list_schema,
     key_revoke_schema,
     topup_schema,
@@ -45,7 +47,15 @@ from groups.models import Group
 from keys.access import admin_provision_check
 from keys.models import ApiKey
 from keys.selectors import api_keys_list
-from keys.services import ApiKeyGroupNotAllowed, api_key_create_by_staff, api_key_revoke_by_staff
+from keys.services import (
+    ApiKeyGroupNotAllowed,
+    ApiKeyLimitsInput,
+    api_key_create_by_staff,
+    api_key_limits_clean,
+    api_key_limits_set_by_staff,
+    api_key_models_check,
+    api_key_revoke_by_staff,
+)
 
 USAGE_PAGE_DEFAULT = 100
 USAGE_PAGE_MAX = 1000
@@ -123,7 +133,60 @@ class AccountCreateBody(AdminBody):
         return email
 
 
-class KeyCreateBody(AdminBody):
+class KeyLimitsBody(AdminBody):
+    """A key's own limits, each optional; their values are checked by keys.services'
+    `api_key_limits_clean` (a refusal names the field), the models by `api_key_models_check`."""
+
+    # A JSON string ("5.00"), parsed exactly: a JSON number may have passed through a float.
+    budget: str | None = Field(None, max_length=40, description='a string such as "5.00"')
+    budget_period: str | None = Field(None, max_length=16)
+    models: list[str] | None = None
+    rpm: int | None = None
+    tpm: int | None = None
+    allowed_ips: list[str] | None = None
+
+    def limits(self, *, current: ApiKey | None = None, sent: Collection[str] = ()) -> ApiKeyLimitsInput:
+        """The limits this body asks for. With `current` (a PATCH), a field not among `sent` keeps the
+        key's value and a field sent as null is unset; unsetting the budget unsets its period too."""
+        values: dict[str, Any] = {name: getattr(self, name) for name in LIMIT_FIELDS}
+        if current is not None:
+            kept = _key_limits(current)
+            values = {name: values[name] if name in sent else kept[name] for name in LIMIT_FIELDS}
+            if "budget" in sent and values["budget"] is None and "budget_period" not in sent:
+                values["budget_period"] = None
+        return ApiKeyLimitsInput(
+            budget=values["budget"],
+            budget_period=values["budget_period"] or "",
+            model_ids=list(values["models"] or ()),
+            rpm=values["rpm"],
+            tpm=values["tpm"],
+            allowed_ips=list(values["allowed_ips"] or ()),
+        )
+
+
+LIMIT_FIELDS = tuple(KeyLimitsBody.model_fields)
+
+
+def _key_limits(api_key: ApiKey) -> dict[str, Any]:
+    """A key's limits as the provisioning API names them; unset ones None (a budget as a string)."""
+    return {
+        "budget": money_str(api_key.budget) if api_key.budget is not None else None,
+        "budget_period": api_key.budget_period or None,
+        "models": list(api_key.model_ids),
+        "rpm": api_key.rpm,
+        "tpm": api_key.tpm,
+        "allowed_ips": list(api_key.allowed_ips),
+    }
+
+
+def _limits_checked(limits: ApiKeyLimitsInput, *, group_id: int) -> ApiKeyLimitsInput:
+    """`limits` once their values and models are checked (KeyLimitsInvalid naming the field)."""
+    api_key_limits_clean(limits=limits)
+    api_key_models_check(group_id=group_id, model_ids=limits.model_ids)
+    return limits
+
+
+class KeyCreateBody(KeyLimitsBody):
     group: GroupRef
     label: str = Field("", max_length=100)
     expires_at: datetime | None = None
@@ -176,6 +239,7 @@ def _key_body(api_key: ApiKey) -> dict[str, Any]:
         "expires_at": _iso(api_key.expires_at),
         "revoked_at": _iso(api_key.revoked_at),
         "state": api_key.status,
+        **_key_limits(api_key),
     }
 
 
@@ -303,6 +367,7 @@ class AdminAccountKeysView(AdminAPIView):
         group = _group_get(body.group, param="group")
         if body.expires_at is not None and body.expires_at <= timezone.now():
             raise InvalidRequest("expires_at must be in the future.", param="expires_at")
+        limits = _limits_checked(body.limits(), group_id=group.pk)
         try:
             api_key, secret = api_key_create_by_staff(
                 staff=self.staff,
@@ -310,6 +375,7 @@ class AdminAccountKeysView(AdminAPIView):
                 group=group,
                 label=body.label,
                 expires_at=body.expires_at,
+                limits=limits,
             )
         except ApiKeyGroupNotAllowed as exc:
             raise InvalidRequest(
@@ -319,12 +385,28 @@ class AdminAccountKeysView(AdminAPIView):
         return Response({**_key_body(api_key), "key": secret}, status=201)
 
 
+def _api_key_get(key_id: int) -> ApiKey:
+    api_key = ApiKey.objects.select_related("group").filter(pk=key_id).first()
+    if api_key is None:
+        raise NotFound(f"There is no API key {key_id}.", code="api_key_not_found")
+    return api_key
+
+
+class AdminKeyView(AdminAPIView):
+    @key_limits_schema
+    def patch(self, request: Request, key_id: int) -> Response:
+        api_key = _api_key_get(key_id)
+        body = _valid(KeyLimitsBody, request.data)
+        sent = frozenset(request.data)  # a dict: the body validated as an object
+        limits = _limits_checked(body.limits(current=api_key, sent=sent), group_id=api_key.group_id)
+        api_key_limits_set_by_staff(staff=self.staff, api_key=api_key, limits=limits)
+        return Response(_key_body(api_key))
+
+
 class AdminKeyRevokeView(AdminAPIView):
     @key_revoke_schema
     def post(self, request: Request, key_id: int) -> Response:
-        api_key = ApiKey.objects.select_related("group").filter(pk=key_id).first()
-        if api_key is None:
-            raise NotFound(f"There is no API key {key_id}.", code="api_key_not_found")
+        api_key = _api_key_get(key_id)
         revoked = api_key_revoke_by_staff(staff=self.staff, api_key=api_key)
         return Response({**_key_body(api_key), "revoked": revoked})
 

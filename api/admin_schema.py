@@ -44,6 +44,42 @@ ADMIN_ACCOUNT = component_register(
         },
     },
 )
+# A key's own limits (docs/authentication.md, "Key limits"): each optional, null = no limit.
+_LIMIT_PROPERTIES = {
+    "budget": {
+        "type": "string",
+        "nullable": True,
+        "example": "5.00",
+        "description": "The most the key may spend per `budget_period`, as a string; with a period.",
+    },
+    "budget_period": {
+        "type": "string",
+        "nullable": True,
+        "enum": ["daily", "weekly", "monthly", "total", None],
+        "description": "The budget's window, in the gateway's time zone; with a budget.",
+    },
+    "models": {
+        "type": "array",
+        "items": {"type": "string"},
+        "maxItems": 100,
+        "nullable": True,
+        "description": "Model ids of the key's group it may call; empty (or null): all of them.",
+    },
+    "rpm": {"type": "integer", "minimum": 1, "nullable": True, "description": "Requests per minute."},
+    "tpm": {
+        "type": "integer",
+        "minimum": 1,
+        "nullable": True,
+        "description": "Tokens (input + output) per minute of text calls.",
+    },
+    "allowed_ips": {
+        "type": "array",
+        "items": {"type": "string", "example": "10.0.0.0/8"},
+        "maxItems": 100,
+        "nullable": True,
+        "description": "CIDR networks or addresses the caller must call from; empty (or null): any.",
+    },
+}
 ADMIN_KEY_CREATE = component_register(
     "AdminKeyCreateRequest",
     {
@@ -53,7 +89,28 @@ ADMIN_KEY_CREATE = component_register(
             "group": {**_GROUP_REF, "description": "One of the account's groups: the key's group."},
             "label": {"type": "string", "maxLength": 100},
             "expires_at": {**_MOMENT, "description": "In the future; none: never expires."},
+            **_LIMIT_PROPERTIES,
         },
+        "example": {
+            "group": "Alpha-Image",
+            "label": "ci",
+            "budget": "5.00",
+            "budget_period": "monthly",
+            "models": ["alpha-image-2"],
+            "rpm": 60,
+        },
+    },
+)
+ADMIN_KEY_LIMITS = component_register(
+    "AdminKeyLimitsRequest",
+    {
+        "type": "object",
+        "description": (
+            "The limits to change: a field left out keeps its value, a field sent as null is unset "
+            "(a null `budget` unsets its period too)."
+        ),
+        "properties": _LIMIT_PROPERTIES,
+        "example": {"budget": "20.00", "rpm": None, "allowed_ips": ["10.0.0.0/8"]},
     },
 )
 _KEY_PROPERTIES = {
@@ -68,6 +125,7 @@ _KEY_PROPERTIES = {
     "expires_at": _MOMENT,
     "revoked_at": _MOMENT,
     "state": {"type": "string", "enum": ["active", "expired", "revoked"]},
+    **_LIMIT_PROPERTIES,
 }
 ADMIN_KEY = component_register("AdminApiKey", {"type": "object", "properties": _KEY_PROPERTIES})
 ADMIN_KEY_CREATED = component_register(
@@ -187,6 +245,15 @@ key_create_schema = extend_schema(
     parameters=[_ACCOUNT_ID],
     request={"application/json": ADMIN_KEY_CREATE},
     responses={201: OpenApiResponse(response=ADMIN_KEY_CREATED, description="The secret, once"), **_errors()},
+)
+key_limits_schema = extend_schema(
+    operation_id="admin_keys_limits_update",
+    summary="Change an API key's limits" + _SUMMARY_SUFFIX,
+    description="From the key's next call on, on every process of the gateway.",
+    tags=_TAGS,
+    parameters=[_KEY_ID],
+    request={"application/json": ADMIN_KEY_LIMITS},
+    responses={200: OpenApiResponse(response=ADMIN_KEY, description="The key, changed"), **_errors()},
 )
 key_revoke_schema = extend_schema(
     operation_id="admin_keys_revoke",

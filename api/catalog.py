@@ -15,6 +15,7 @@ from datetime import datetime
 
 from groups.snapshots import GroupSnapshot
 from keys.credentials import SCOPE_MODELS_INVOKE, Credential
+from keys.errors import KeyLimitsInvalid
 from keys.group_access import groups_listed_for_credential, key_model_allowed
 
 
@@ -78,3 +79,25 @@ def model_get_for_credential(*, credential: Credential, model_id: str) -> Listed
             if listed.selectable and listed.id == model_id:
                 return listed
     return None
+
+
+def group_model_ids(*, group_id: int) -> frozenset[str]:
+    """The ids of the group's enabled models across the families (what its keys may list)."""
+    return frozenset(model.model_id for source in _sources for model in source(group_id=group_id))
+
+
+def key_models_check(*, group_id: int, model_ids: Iterable[str]) -> None:
+    """KeyLimitsInvalid (param `models`, 400 invalid_value) naming the ids among `model_ids` that are
+    not enabled models of the group: a key's `models` lists models of the key's group only.
+    Registered with keys.services.api_key_models_check, which every surface setting a key's limits
+    calls."""
+    wanted = {str(model_id).strip() for model_id in model_ids} - {""}
+    offered = group_model_ids(group_id=group_id)
+    unknown = sorted(wanted - offered)
+    if unknown:
+        known = sorted(offered)
+        raise KeyLimitsInvalid(
+            f"{', '.join(unknown)} {'is not a model' if len(unknown) == 1 else 'are not models'} of the "
+            f"key's group; its models: {', '.join(known) if known else 'none'}.",
+            param="models",
+        )

@@ -13,6 +13,7 @@ from typing import TypeVar
 from api.metering import connection_release
 from api.upstream_errors import upstream_error_to_api_error
 from api.usage import UsageScope
+from upstreams.affinity import Affinity
 from upstreams.resilience import upstream_call_resilient
 from upstreams.snapshots import UpstreamSnapshot
 
@@ -25,10 +26,12 @@ def upstream_attempts_run(
     upstreams: Sequence[UpstreamSnapshot],
     request_id: str,
     attempt: Callable[[UpstreamSnapshot, float], T],
+    affinity: Affinity | None = None,
 ) -> tuple[T, UpstreamSnapshot]:
     """Run `attempt(upstream, deadline)` over `upstreams` until one succeeds; its result and upstream.
 
-    A non-retryable upstream error becomes the caller's ApiError for that upstream."""
+    A non-retryable upstream error becomes the caller's ApiError for that upstream. The upstream that
+    answers keeps the call's conversation (`affinity`, upstreams/affinity.py)."""
 
     def attempt_started(upstream: UpstreamSnapshot, deadline: float) -> T:
         usage.set_upstream(upstream.name)
@@ -40,4 +43,5 @@ def upstream_attempts_run(
         attempt=attempt_started,
         request_id=request_id,
         classify=lambda error, failed: upstream_error_to_api_error(error=error, upstream=failed),
+        affinity=affinity,
     )

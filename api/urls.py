@@ -6,6 +6,7 @@ from api.admin import (
     AdminAccountCreateView,
     AdminAccountKeysView,
     AdminKeyRevokeView,
+    AdminKeyView,
     AdminTopUpView,
     AdminUsageView,
 )
@@ -24,6 +25,7 @@ urlpatterns = [
     ),
     path("admin/accounts/<int:account_id>/topups", AdminTopUpView.as_view(), name="v1-admin-account-topups"),
     path("admin/accounts/<int:account_id>/usage", AdminUsageView.as_view(), name="v1-admin-account-usage"),
+    path("admin/keys/<int:key_id>", AdminKeyView.as_view(), name="v1-admin-key"),
     path("admin/keys/<int:key_id>/revoke", AdminKeyRevokeView.as_view(), name="v1-admin-key-revoke"),
     # The OpenAPI 3 document of /v1, needing no credential (api/openapi.py); its page is /docs/.
     path("openapi.json", OpenApiSchemaView.as_view(), name="v1-openapi"),

@@ -89,6 +89,19 @@ def api_key_budget_window_get(
     )
 
 
+# How each budget period's current window is named to people.
+PERIOD_PHRASES = {"daily": "today", "weekly": "this week", "monthly": "this month", "total": "in total"}
+
+
+def key_budget_window_summary(window: KeyBudgetWindow) -> str:
+    """The window for people, as the console and the admin show it beside the key: "¥1.20 of ¥5.00
+    this month, resets 1 Dec" (a total budget never resets)."""
+    text = f"{money_display(window.used)} of {money_display(window.budget)} {PERIOD_PHRASES[window.period]}"
+    if window.ends_at is not None:
+        text += f", resets {window.ends_at.day} {window.ends_at:%b}"
+    return text
+
+
 TOKEN_COLUMNS = ("input_tokens", "cached_tokens", "cache_write_tokens", "output_tokens")
 
 

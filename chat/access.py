@@ -24,7 +24,8 @@ from core.errors import MODEL_NOT_ALLOWED, MODEL_NOT_FOUND, InvalidRequest, NotF
 from groups.snapshots import GroupSnapshot
 from keys.credentials import Credential
 from keys.group_access import group_resolve_for_credential, key_model_check, models_invoke_check
-from upstreams.routing import upstreams_for_model
+from upstreams.affinity import Affinity, affinity_make
+from upstreams.routing import upstreams_route
 from upstreams.snapshots import UpstreamSnapshot
 
 UNSUPPORTED_ENDPOINT = "unsupported_endpoint"
@@ -36,6 +37,8 @@ class ResolvedTextModel:
     text_model: TextModelSnapshot
     upstreams: list[UpstreamSnapshot]  # in the order this call tries them
     translations: dict[str, Translation]  # how each kind among them serves the caller's family
+    # The call's conversation, when it names one and stickiness has a choice to make.
+    affinity: Affinity | None = None
 
     @property
     def counted_locally(self) -> bool:
@@ -47,9 +50,13 @@ def _shown(name: str) -> str:
     return name if len(name) <= 200 else name[:200] + "…"
 
 
-def text_model_resolve(*, credential: Credential, requested_model: str, family: Family) -> ResolvedTextModel:
+def text_model_resolve(
+    *, credential: Credential, requested_model: str, family: Family, conversation_key: str | None = None
+) -> ResolvedTextModel:
     """May this credential use this text model on this endpoint, and in which group? The one place
-    that decides."""
+    that decides. The upstreams come in the order the call tries them: first, among those of a
+    priority, the one that answered the conversation `conversation_key` names (upstreams/affinity.py)
+    within the model's `sticky_seconds`."""
     models_invoke_check(credential=credential)
     selection = group_resolve_for_credential(credential=credential, requested_model=requested_model)
     group = selection.group
@@ -69,7 +76,14 @@ def text_model_resolve(*, credential: Credential, requested_model: str, family: 
             param="model",
         )
     key_model_check(credential=credential, model_id=text_model.model_id)
-    upstreams = upstreams_for_model(model_label=text_model.model_label, model_pk=text_model.pk)
+    affinity = affinity_make(
+        model_label=text_model.model_label,
+        model_pk=text_model.pk,
+        conversation_key=conversation_key,
+        seconds=text_model.sticky_seconds,
+    )
+    routed = upstreams_route(model_label=text_model.model_label, model_pk=text_model.pk, affinity=affinity)
+    upstreams = routed.upstreams
     kinds = sorted({upstream.kind for upstream in upstreams})
     translations = {kind: translation_for(family=family, kind=kind) for kind in kinds}
     if any(translation is None for translation in translations.values()):
@@ -85,4 +99,5 @@ def text_model_resolve(*, credential: Credential, requested_model: str, family: 
         text_model=text_model,
         upstreams=upstreams,
         translations={kind: translation for kind, translation in translations.items() if translation},
+        affinity=routed.affinity,
     )

@@ -38,6 +38,7 @@ class TextModelForm(forms.ModelForm):
             "upstreams",
             *PRICES,
             "max_output_tokens",
+            "sticky_seconds",
             "enabled",
         )
         field_classes = dict.fromkeys(PRICES, PriceField)
@@ -55,6 +56,7 @@ class TextModelAdmin(admin.ModelAdmin):
         "cache_write",
         "cache_write_1h",
         "max_output_tokens",
+        "sticky",
         "upstream_model",
         "enabled",
     )
@@ -82,6 +84,10 @@ class TextModelAdmin(admin.ModelAdmin):
     @admin.display(description="1-hour cache write ¥/M tokens", ordering="cache_write_1h_price")
     def cache_write_1h(self, obj: TextModel) -> str:
         return "= twice input" if obj.cache_write_1h_price is None else price_text(obj.cache_write_1h_price)
+
+    @admin.display(description="Sticky routing", ordering="sticky_seconds")
+    def sticky(self, obj: TextModel) -> str:
+        return f"{obj.sticky_seconds} s" if obj.sticky_seconds else "off"
 
 
 def _or_input_price(amount: Decimal | None) -> str:

@@ -1,5 +1,6 @@
 """The four text endpoints and what differs between them: the upstream operation, the error shape,
-the field that limits output, where the upstream reports usage, and which stream event ends a call.
+the field that limits output, the fields that name a conversation, where the upstream reports usage,
+and which stream event ends a call.
 
 Everything else (authentication, access, limits, holds, retries, relaying) is the same for all four
 and lives in chat/pipeline.py and chat/streaming.py.
@@ -331,10 +332,24 @@ class Family:
     tracker: type[StreamTracker] | None
     # Whether the family's API takes an image by link; else the gateway sends its bytes (chat/image_links.py).
     takes_image_links: bool = True
+    # Where a body names its conversation, first found first (a path of keys each): the key of
+    # cache-aware routing (upstreams/affinity.py).
+    conversation_fields: tuple[tuple[str, ...], ...] = ()
 
     @property
     def operation(self) -> str:
         return self.endpoint
+
+    def conversation_key(self, body: Mapping[str, Any]) -> str | None:
+        """The conversation the body names: the first of the family's conversation fields that holds
+        a non-empty string (any other value names none)."""
+        for path in self.conversation_fields:
+            value: Any = body
+            for name in path:
+                value = value.get(name) if isinstance(value, dict) else None
+            if isinstance(value, str) and value:
+                return value
+        return None
 
 
 def _usage_of(key: str, extract: Callable[[Any], TokenCounts | None]) -> Callable[[Any], TokenCounts | None]:
@@ -353,6 +368,7 @@ CHAT = Family(
     streams=True,
     tokens_of=_usage_of("usage", openai_chat_tokens),
     tracker=ChatCompletionsTracker,
+    conversation_fields=(("prompt_cache_key",), ("user",)),
 )
 RESPONSES_FAMILY = Family(
     endpoint=RESPONSES,
@@ -363,6 +379,7 @@ RESPONSES_FAMILY = Family(
     streams=True,
     tokens_of=_usage_of("usage", openai_responses_tokens),
     tracker=ResponsesTracker,
+    conversation_fields=(("prompt_cache_key",), ("user",)),
 )
 MESSAGES_FAMILY = Family(
     endpoint=MESSAGES,
@@ -373,6 +390,8 @@ MESSAGES_FAMILY = Family(
     streams=True,
     tokens_of=_usage_of("usage", anthropic_tokens),
     tracker=MessagesTracker,
+    # Claude Code sends one per session.
+    conversation_fields=(("metadata", "user_id"),),
 )
 COUNT_TOKENS = Family(
     endpoint=MESSAGES_COUNT_TOKENS,

@@ -65,6 +65,11 @@ class TextModel(models.Model):
         validators=[MinValueValidator(1)],
         help_text="The most output tokens a call may ask for, and the hold's ceiling when it asks for none.",
     )
+    sticky_seconds = models.PositiveIntegerField(
+        default=3600,
+        help_text="Seconds a conversation (its prompt_cache_key, user or metadata.user_id) keeps going to "
+        "the upstream that answered it, so the provider's prompt cache is hit; 0 = off.",
+    )
     enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -121,7 +121,12 @@ def text_call_run(
         )
         parsed = text_body_parse(raw=raw, family=family)
         usage.set_requested_model(parsed.model)
-        resolved = text_model_resolve(credential=credential, requested_model=parsed.model, family=family)
+        resolved = text_model_resolve(
+            credential=credential,
+            requested_model=parsed.model,
+            family=family,
+            conversation_key=family.conversation_key(parsed.body),
+        )
         text_model = resolved.text_model
         usage.set_target(group=resolved.group, model_id=text_model.model_id)
         output_limit = output_limit_validate(body=parsed.body, family=family, text_model=text_model)
@@ -310,6 +315,7 @@ def _call(
         upstreams=resolved.upstreams,
         attempt=attempt,
         request_id=usage.request_id,
+        affinity=resolved.affinity,
     )
     return reply, routes[upstream.kind], upstream
 

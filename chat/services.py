@@ -23,6 +23,7 @@ def text_model_upsert(
     max_output_tokens: int,
     enabled: bool,
     cache_write_1h_price: Decimal | None = None,
+    sticky_seconds: int = 3600,
     upstreams: Sequence[Upstream],
 ) -> tuple[TextModel, str]:
     """Create the group's text model `model_id`, or update only what differs; returns it with
@@ -32,7 +33,8 @@ def text_model_upsert(
     already has as an image model. Upstreams of any kinds may serve it: a call is translated for each
     upstream it tries (chat/translation.py). A blank
     `upstream_model` sends the model id upstream; a None cached-input or cache-write price charges
-    the input price."""
+    the input price. `sticky_seconds` keeps a conversation on the upstream that answered it
+    (upstreams/affinity.py; 0 = off)."""
     if not upstreams:
         raise ValidationError({"upstreams": "A text model needs at least one upstream."})
     if image_model_exists(group_id=group.pk, model_id=model_id):
@@ -48,6 +50,7 @@ def text_model_upsert(
             "cache_write_price": cache_write_price,
             "cache_write_1h_price": cache_write_1h_price,
             "max_output_tokens": max_output_tokens,
+            "sticky_seconds": sticky_seconds,
             "enabled": enabled,
         },
     )

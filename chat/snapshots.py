@@ -27,6 +27,7 @@ class TextModelSnapshot:
     cache_write_price: Decimal
     cache_write_1h_price: Decimal
     max_output_tokens: int
+    sticky_seconds: int  # how long a conversation keeps its upstream (upstreams/affinity.py); 0 = off
     created_at: datetime
 
     @property
@@ -61,5 +62,6 @@ class TextModelSnapshot:
                 else 2 * input_price
             ),
             max_output_tokens=text_model.max_output_tokens,
+            sticky_seconds=text_model.sticky_seconds,
             created_at=text_model.created_at,
         )

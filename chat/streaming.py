@@ -146,6 +146,7 @@ def stream_open(
         upstreams=resolved.upstreams,
         attempt=attempt,
         request_id=usage.request_id,
+        affinity=resolved.affinity,
     )
     if first is None:
         reply.close()

@@ -174,8 +174,8 @@ class GroupEntry(Entry):
     billing: column(Group, "billing") = "balance"
     allow_group_override: column(Group, "allow_group_override") = False
     rpm: column(Group, "rpm") = 0
-    concurrency: column(Group, "concurrency") = 0
     tpm: column(Group, "tpm") = 0
+    concurrency: column(Group, "concurrency") = 0
 
     def problems(self, config: ConfigFile) -> list[str]:
         existing = Group.objects.filter(name=self.name).values_list("id", flat=True).first()
@@ -197,8 +197,8 @@ def groups_apply(entries: list[GroupEntry], path: Path) -> Iterator[str]:
             billing=e.billing,
             allow_group_override=e.allow_group_override,
             rpm=e.rpm,
-            concurrency=e.concurrency,
             tpm=e.tpm,
+            concurrency=e.concurrency,
         )
         yield outcome
 
@@ -306,6 +306,7 @@ class TextModelEntry(GroupModelEntry):
     cache_write_price: column(TextModel, "cache_write_price") | None = None
     cache_write_1h_price: column(TextModel, "cache_write_1h_price") | None = None
     max_output_tokens: column(TextModel, "max_output_tokens")
+    sticky_seconds: column(TextModel, "sticky_seconds") = 3600
     enabled: column(TextModel, "enabled") = True
 
     def problems(self, config: ConfigFile) -> list[str]:
@@ -330,6 +331,7 @@ def text_models_apply(entries: list[TextModelEntry], path: Path) -> Iterator[str
             cache_write_price=e.cache_write_price,
             cache_write_1h_price=e.cache_write_1h_price,
             max_output_tokens=e.max_output_tokens,
+            sticky_seconds=e.sticky_seconds,
             enabled=e.enabled,
             upstreams=[upstreams[name] for name in e.upstreams],
         )

@@ -4,6 +4,7 @@ account's group or model is refused as an invalid choice."""
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -15,10 +16,13 @@ from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.core.validators import RegexValidator
 from django.utils import timezone
 
-from billing.money import money_display
+from billing.money import money_display, money_trimmed
 from console.signin import signin_attempt_give_back, signin_attempt_take, signin_turn
 from groups.models import Group
 from images.models import ImageModel
+from keys.errors import KeyLimitsInvalid
+from keys.models import ApiKey
+from keys.services import ApiKeyLimitsInput, api_key_limits_clean, api_key_models_check
 
 THROTTLED = "throttled"
 
@@ -90,7 +94,113 @@ class FormTokenMixin:
         )
 
 
-class ApiKeyCreateForm(FormTokenMixin, forms.Form):
+BUDGET_PERIOD_CHOICES = [
+    ("", "No budget"),
+    ("daily", "Per day"),
+    ("weekly", "Per week (from Monday)"),
+    ("monthly", "Per month"),
+    ("total", "In total"),
+]
+
+
+def _listed(text: str) -> list[str]:
+    """A list field's text (items separated by commas, spaces or lines) as its items."""
+    return [item for item in re.split(r"[\s,]+", text or "") if item]
+
+
+class ApiKeyLimitsForm(forms.Form):
+    """A key's own limits, each optional. The values are checked by keys.services'
+    `api_key_limits_clean` and the models by `api_key_models_check` (against the key's group); a
+    refusal is shown on its field."""
+
+    budget = forms.CharField(
+        max_length=40,
+        required=False,
+        strip=True,
+        widget=forms.TextInput(attrs={"inputmode": "decimal", "placeholder": "5.00"}),
+        help_text="The most the key may spend per period; empty: no budget of its own.",
+    )
+    budget_period = forms.ChoiceField(label="Budget period", choices=BUDGET_PERIOD_CHOICES, required=False)
+    models = forms.CharField(
+        max_length=4000,
+        required=False,
+        help_text="Model ids it may call, separated by commas; empty: every model of its group.",
+    )
+    rpm = forms.IntegerField(
+        label="Requests per minute",
+        required=False,
+        widget=forms.NumberInput(attrs={"min": 1, "inputmode": "numeric"}),
+        help_text="Empty: no limit of its own.",
+    )
+    tpm = forms.IntegerField(
+        label="Tokens per minute",
+        required=False,
+        widget=forms.NumberInput(attrs={"min": 1, "inputmode": "numeric"}),
+        help_text="Input and output tokens of text calls; empty: no limit of its own.",
+    )
+    allowed_ips = forms.CharField(
+        label="Allowed IP addresses",
+        max_length=4000,
+        required=False,
+        help_text="Networks such as 10.0.0.0/8 or single addresses, separated by commas; empty: any.",
+    )
+
+    LIMIT_FIELDS = ("budget", "budget_period", "models", "rpm", "tpm", "allowed_ips")
+
+    def limits_group_id(self) -> int | None:
+        """The group whose models the key may list (None: not known, the models are not checked)."""
+        raise NotImplementedError
+
+    def clean(self):
+        cleaned = super().clean()
+        group_id = self.limits_group_id()
+        if group_id is None or any(name in self.errors for name in self.LIMIT_FIELDS):
+            return cleaned
+        limits = self.limits()
+        try:
+            api_key_limits_clean(limits=limits)
+            api_key_models_check(group_id=group_id, model_ids=limits.model_ids)
+        except KeyLimitsInvalid as refused:
+            self.add_error(refused.param if refused.param in self.fields else None, refused.message)
+        return cleaned
+
+    def limits(self) -> ApiKeyLimitsInput:
+        data = self.cleaned_data
+        return ApiKeyLimitsInput(
+            budget=data.get("budget") or None,
+            budget_period=data.get("budget_period") or "",
+            model_ids=_listed(data.get("models", "")),
+            rpm=data.get("rpm"),
+            tpm=data.get("tpm"),
+            allowed_ips=_listed(data.get("allowed_ips", "")),
+        )
+
+
+def key_limits_initial(api_key: ApiKey) -> dict[str, object]:
+    """A key's limits as the limits form shows them."""
+    return {
+        "budget": money_trimmed(api_key.budget) if api_key.budget is not None else "",
+        "budget_period": api_key.budget_period,
+        "models": ", ".join(api_key.model_ids),
+        "rpm": api_key.rpm,
+        "tpm": api_key.tpm,
+        "allowed_ips": ", ".join(api_key.allowed_ips),
+    }
+
+
+class ApiKeyLimitsEditForm(ApiKeyLimitsForm):
+    """The limits of an existing key: its models are checked against its own group. Sending it
+    twice sets the same values twice, so it needs no form token."""
+
+    def __init__(self, *args, api_key: ApiKey, **kwargs) -> None:
+        super().__init__(*args, initial=key_limits_initial(api_key), **kwargs)
+        self.api_key = api_key
+
+    def limits_group_id(self) -> int | None:
+        return self.api_key.group_id
+
+
+class ApiKeyCreateForm(FormTokenMixin, ApiKeyLimitsForm):
     label = forms.CharField(
         max_length=100,
         required=False,
@@ -115,6 +225,10 @@ class ApiKeyCreateForm(FormTokenMixin, forms.Form):
         self.fields["group"].queryset = Group.objects.filter(pk__in=[group.pk for group in groups])
         self.fields["group"].label_from_instance = _group_label
         self.form_token_add()
+
+    def limits_group_id(self) -> int | None:
+        group = self.cleaned_data.get("group")
+        return group.pk if group is not None else None
 
     def expires_at(self, *, now: datetime | None = None) -> datetime | None:
         days = self.cleaned_data.get("expires_in_days")

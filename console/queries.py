@@ -21,6 +21,7 @@ from oauth2_provider.models import AccessToken, Application, RefreshToken
 from oauth2_provider.settings import oauth2_settings
 
 from accounts.models import Account, User
+from api.catalog import group_model_ids
 from billing.models import (
     Hold,
     IdempotencyRecord,
@@ -31,6 +32,7 @@ from billing.models import (
     Wallet,
 )
 from billing.money import money_display
+from billing.selectors import api_key_budget_window_get, key_budget_window_summary
 from billing.windows import TOTAL_WINDOW_START, window_end, window_starts_at
 from chat.selectors import group_text_models_enabled
 from groups.models import Group
@@ -68,6 +70,49 @@ def api_keys_for_account(*, account: Account) -> list[ApiKey]:
 def api_key_for_account(*, account: Account, api_key_id: int) -> ApiKey | None:
     """The account's key with this id; None for another account's key, exactly as for a missing one."""
     return ApiKey.objects.filter(account=account, pk=api_key_id).select_related("group").first()
+
+
+@dataclass(frozen=True)
+class KeyRow:
+    """A key as the keys page lists it: its budget's current window in words ("¥1.20 of ¥5.00 this
+    month, resets 1 Dec"; empty without a budget) and its other limits, each in a few words."""
+
+    api_key: ApiKey
+    budget: str
+    limits: list[str]
+
+
+def key_rows(*, api_keys: list[ApiKey], now: datetime | None = None) -> list[KeyRow]:
+    """The keys with their limits and the spend of each budget's current window (calls in flight
+    included, as the reserve step counts them)."""
+    moment = now or timezone.now()
+    rows = []
+    for api_key in api_keys:
+        window = api_key_budget_window_get(
+            api_key_id=api_key.pk, budget=api_key.budget, budget_period=api_key.budget_period, now=moment
+        )
+        limits = []
+        if api_key.rpm is not None:
+            limits.append(f"{api_key.rpm:,} requests a minute")
+        if api_key.tpm is not None:
+            limits.append(f"{api_key.tpm:,} tokens a minute")
+        if api_key.model_ids:
+            limits.append(f"Models: {', '.join(api_key.model_ids)}")
+        if api_key.allowed_ips:
+            limits.append(f"From: {', '.join(api_key.allowed_ips)}")
+        rows.append(
+            KeyRow(
+                api_key=api_key,
+                budget=key_budget_window_summary(window) if window is not None else "",
+                limits=limits,
+            )
+        )
+    return rows
+
+
+def key_group_models(*, groups: list[Group]) -> list[tuple[str, list[str]]]:
+    """Each group's enabled model ids (what a key of the group may list in its `models`)."""
+    return [(group.name, sorted(group_model_ids(group_id=group.pk))) for group in groups]
 
 
 def key_groups_for_account(*, account: Account) -> list[Group]:

@@ -18,6 +18,7 @@ from console.views import (
 console_patterns = [
     path("", overview.OverviewView.as_view(), name="overview"),
     path("keys/", keys.ApiKeysView.as_view(), name="keys"),
+    path("keys/<int:api_key_id>/limits/", keys.ApiKeyLimitsView.as_view(), name="key-limits"),
     path("keys/<int:api_key_id>/revoke/", keys.ApiKeyRevokeView.as_view(), name="key-revoke"),
     path("playground/", playground_images.PlaygroundView.as_view(), name="playground"),
     path("usage/", usage.UsageView.as_view(), name="usage"),

@@ -13,8 +13,8 @@ class GroupAdmin(admin.ModelAdmin):
         "billing",
         "allow_group_override",
         "rpm",
-        "concurrency",
         "tpm",
+        "concurrency",
     )
     list_filter = ("status", "billing", "image_enabled", "allow_group_override")
     search_fields = ("name", "=id")

@@ -26,7 +26,7 @@ def group_upsert(
             "billing": billing,
             "allow_group_override": allow_group_override,
             "rpm": rpm,
-            "concurrency": concurrency,
             "tpm": tpm,
+            "concurrency": concurrency,
         },
     )

@@ -10,7 +10,7 @@ saves and deletes do so through the receivers keys/apps.py registers (core/confi
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
@@ -125,6 +125,29 @@ def _budget_clean(value: Decimal | str | None) -> Decimal | None:
             param="budget",
         )
     return amount
+
+
+# Which model ids a group offers is known to the endpoint families that own the models, which the
+# domain does not import: api registers its check (api.catalog.key_models_check) when it is ready.
+ApiKeyModelsCheck = Callable[..., None]  # called as check(group_id=..., model_ids=...)
+_models_checks: list[ApiKeyModelsCheck] = []
+
+
+def api_key_models_check_register(check: ApiKeyModelsCheck) -> None:
+    """Install the check `api_key_models_check` runs (api/apps.py registers api.catalog's)."""
+    if check not in _models_checks:
+        _models_checks.append(check)
+
+
+def api_key_models_check(*, group_id: int, model_ids: Iterable[str]) -> None:
+    """KeyLimitsInvalid (param `models`) naming each of `model_ids` that is not a model of the group.
+
+    Every surface that sets a key's `models` runs it before `api_key_create` / `api_key_limits_set`:
+    a key listing a model its group does not offer would be refused that model on every call."""
+    if not _models_checks:
+        raise RuntimeError("no key models check is registered (the api app registers it when ready)")
+    for check in _models_checks:
+        check(group_id=group_id, model_ids=model_ids)
 
 
 def api_key_limits_set(*, api_key: ApiKey, limits: ApiKeyLimitsInput) -> list[str]:
@@ -334,3 +357,18 @@ def api_key_revoke_by_staff(*, staff: User, api_key: ApiKey) -> bool:
         revoked,
     )
     return revoked
+
+
+def api_key_limits_set_by_staff(*, staff: User, api_key: ApiKey, limits: ApiKeyLimitsInput) -> list[str]:
+    """`api_key_limits_set` on a staff user's behalf (the provisioning API), logged to `gateway.audit`
+    with the fields that changed (their values are the key's, read back from it)."""
+    changed = api_key_limits_set(api_key=api_key, limits=limits)
+    audit_logger.info(
+        "staff=%s action=api_key_limits_set target=api_key:%s account=%s prefix=%s changed=%s",
+        staff.get_username(),
+        api_key.pk,
+        api_key.account_id,
+        api_key.prefix,
+        ",".join(changed) or "-",
+    )
+    return changed

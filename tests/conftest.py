@@ -15,7 +15,7 @@ from groups.services import group_upsert
 from images.services import image_model_upsert
 from tests.factories import alpha_group_make, image_model_make, upstream_make
 from tests.listening_process import listening_process
-from tests.process_state import limits_local_fresh, redis_health_fresh
+from tests.process_state import affinity_local_fresh, limits_local_fresh, redis_health_fresh
 from upstreams.services import upstream_upsert
 
 
@@ -23,10 +23,12 @@ from upstreams.services import upstream_upsert
 def _fresh_config_caches(monkeypatch):
     """Each test starts with empty per-process caches: rolled-back rows fire no invalidation, and the
     fixtures reuse ids (group 1, 2) from test to test. Redis counts as reachable, and the limits'
-    per-process counters and slots (used without Redis or while it is down) are new."""
+    per-process counters and slots, and its memory of sticky routing (used without Redis or while it
+    is down), are new."""
     config_caches_clear()
     redis_health_fresh(monkeypatch)
     limits_local_fresh(monkeypatch)
+    affinity_local_fresh(monkeypatch)
     yield
     config_caches_clear()
 

@@ -56,6 +56,7 @@ def text_model_make(
     cache_write_1h_price: str | None = None,
     upstream_model: str = "",
     max_output_tokens: int = 1024,
+    sticky_seconds: int = 3600,
     enabled: bool = True,
 ) -> TextModel:
     """A text model, by default at ¥2/¥8 per million input/output tokens, its cache prices the input
@@ -70,6 +71,7 @@ def text_model_make(
         cache_write_price=Decimal(cache_write_price) if cache_write_price is not None else None,
         cache_write_1h_price=Decimal(cache_write_1h_price) if cache_write_1h_price is not None else None,
         max_output_tokens=max_output_tokens,
+        sticky_seconds=sticky_seconds,
         enabled=enabled,
         upstreams=upstreams,
     )

@@ -8,6 +8,7 @@ from django.core.cache.backends.locmem import LocMemCache
 
 from billing import limits, token_limits
 from core import redis_health
+from upstreams import affinity
 
 
 def redis_health_fresh(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -24,3 +25,10 @@ def limits_local_fresh(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(limits, "_local", LocMemCache("igw-limits-test", {}))
     monkeypatch.setattr(limits, "_local_slots", limits._LocalSlots())
     monkeypatch.setattr(token_limits, "_local_windows", token_limits._LocalWindows())
+
+
+def affinity_local_fresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new per-process memory of sticky routing (used without Redis or while it is down)."""
+    fresh = LocMemCache("igw-affinity-test", {})
+    fresh.clear()  # caches of one name share their entries
+    monkeypatch.setattr(affinity, "_local", fresh)

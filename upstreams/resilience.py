@@ -21,6 +21,8 @@ The rules (spec, "Recommended retry behaviour"; docs/images.md, "Routing and ups
   on a closed circuit costs one cache round trip in all). A call counts at most one failure per
   upstream, so the threshold counts distinct calls. When every upstream is open, the process lets one
   call per cooldown through (`circuit_admit_panic`).
+- The upstream that answers a call naming a conversation is recorded as that conversation's
+  (upstreams/affinity.py): its next calls try it first.
 - The call ends with UpstreamsOverloaded when every upstream answered 503 (or 529),
   UpstreamsCircuitOpen when every circuit is open, UpstreamsRateLimited (with retry_after) when every
   upstream said 429, UpstreamDeadlineExceeded when the deadline ran out, else UpstreamsFailed naming
@@ -39,6 +41,7 @@ from typing import TypeVar
 from django.conf import settings
 
 from core.metrics import upstream_attempt_observe
+from upstreams.affinity import Affinity, affinity_upstream_record
 from upstreams.circuit import (
     Admission,
     circuit_admit,
@@ -194,12 +197,14 @@ def upstream_call_resilient(
     classify: Callable[[UpstreamError, UpstreamSnapshot], Exception],
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    affinity: Affinity | None = None,
 ) -> tuple[T, UpstreamSnapshot]:
     """Call `attempt(upstream, deadline)` until one succeeds, following the module's rules.
 
     `attempt` gets the absolute `clock()` deadline its own timeouts must respect (the transport cuts
     each read timeout to what is left). `classify` turns a non-retryable UpstreamError (e.g. a 400
     about the request) into the error the caller's layer raises (api.upstream_errors for /v1).
+    `affinity`: the call's conversation, which the upstream that answers keeps.
     """
     if not upstreams:
         raise NoUpstreamAvailable("No upstream is available for this model right now.", retry_after=30)
@@ -222,7 +227,7 @@ def upstream_call_resilient(
                 continue
             outcome = _attempt(call, upstream, admission, attempt, deadline, classify)
             if outcome is not None:
-                return outcome[0], upstream
+                return _answered(outcome[0], upstream, affinity)
         if call.attempts == 0:
             # Every upstream still worth trying is open: this process lets one call through one of them
             # per cooldown rather than refusing everyone (upstreams/circuit.py).
@@ -234,7 +239,7 @@ def upstream_call_resilient(
                     continue
                 outcome = _attempt(call, upstream, admission, attempt, deadline, classify)
                 if outcome is not None:
-                    return outcome[0], upstream
+                    return _answered(outcome[0], upstream, affinity)
                 break
         if not call.failures:
             if call.misconfigured is not None:
@@ -256,6 +261,12 @@ def upstream_call_resilient(
             raise _exhausted_error(call.failures, request_id)
         sleep(delay)
         round_number += 1
+
+
+def _answered(result: T, upstream: UpstreamSnapshot, affinity: Affinity | None) -> tuple[T, UpstreamSnapshot]:
+    if affinity is not None:
+        affinity_upstream_record(affinity=affinity, upstream_id=upstream.pk)
+    return result, upstream
 
 
 def _attempt(

@@ -1,4 +1,5 @@
-"""The API keys page: the account's keys, a new key (its secret shown once) and revoking one."""
+"""The API keys page: the account's keys with their limits and budget spend, a new key (its secret
+shown once, its limits set with it), changing a key's limits, and revoking one."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from api.answers import StoredResponse
 from api.idempotency import idempotent_answer
 from billing.errors import IdempotencyKeyInUse
 from console import queries
-from console.forms import ApiKeyCreateForm
+from console.forms import ApiKeyCreateForm, ApiKeyLimitsEditForm
 from console.views.base import ConsoleView
-from keys.services import ApiKeyGroupNotAllowed, api_key_create, api_key_revoke
+from keys.errors import KeyLimitsInvalid
+from keys.models import ApiKey
+from keys.services import ApiKeyGroupNotAllowed, api_key_create, api_key_limits_set, api_key_revoke
 
 NEW_KEY_SESSION = "console.new_key"
 # The key form's token as an idempotency key of the account, apart from any key an API client chooses;
@@ -47,6 +50,7 @@ class ApiKeysView(ConsoleView):
                 group=form.cleaned_data["group"],
                 label=form.cleaned_data["label"],
                 expires_at=form.expires_at(),
+                limits=form.limits(),
             )
             created.update(api_key=api_key, secret=secret)
             # What the token's record keeps: the key's id, never its secret.
@@ -67,6 +71,9 @@ class ApiKeysView(ConsoleView):
             # The form offers allowed groups only; an operator took this one away since.
             form.add_error("group", "Your account may no longer use this group.")
             return self._page(form=form, status=400)
+        except KeyLimitsInvalid as refused:  # the form checked them: only a race with a change of models
+            form.add_error(refused.param if refused.param in form.fields else None, refused.message)
+            return self._page(form=form, status=400)
         except IdempotencyKeyInUse:
             pass
         if not created:
@@ -81,7 +88,16 @@ class ApiKeysView(ConsoleView):
 
     def _page(self, *, form: ApiKeyCreateForm, status: int = 200, **extra: Any) -> HttpResponse:
         keys = queries.api_keys_for_account(account=self.account)
-        return self.render("console/keys.html", {"form": form, "keys": keys, **extra}, status=status)
+        context = {
+            "form": form,
+            "keys": keys,
+            "key_rows": queries.key_rows(api_keys=keys),
+            "group_models": queries.key_group_models(
+                groups=queries.key_groups_for_account(account=self.account)
+            ),
+            **extra,
+        }
+        return self.render("console/keys.html", context, status=status)
 
 
 def new_key_keep(*, request: HttpRequest, api_key_id: int, secret: str) -> None:
@@ -100,6 +116,53 @@ def new_key_take(*, request: HttpRequest, account: Account) -> dict[str, Any]:
     return {"new_key": api_key, "secret": kept["secret"]}
 
 
+class ApiKeyLimitsView(ConsoleView):
+    """A key's own limits: shown with its spend in the current budget window, and changed."""
+
+    section = "keys"
+
+    def get(self, request: HttpRequest, api_key_id: int) -> HttpResponse:
+        api_key = _account_key(self.account, api_key_id)
+        return self._page(api_key=api_key, form=ApiKeyLimitsEditForm(api_key=api_key))
+
+    def post(self, request: HttpRequest, api_key_id: int) -> HttpResponse:
+        api_key = _account_key(self.account, api_key_id)
+        if api_key.status == "revoked":
+            return self._page(api_key=api_key, form=None, status=409)
+        form = ApiKeyLimitsEditForm(request.POST, api_key=api_key)
+        if not form.is_valid():
+            return self._page(api_key=api_key, form=form, status=400)
+        try:
+            changed = api_key_limits_set(api_key=api_key, limits=form.limits())
+        except KeyLimitsInvalid as refused:  # the form checked them: never in practice
+            form.add_error(refused.param if refused.param in form.fields else None, refused.message)
+            return self._page(api_key=api_key, form=form, status=400)
+        if changed:
+            messages.success(
+                request, f"The limits of the key {api_key} were saved; they apply from its next call."
+            )
+        else:
+            messages.info(request, f"The limits of the key {api_key} were already these.")
+        return redirect("console:keys")
+
+    def _page(self, *, api_key: ApiKey, form: ApiKeyLimitsEditForm | None, status: int = 200) -> HttpResponse:
+        context = {
+            "api_key": api_key,
+            "form": form if api_key.status != "revoked" else None,
+            "row": queries.key_rows(api_keys=[api_key])[0],
+            "group_models": queries.key_group_models(groups=[api_key.group]),
+        }
+        return self.render("console/key_limits.html", context, status=status)
+
+
+def _account_key(account: Account, api_key_id: int) -> ApiKey:
+    """The account's key with this id; 404 for another account's key, exactly as for a missing one."""
+    api_key = queries.api_key_for_account(account=account, api_key_id=api_key_id)
+    if api_key is None:
+        raise Http404("No such key.")
+    return api_key
+
+
 class ApiKeyRevokeView(ConsoleView):
     section = "keys"
 
@@ -114,8 +177,5 @@ class ApiKeyRevokeView(ConsoleView):
             messages.info(request, f"The key {api_key} was already revoked.")
         return redirect("console:keys")
 
-    def _api_key(self, api_key_id: int):
-        api_key = queries.api_key_for_account(account=self.account, api_key_id=api_key_id)
-        if api_key is None:
-            raise Http404("No such key.")
-        return api_key
+    def _api_key(self, api_key_id: int) -> ApiKey:
+        return _account_key(self.account, api_key_id)

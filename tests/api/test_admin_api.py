@@ -264,6 +264,7 @@ def test_it_reads_usage_totals_and_pages_of_records(api, staff_key, alice, alpha
         ("GET", "/v1/admin/accounts/{id}/keys"),
         ("POST", "/v1/admin/accounts/{id}/keys"),
         ("POST", "/v1/admin/keys/1/revoke"),
+        ("PATCH", "/v1/admin/keys/1"),
         ("POST", "/v1/admin/accounts/{id}/topups"),
         ("GET", "/v1/admin/accounts/{id}/usage"),
     ],

@@ -25,6 +25,7 @@ def form(group, upstreams, **overrides) -> dict:
         "cached_input_price": "",
         "cache_write_price": "3.75",
         "max_output_tokens": "1024",
+        "sticky_seconds": "3600",
         "enabled": "on",
         **overrides,
     }
@@ -108,3 +109,20 @@ def test_editing_keeps_the_rules_and_saves_the_change(staff_client, chat_group, 
 
     model.refresh_from_db()
     assert model.output_price == Decimal("9.5")
+
+
+def test_sticky_routing_is_shown_in_the_list_and_changed_in_the_form(staff_client, chat_group, demo_upstream):
+    model = text_model_make(model_id="demo-chat", group=chat_group, upstreams=[demo_upstream])
+    url = reverse("admin:chat_textmodel_change", args=[model.pk])
+    assert 'name="sticky_seconds" value="3600"' in staff_client.get(url).content.decode()
+
+    assert staff_client.post(url, form(chat_group, [demo_upstream], sticky_seconds="0")).status_code == 302
+
+    model.refresh_from_db()
+    assert model.sticky_seconds == 0
+    listing = staff_client.get(reverse("admin:chat_textmodel_changelist")).content.decode()
+    assert '<td class="field-sticky">off</td>' in listing
+    refused = staff_client.post(url, form(chat_group, [demo_upstream], sticky_seconds="-1"))
+    assert refused.status_code == 200
+    model.refresh_from_db()
+    assert model.sticky_seconds == 0

@@ -104,6 +104,22 @@ def test_it_applies_the_issue_example(tmp_path):
     assert subscription.expires_at.year == 2027
 
 
+def test_a_groups_tpm_is_loaded_like_its_rpm(tmp_path):
+    config_load(path=write(tmp_path, VALID.replace("rpm = 60\n", "rpm = 60\ntpm = 100000\n", 1)))
+
+    assert Group.objects.get(name="Alpha-Image").tpm == 100_000
+    assert Group.objects.get(name="Beta-API").tpm == 0  # unset: unlimited
+
+    config_load(path=write(tmp_path, VALID))  # taken out of the file: back to unlimited
+    assert Group.objects.get(name="Alpha-Image").tpm == 0
+
+
+def test_a_negative_tpm_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"groups\[0\] \(Alpha-Image\): tpm"):
+        config_load(path=write(tmp_path, VALID.replace("rpm = 60\n", "rpm = 60\ntpm = -1\n", 1)))
+    assert not Group.objects.filter(name="Alpha-Image").exists()
+
+
 def test_it_changes_nothing_when_applied_twice(tmp_path):
     path = write(tmp_path, VALID)
     config_load(path=path)
@@ -275,9 +291,3 @@ def test_it_refuses_a_value_its_column_cannot_hold_and_writes_nothing(tmp_path, 
     assert str(tmp_path / "gateway.toml") in message
     assert expected in message
     assert snapshot() == before
-
-
-def test_a_groups_tpm_is_applied_and_defaults_to_unlimited(tmp_path):
-    config_load(path=write(tmp_path, VALID.replace("concurrency = 4\n", "concurrency = 4\ntpm = 100000\n")))
-
-    assert dict(Group.objects.values_list("name", "tpm")) == {"Alpha-Image": 100_000, "Beta-API": 0}

@@ -61,6 +61,7 @@ cached_input_price = "0.50"
 cache_write_price = "2.50"
 cache_write_1h_price = "4.00"
 max_output_tokens = 4096
+sticky_seconds = 600
 enabled = true
 
 [[text_models]]
@@ -101,6 +102,7 @@ def test_it_creates_text_models_with_their_prices_and_upstreams(tmp_path):
     assert (chat.cached_input_price, chat.cache_write_price) == (Decimal("0.50"), Decimal("2.50"))
     assert chat.cache_write_1h_price == Decimal("4.00")
     assert chat.max_output_tokens == 4096
+    assert chat.sticky_seconds == 600
     assert chat.enabled
     assert set(chat.upstreams.values_list("name", flat=True)) == {"openai-main", "openai-backup"}
 
@@ -114,6 +116,7 @@ def test_the_optional_keys_default_to_the_id_and_the_input_price(tmp_path):
     # Stored as none: the cache prices follow the input price, also when it changes later.
     assert mini.cached_input_price is None and mini.cache_write_price is None
     assert mini.cache_write_1h_price is None  # twice the input price
+    assert mini.sticky_seconds == 3600  # an hour of sticky routing
     assert mini.enabled
 
 
@@ -133,8 +136,10 @@ def test_a_rerun_writes_nothing(tmp_path):
 
 def test_it_updates_only_what_changed(tmp_path):
     config_load(path=write(tmp_path, VALID))
-    changed = VALID.replace('output_price = "8.00"', 'output_price = "9.5"').replace(
-        'upstreams = ["openai-main", "openai-backup"]', 'upstreams = ["openai-main"]'
+    changed = (
+        VALID.replace('output_price = "8.00"', 'output_price = "9.5"')
+        .replace('upstreams = ["openai-main", "openai-backup"]', 'upstreams = ["openai-main"]')
+        .replace("sticky_seconds = 600", "sticky_seconds = 0")
     )
 
     summary = config_load(path=write(tmp_path, changed))
@@ -143,6 +148,7 @@ def test_it_updates_only_what_changed(tmp_path):
     assert summary.counts["text_models"]["unchanged"] == 1
     chat = TextModel.objects.get(model_id="alpha-chat")
     assert chat.output_price == Decimal("9.5")
+    assert chat.sticky_seconds == 0
     assert list(chat.upstreams.values_list("name", flat=True)) == ["openai-main"]
 
 
@@ -228,6 +234,14 @@ def test_the_loadconfig_command_reports_text_models(tmp_path, capsys):
         (
             ("max_output_tokens = 4096", "max_output_tokens = 4294967296"),
             "text_models[0] (alpha-chat): max_output_tokens must be at most 2147483647",
+        ),
+        (
+            ("sticky_seconds = 600", "sticky_seconds = -1"),
+            "text_models[0] (alpha-chat): sticky_seconds must be at least 0, got -1",
+        ),
+        (
+            ("sticky_seconds = 600", 'sticky_seconds = "600"'),
+            "text_models[0] (alpha-chat): sticky_seconds must be a whole number, got '600'",
         ),
         (
             ('id = "alpha-mini"\ngroup = "Alpha-Chat"', 'id = "alpha-image-2"\ngroup = "Alpha-Image"'),

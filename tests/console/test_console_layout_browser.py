@@ -21,6 +21,7 @@ PAGES = {
     "overview": "/console/",
     "keys": "/console/keys/",
     "key-revoke": "/console/keys/{key}/revoke/",
+    "key-limits": "/console/keys/{key}/limits/",
     "usage": "/console/usage/",
     "playground": "/console/playground/",
     "chat-playground": "/console/playground/chat/",
