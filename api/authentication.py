@@ -6,7 +6,9 @@ error of keys/errors.py for everything else (api/errors.py maps it):
 
 - `?key=` / `?api_key=` in the query string: 400 `api_key_in_query_deprecated` (with or without a header);
 - two credential headers with different values: 400 `multiple_credentials`;
-- a credential that is not usable: what keys.authentication.credential_verify says (401).
+- a credential that is not usable: what keys.authentication.credential_verify says (401);
+- an API key used from an address outside its `allowed_ips`: 403 `ip_not_allowed`
+  (keys.access.key_address_check, on the address api.middleware.ForwardedHeadersMiddleware leaves).
 
 Nothing here logs or echoes a credential.
 """
@@ -18,6 +20,7 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.request import Request
 
 from accounts.models import User
+from keys.access import key_address_check
 from keys.authentication import credential_verify
 from keys.credentials import Credential
 from keys.errors import CredentialInQuery, CredentialInvalid, CredentialsConflicting
@@ -74,6 +77,8 @@ class CredentialAuthentication(BaseAuthentication):
         if secret is None:
             return None
         credential = credential_verify(secret=secret)
+        # REMOTE_ADDR: the client's only behind a trusted proxy (ForwardedHeadersMiddleware).
+        key_address_check(credential=credential, address=request.META.get("REMOTE_ADDR"))
         # DRF's request.user: loaded only if something reads it (nothing under /v1 does today).
         user_id = credential.account.user_id
         return SimpleLazyObject(lambda: User.objects.get(pk=user_id)), credential

@@ -2,7 +2,9 @@
 (`model_source_register`, from its AppConfig.ready), so this app lists them without importing any.
 
 Which groups are listed, and under which id, is the groups app's decision
-(`keys.group_access.groups_listed_for_credential`); this module only puts the families' models under it.
+(`keys.group_access.groups_listed_for_credential`); this module only puts the families' models under it,
+leaving out those an API key's own `models` list does not name (`keys.group_access.key_model_allowed`):
+such a model is neither listed nor found by id, as if it did not exist.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from datetime import datetime
 from groups.snapshots import GroupSnapshot
 from keys.credentials import SCOPE_MODELS_INVOKE, Credential
 from keys.errors import KeyLimitsInvalid
-from keys.group_access import groups_listed_for_credential
+from keys.group_access import groups_listed_for_credential, key_model_allowed
 
 
 @dataclass(frozen=True)
@@ -48,12 +50,17 @@ def model_source_register(source: ModelSource) -> None:
 
 def model_list_for_credential(*, credential: Credential, all_groups: bool = False) -> list[ListedModel]:
     """The models this credential may use, as GET /v1/models lists them: the listed groups in id
-    order, each group's models by model id."""
+    order, each group's models by model id (for a key with a `models` list, only those)."""
     listed: list[ListedModel] = []
     for entry in groups_listed_for_credential(credential=credential, all_groups=all_groups):
         group = entry.group
         models = sorted(
-            (model for source in _sources for model in source(group_id=group.pk)),
+            (
+                model
+                for source in _sources
+                for model in source(group_id=group.pk)
+                if key_model_allowed(credential=credential, model_id=model.model_id)
+            ),
             key=lambda model: model.model_id,
         )
         for model in models:

@@ -1,6 +1,8 @@
 """The one metered-call service every billed endpoint uses.
 
 limits → reserve → call the upstream with no transaction open → capture on success, release on failure.
+The limits, in order: the group's rpm (per credential), the key's own rpm; for a text call the
+group's tpm (per credential) and the key's own, by the call's token ceiling; a concurrency slot.
 """
 
 from __future__ import annotations
@@ -23,12 +25,20 @@ from billing.limits import (
     ConcurrencySlot,
     concurrency_slot_acquire,
     concurrency_slot_release,
+    key_rate_limit_hit,
     rate_limit_hit,
 )
 from billing.models import Hold, Subscription
 from billing.money import money_display, money_parse
 from billing.selectors import subscription_get_active, wallet_available_get
 from billing.subscriptions import subscription_hold_reserve
+from billing.token_limits import (
+    TokenWindowTake,
+    token_window_give_back,
+    token_window_settle,
+    token_window_take,
+)
+from billing.usage import TokenCounts
 from groups.models import Group
 from groups.snapshots import GroupSnapshot
 from keys.credentials import Credential
@@ -88,6 +98,22 @@ def balance_precheck(*, credential: Credential, group: GroupSnapshot, price: Dec
         )
 
 
+def request_rate_limits_hit(*, credential: Credential, group: GroupSnapshot) -> None:
+    """Count the call against the group's rpm (per credential), then the API key's own rpm: 429
+    `rate_limit_exceeded` with Retry-After from whichever is reached first."""
+    rate_limit_hit(limit_key=credential.limit_key, rpm=group.rpm)
+    api_key_id = credential.api_key_id
+    if api_key_id is not None:
+        key_rate_limit_hit(api_key_id=api_key_id, rpm=credential.limits.rpm)
+
+
+def _tokens_used(tokens: TokenCounts | None) -> int | None:
+    """A text call's input (plain, cached and cache writes) plus output, as its usage reported them."""
+    if tokens is None:
+        return None
+    return tokens.input + tokens.cached + tokens.cache_write + tokens.output
+
+
 def connection_release() -> None:
     """With a connection pool, hand the call's connection back before the upstream call, so a call
     waiting on an upstream holds no database connection (capture takes one again)."""
@@ -99,7 +125,8 @@ def connection_release() -> None:
 class MeteredCall:
     """One reservation for one billed call: `capture()` after success, `release()` after failure,
     `close()` on every exit path (it releases a reservation left open and gives back the concurrency
-    slot). Each is safe to call more than once; the hold itself resolves exactly once."""
+    slot). Each is safe to call more than once; the hold itself resolves exactly once, and so does a
+    text call's place in the tokens-per-minute windows (corrected to its usage, or given back)."""
 
     def __init__(
         self,
@@ -108,12 +135,14 @@ class MeteredCall:
         hold: Hold,
         slot: ConcurrencySlot | None,
         amount: Decimal,
+        token_take: TokenWindowTake | None = None,
         subscription_caps: dict[str, Decimal | None] | None = None,
     ) -> None:
         self.usage = usage
         self.hold = hold
         self.slot = slot
         self.amount = amount
+        self.token_take = token_take
         # A subscription hold's caps per window, which its capture's alerts watch.
         self.subscription_caps = subscription_caps
         self.resolved = False
@@ -127,6 +156,8 @@ class MeteredCall:
         if self.resolved:
             return False
         self.resolved = True
+        # The call's tokens were spent whatever the capture finds: the windows keep what it used.
+        token_window_settle(take=self.token_take, used=_tokens_used(self.usage.tokens))
         record = self.usage.record_build(status=200, error_code="")
         credential = self.usage.credential
         # The alerts this charge may set off are written in its transaction (notifications/alerts.py);
@@ -160,6 +191,7 @@ class MeteredCall:
     def release(self) -> None:
         if not self.resolved:
             self.resolved = True
+            token_window_give_back(take=self.token_take)
             _release(hold=self.hold)
 
     def close(self) -> None:
@@ -184,21 +216,37 @@ def metered_begin(
     group: GroupSnapshot,
     model_id: str,
     price: Decimal,
+    tokens: int | None = None,
     now: datetime | None = None,
 ) -> MeteredCall:
     """Limits and reservation for one billed call, before its upstream call.
 
-    The credential's rate limit and a concurrency slot (429), then the reservation (a wallet hold: 403
+    The rate limits (`request_rate_limits_hit`), for a text call the tokens per minute by its token
+    ceiling `tokens` (input ceiling + output limit; None for the image calls, which do not count
+    against tpm), and a concurrency slot (429); then the reservation (a wallet hold: 403
     INSUFFICIENT_BALANCE; or the subscription's caps: 403 SUBSCRIPTION_NOT_FOUND / _INVALID, 429
-    USAGE_LIMIT_EXCEEDED). Nothing is left held when this raises.
+    USAGE_LIMIT_EXCEEDED). Nothing is left held or counted in a token window when this raises.
     """
     if transaction_open_by_application():
         # A transaction here would hold the reservation's row locks for the whole upstream call.
         raise RuntimeError("metered calls must not run inside a database transaction (transaction.atomic)")
     amount = money_parse(price)
     usage.set_target(group=group, model_id=model_id)
-    rate_limit_hit(limit_key=credential.limit_key, rpm=group.rpm)
-    slot = concurrency_slot_acquire(limit_key=credential.limit_key, limit=group.concurrency)
+    request_rate_limits_hit(credential=credential, group=group)
+    token_take = None
+    if tokens is not None:
+        token_take = token_window_take(
+            limit_key=credential.limit_key,
+            group_tpm=group.tpm,
+            api_key_id=credential.api_key_id,
+            key_tpm=credential.limits.tpm,
+            tokens=tokens,
+        )
+    try:
+        slot = concurrency_slot_acquire(limit_key=credential.limit_key, limit=group.concurrency)
+    except BaseException:
+        token_window_give_back(take=token_take)
+        raise
     try:
         hold, caps = _reserve(
             credential=credential,
@@ -210,8 +258,11 @@ def metered_begin(
         )
     except BaseException:
         concurrency_slot_release(slot=slot)
+        token_window_give_back(take=token_take)
         raise
-    return MeteredCall(usage=usage, hold=hold, slot=slot, amount=amount, subscription_caps=caps)
+    return MeteredCall(
+        usage=usage, hold=hold, slot=slot, amount=amount, token_take=token_take, subscription_caps=caps
+    )
 
 
 def metered_call(
@@ -223,6 +274,7 @@ def metered_call(
     price: Decimal,
     call: Callable[[], T],
     charge: Callable[[T], Decimal | None] | None = None,
+    tokens: int | None = None,
     now: datetime | None = None,
 ) -> T:
     """Run `call` (the upstream call) as one billed call of `price`.
@@ -236,10 +288,18 @@ def metered_call(
     `price` is what is reserved. `charge(result)`, when given, says what the call did cost (at most
     the reservation; None: all of it), for calls priced by what they produced (text tokens).
 
+    `tokens`: a text call's token ceiling, for the tokens-per-minute limits (`metered_begin`).
+
     `now` moves the clock of the reservation (calendar windows, hold expiry); tests use it.
     """
     meter = metered_begin(
-        usage=usage, credential=credential, group=group, model_id=model_id, price=price, now=now
+        usage=usage,
+        credential=credential,
+        group=group,
+        model_id=model_id,
+        price=price,
+        tokens=tokens,
+        now=now,
     )
     try:
         try:

@@ -5,7 +5,9 @@ script take and give back a slot each in one step.
 With REDIS_URL set the cache is Redis, so every process and machine shares one count; without it
 (the `make run` default) each worker process counts on its own, in memory.
 The group's `rpm` and `concurrency` come from the per-process configuration cache, which every group
-save invalidates after commit (core/config_cache.py), so staff changes apply from the next call.
+save invalidates after commit (core/config_cache.py), so staff changes apply from the next call; so
+does an API key's own `rpm` (a key save invalidates the credential cache), counted apart from the
+group's. Tokens per minute (`tpm`) are billing/token_limits.py's.
 
 Redis unreachable (core/redis_health.py, docs/failure-modes.md): with GATEWAY_REDIS_FAILURE_MODE=open
 (the default) the limits are counted per process meanwhile, in memory, as without REDIS_URL (each
@@ -43,6 +45,7 @@ logger = logging.getLogger("gateway.billing")
 T = TypeVar("T")
 
 RATE_GROUP = "igw.credential.rpm"
+KEY_RATE_GROUP = "igw.key.rpm"  # an API key's own rpm, counted apart from its group's
 RATE_PERIOD_SECONDS = 60
 SLOT_KEY_PREFIX = "igw:concurrency"
 
@@ -50,7 +53,8 @@ SLOT_KEY_PREFIX = "igw:concurrency"
 _local = LocMemCache("igw-limits-fallback", {"OPTIONS": {"MAX_ENTRIES": 100_000}})
 
 
-def _limits_unavailable() -> LimitsUnavailable:
+def limits_unavailable() -> LimitsUnavailable:
+    """The refusal of a call whose limits cannot be counted (Redis down, failing closed)."""
     return LimitsUnavailable(
         "Usage limits cannot be checked right now; the call was not made and nothing was charged. "
         "Retry after the Retry-After header's seconds.",
@@ -65,7 +69,7 @@ def _shared_or_local(operation: Callable[[BaseCache], T]) -> tuple[T, bool]:
         return redis_guarded(lambda: operation(cache)), False
     except RedisUnavailable:
         if not redis_fail_open():
-            raise _limits_unavailable() from None
+            raise limits_unavailable() from None
         return operation(_local), True
 
 
@@ -91,17 +95,16 @@ def ratelimit_seconds_left(*, time_left: int) -> int:
     return time_left + 1
 
 
-def rate_limit_hit(*, limit_key: str, rpm: int) -> None:
-    """Count one request of the credential in the current minute; 429 with Retry-After when it is
-    over `rpm` (0 = unlimited). django-ratelimit's fixed windows, over the Django cache."""
-    if rpm <= 0:
-        return
+def _rate_window_hit(*, counter: str, limit_key: str, rpm: int) -> int | None:
+    """Count one request of `limit_key` in `counter`'s current minute: None while it is within
+    `rpm`, else the seconds until the window ends. django-ratelimit's fixed windows, over the Django
+    cache (per process while Redis is down and failing open)."""
 
     def count(store: BaseCache) -> tuple[int, int]:
         if store is cache:
             usage = get_usage(
                 None,
-                group=RATE_GROUP,
+                group=counter,
                 key=lambda _group, _request: limit_key,
                 rate=(rpm, RATE_PERIOD_SECONDS),
                 increment=True,
@@ -113,13 +116,37 @@ def rate_limit_hit(*, limit_key: str, rpm: int) -> None:
         # Per process, while Redis is down: the same fixed one-minute windows.
         now = int(time.time())
         window_end = local_rate_window_end(now=now)
-        key = f"rate:{limit_key}:{window_end}"
+        key = f"rate:{counter}:{limit_key}:{window_end}"
         store.add(key, 0, timeout=RATE_PERIOD_SECONDS + 1)
         return store.incr(key), window_end - now
 
     (used, time_left), _ = _shared_or_local(count)
-    if used > rpm:
+    return time_left if used > rpm else None
+
+
+def rate_limit_hit(*, limit_key: str, rpm: int) -> None:
+    """Count one request of the credential in the current minute; 429 with Retry-After when it is
+    over `rpm` (0 = unlimited): the group's rate, per credential."""
+    if rpm <= 0:
+        return
+    time_left = _rate_window_hit(counter=RATE_GROUP, limit_key=limit_key, rpm=rpm)
+    if time_left is not None:
         raise _rate_refused(rpm, time_left)
+
+
+def key_rate_limit_hit(*, api_key_id: int, rpm: int | None) -> None:
+    """Count one request against an API key's own `rpm` (None = no limit of its own); 429 with
+    Retry-After when it is over. A counter of its own, beside the group's rate that the same call
+    counts per credential: the stricter of the two refuses."""
+    if rpm is None or rpm <= 0:
+        return
+    time_left = _rate_window_hit(counter=KEY_RATE_GROUP, limit_key=f"api_key:{api_key_id}", rpm=rpm)
+    if time_left is not None:
+        raise RateLimitExceeded(
+            f"Rate limit reached: this API key's own limit is {rpm} requests per minute. Retry after "
+            "the Retry-After header's seconds.",
+            retry_after=max(1, time_left),
+        )
 
 
 @dataclass(frozen=True)
@@ -139,10 +166,10 @@ return 0
 """
 
 
-def _slot_client() -> redis.Redis | None:
+def limits_redis_client() -> redis.Redis | None:
     """A redis-py client on the cache's Redis, over the process's shared pool (core/redis_pool.py,
     built from the same URL and options as the cache's, so the same pool); None when the cache is
-    not Redis (each process counts its own slots)."""
+    not Redis (each process counts its own slots and tokens)."""
     config = settings.CACHES["default"]
     location = config.get("LOCATION")
     if not isinstance(caches["default"], RedisCache) or not location:
@@ -205,7 +232,7 @@ def concurrency_slot_acquire(
 
     key: str | None
     local = True
-    client = _slot_client()
+    client = limits_redis_client()
     if client is None:
         key = _local_slots.take(names, token, ttl)
     else:
@@ -221,7 +248,7 @@ def concurrency_slot_acquire(
             key, local = redis_guarded(take), False
         except RedisUnavailable:
             if not redis_fail_open():
-                raise _limits_unavailable() from None
+                raise limits_unavailable() from None
             key = _local_slots.take(names, token, ttl)
     if key is not None:
         return ConcurrencySlot(key=key, token=token, local=local)
@@ -241,7 +268,7 @@ def concurrency_slot_release(*, slot: ConcurrencySlot | None) -> None:
     if slot.local:
         _local_slots.give_back(slot.key, slot.token)
         return
-    client = _slot_client()
+    client = limits_redis_client()
     if client is None:  # the cache stopped being Redis since (a settings change)
         return
     try:
@@ -260,7 +287,7 @@ def concurrency_slots_release_owner(*, owner: str) -> int:
     until their lease ends. Returns how many were given back; 0 without Redis (each process's slots
     are its own and died with it). SCAN finds the slot keys; each is deleted only while it still
     holds that process's token, in one step."""
-    client = _slot_client()
+    client = limits_redis_client()
     if client is None:
         return 0
     mine = f"{owner}:".encode()

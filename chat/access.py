@@ -4,6 +4,8 @@ After `keys.group_access.models_invoke_check` (OAuth tokens need `models:invoke`
 `keys.group_access` resolves for the credential (states, `<group_id>:<model>`):
 - the model must be an enabled text model of that group: unknown everywhere 404 `model_not_found`,
   known in another group 403 `model_not_allowed`;
+- a key with a `models` list must name it there (`keys.group_access.key_model_check`, by the id the
+  caller named, whichever family serves the model): 403 `model_not_allowed`;
 - each of its upstreams' kinds must serve the endpoint, natively (an `openai` upstream serves chat completions
   and responses, `openai-compatible` chat completions, an `anthropic` one messages and token
   counting, `demo` all four) or through a translator (chat/translation.py: messages on a chat
@@ -21,7 +23,7 @@ from chat.translation import Translation, translation_for
 from core.errors import MODEL_NOT_ALLOWED, MODEL_NOT_FOUND, InvalidRequest, NotFound, PermissionDenied
 from groups.snapshots import GroupSnapshot
 from keys.credentials import Credential
-from keys.group_access import group_resolve_for_credential, models_invoke_check
+from keys.group_access import group_resolve_for_credential, key_model_check, models_invoke_check
 from upstreams.affinity import Affinity, affinity_make
 from upstreams.routing import upstreams_route
 from upstreams.snapshots import UpstreamSnapshot
@@ -73,6 +75,7 @@ def text_model_resolve(
             code=MODEL_NOT_FOUND,
             param="model",
         )
+    key_model_check(credential=credential, model_id=text_model.model_id)
     affinity = affinity_make(
         model_label=text_model.model_label,
         model_pk=text_model.pk,

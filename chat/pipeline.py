@@ -32,11 +32,10 @@ from api.answers import (
     stream_idempotency_refused,
 )
 from api.idempotency import idempotent_answer
-from api.metering import metered_begin, metered_call
+from api.metering import metered_begin, metered_call, request_rate_limits_hit
 from api.stream_loop import CallerSocket, caller_socket
 from api.upstream_call import upstream_attempts_run
 from api.usage import UsageScope, usage_scope
-from billing.limits import rate_limit_hit
 from chat.access import ResolvedTextModel, text_model_resolve
 from chat.answers import refusal_for_caller, tokens_charge
 from chat.families import CHAT, Family
@@ -140,8 +139,9 @@ def text_call_run(
             output_limit=output_limit,
         )
         if not family.billed:
-            # Free (token counting), but authenticated, group-checked and rate-limited.
-            rate_limit_hit(limit_key=credential.limit_key, rpm=resolved.group.rpm)
+            # Free (token counting), but authenticated, group-checked and rate-limited (not by tpm:
+            # it generates nothing).
+            request_rate_limits_hit(credential=credential, group=resolved.group)
             if resolved.counted_locally:
                 return _counted_locally(body=parsed.body, resolved=resolved)
             return _answer(*_call(usage=usage, resolved=resolved, routes=routes), family=family)
@@ -150,6 +150,8 @@ def text_call_run(
         ceiling = text_call_ceiling(
             text_model=text_model, input_tokens=input_ceiling, output_tokens=output_limit
         )
+        # What the tokens-per-minute limits admit the call by, the price ceiling's tokens.
+        token_ceiling = input_ceiling + output_limit
         if parsed.stream:
             if idempotency_key is not None:
                 raise stream_idempotency_refused()
@@ -159,6 +161,7 @@ def text_call_run(
                 group=resolved.group,
                 model_id=text_model.model_id,
                 price=ceiling,
+                tokens=token_ceiling,
             )
             stack.callback(meter.close)
             opened = stream_open(usage=usage, resolved=resolved, routes=routes, family=family)
@@ -198,6 +201,7 @@ def text_call_run(
                 family=family,
                 routes=routes,
                 ceiling=ceiling,
+                token_ceiling=token_ceiling,
             ),
         )
 
@@ -352,6 +356,7 @@ def _produce(
     family: Family,
     routes: dict[str, Route],
     ceiling: Decimal,
+    token_ceiling: int,
 ) -> StoredResponse:
     """Limits, the hold for the ceiling, the upstream call, and the capture of the exact cost of the
     usage the upstream reported."""
@@ -389,4 +394,5 @@ def _produce(
         price=ceiling,
         call=call,
         charge=charge,
+        tokens=token_ceiling,
     )

@@ -4,6 +4,8 @@
 - The serving group must be image-enabled (403 permission_error `image_group_required`).
 - The model must be an enabled image model of that group: unknown everywhere 404 model_not_found,
   known in another group 403 model_not_allowed.
+- A key with a `models` list must name it there (`keys.group_access.key_model_check`): 403
+  model_not_allowed.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from groups.snapshots import GroupSnapshot
 from images.selectors import group_image_models_enabled, image_model_ids_enabled
 from images.snapshots import ImageModelSnapshot
 from keys.credentials import Credential
-from keys.group_access import group_resolve_for_credential, models_invoke_check
+from keys.group_access import group_resolve_for_credential, key_model_check, models_invoke_check
 
 Operation = Literal["generate", "edit"]
 
@@ -83,4 +85,5 @@ def image_model_resolve(
             code=IMAGE_GROUP_REQUIRED,
         )
     image_model = model_resolve_for_group(group=group, model_name=model_name)
+    key_model_check(credential=credential, model_id=image_model.model_id)
     return ResolvedModel(group=group, image_model=image_model, model_name=model_name)

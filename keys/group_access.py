@@ -14,6 +14,9 @@ Everything that needs such a decision calls these functions; nothing else decide
   unavailable 400 GROUP_UNAVAILABLE (a selected target that is not active: 400 GROUP_UNAVAILABLE).
 - Which models a group offers, and which endpoints may use them, is each endpoint family's own decision
   (`images.access` for the image endpoints), taken on the group this module resolves.
+- An API key with a `models` list may call only those model ids (`key_model_check`, which each
+  family calls once it has found the model: 403 `model_not_allowed`), and `GET /v1/models` lists only
+  them (`key_model_allowed`). The id is the one the caller named, whatever family serves the model.
 
 Subscription checks (SUBSCRIPTION_NOT_FOUND / SUBSCRIPTION_INVALID) belong to billing's reserve step.
 
@@ -33,7 +36,7 @@ from groups.models import Group
 from groups.selectors import group_get
 from groups.snapshots import GroupSnapshot
 from keys.credentials import SCOPE_MODELS_INVOKE, Credential
-from keys.errors import GroupNotAllowed, GroupOverrideUnsupported, ScopeMissing
+from keys.errors import GroupNotAllowed, GroupOverrideUnsupported, ModelNotAllowedForKey, ScopeMissing
 
 # `<group_id>:<model>`: a numeric id only (not a name), then a non-empty model name.
 _OVERRIDE = re.compile(r"(?P<group_id>[0-9]{1,10}):(?P<model>.+)", re.DOTALL)
@@ -58,6 +61,24 @@ def models_invoke_check(*, credential: Credential) -> None:
         raise ScopeMissing(
             f"This token may not call models: it needs the scope {SCOPE_MODELS_INVOKE!r}, which "
             "lets an application spend your balance. Ask for it when authorizing the application."
+        )
+
+
+def key_model_allowed(*, credential: Credential, model_id: str) -> bool:
+    """Whether the credential's own `models` list lets it call `model_id` (a key without a list, and
+    every other credential, may call any model its group offers)."""
+    allowed = credential.limits.model_ids
+    return not allowed or model_id in allowed
+
+
+def key_model_check(*, credential: Credential, model_id: str) -> None:
+    """Raise 403 `model_not_allowed` (param `model`) when the key's `models` list does not name
+    `model_id`: the model exists in the key's group, but this key may not call it."""
+    if not key_model_allowed(credential=credential, model_id=model_id):
+        shown = model_id if len(model_id) <= 200 else model_id[:200] + "…"
+        raise ModelNotAllowedForKey(
+            f"This API key may not call the model {shown!r}; GET /v1/models lists the models it may use.",
+            param="model",
         )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.core.cache.backends.locmem import LocMemCache
 
-from billing import limits
+from billing import limits, token_limits
 from core import redis_health
 from upstreams import affinity
 
@@ -20,9 +20,11 @@ def redis_health_fresh(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def limits_local_fresh(monkeypatch: pytest.MonkeyPatch) -> None:
-    """New per-process rate counters and concurrency slots (used without Redis or while it is down)."""
+    """New per-process rate counters, concurrency slots and token windows (used without Redis or
+    while it is down)."""
     monkeypatch.setattr(limits, "_local", LocMemCache("igw-limits-test", {}))
     monkeypatch.setattr(limits, "_local_slots", limits._LocalSlots())
+    monkeypatch.setattr(token_limits, "_local_windows", token_limits._LocalWindows())
 
 
 def affinity_local_fresh(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -33,12 +33,13 @@ def window_key_ending(*, candidate: Callable[[], str], time_left: int) -> str:
             return key
 
 
-def rate_window_wait(limit_key: str, *, seconds: float = 5) -> None:
-    """Return once the credential's current per-minute rate window has at least `seconds` left (waiting
-    into the next window when it has not), so a test's calls cannot straddle two windows. The clock is
-    read after the window: a second that ticks in between makes the end look later, never earlier
-    (which could wake this up in the window's last second)."""
-    time_left = _time_left(group=RATE_GROUP, key=limit_key, period=RATE_PERIOD_SECONDS)
+def rate_window_wait(limit_key: str, *, seconds: float = 5, group: str = RATE_GROUP) -> None:
+    """Return once the credential's current per-minute rate window (in the counter `group`: the
+    group's rpm by default) has at least `seconds` left (waiting into the next window when it has
+    not), so a test's calls cannot straddle two windows. The clock is read after the window: a second
+    that ticks in between makes the end look later, never earlier (which could wake this up in the
+    window's last second)."""
+    time_left = _time_left(group=group, key=limit_key, period=RATE_PERIOD_SECONDS)
     now = time.time()
     window_end = int(now) + ratelimit_seconds_left(time_left=time_left)
     if window_end - now < seconds:
@@ -51,3 +52,9 @@ def local_rate_window_wait(*, seconds: float = 5) -> None:
     time_left = local_rate_window_end(now=int(now)) - now
     if time_left < seconds:
         time.sleep(time_left + 0.1)
+
+
+def token_window_wait(*, seconds: float = 15) -> None:
+    """Return once the current tokens-per-minute window (fixed minutes, billing/token_limits.py) has
+    at least `seconds` left, waiting into the next minute when it has not."""
+    local_rate_window_wait(seconds=seconds)

@@ -214,7 +214,8 @@ def test_it_shows_a_key_its_own_limits_and_the_spend_of_its_budget_window(
         account_id=alice.pk, amount=Decimal("0.05"), reference="r2", key_budget=key_budget
     )  # in flight
 
-    response = client.get("/v1/me", headers=bearer(secret))
+    # From inside the key's allowed networks (from anywhere else the key is refused).
+    response = client.get("/v1/me", headers=bearer(secret), REMOTE_ADDR="10.1.2.3")
 
     assert response.status_code == 200
     credential = response.json()["credential"]
