@@ -42,6 +42,7 @@ from billing.usage import TokenCounts
 from groups.models import Group
 from groups.snapshots import GroupSnapshot
 from keys.credentials import Credential
+from notifications.alerts import capture_with_alerts
 
 logger = logging.getLogger("gateway.billing")
 
@@ -135,12 +136,15 @@ class MeteredCall:
         slot: ConcurrencySlot | None,
         amount: Decimal,
         token_take: TokenWindowTake | None = None,
+        subscription_caps: dict[str, Decimal | None] | None = None,
     ) -> None:
         self.usage = usage
         self.hold = hold
         self.slot = slot
         self.amount = amount
         self.token_take = token_take
+        # A subscription hold's caps per window, which its capture's alerts watch.
+        self.subscription_caps = subscription_caps
         self.resolved = False
 
     def capture(self, *, amount: Decimal | None = None) -> bool:
@@ -155,7 +159,17 @@ class MeteredCall:
         # The call's tokens were spent whatever the capture finds: the windows keep what it used.
         token_window_settle(take=self.token_take, used=_tokens_used(self.usage.tokens))
         record = self.usage.record_build(status=200, error_code="")
-        captured = hold_capture(hold=self.hold, amount=amount, usage_record=record)
+        credential = self.usage.credential
+        # The alerts this charge may set off are written in its transaction (notifications/alerts.py);
+        # with no line it could cross, the capture runs alone.
+        captured = capture_with_alerts(
+            account_id=credential.account.pk,
+            hold=self.hold,
+            subscription_caps=self.subscription_caps,
+            key_budget=credential.limits.budget,
+            capture=lambda: hold_capture(hold=self.hold, amount=amount, usage_record=record),
+            now=timezone.now(),
+        )
         if record.pk is not None:
             self.usage.record = record
         if captured:
@@ -234,7 +248,7 @@ def metered_begin(
         token_window_give_back(take=token_take)
         raise
     try:
-        hold = _reserve(
+        hold, caps = _reserve(
             credential=credential,
             group=group,
             model_id=model_id,
@@ -246,7 +260,9 @@ def metered_begin(
         concurrency_slot_release(slot=slot)
         token_window_give_back(take=token_take)
         raise
-    return MeteredCall(usage=usage, hold=hold, slot=slot, amount=amount, token_take=token_take)
+    return MeteredCall(
+        usage=usage, hold=hold, slot=slot, amount=amount, token_take=token_take, subscription_caps=caps
+    )
 
 
 def metered_call(
@@ -306,10 +322,11 @@ def _reserve(
     amount: Decimal,
     usage: UsageScope,
     now: datetime,
-) -> Hold:
+) -> tuple[Hold, dict[str, Decimal | None] | None]:
     """The wallet's or the subscription's hold, and with it, in the same transaction, the count in
     the key's budget window when the credential is an API key with a budget (docs/billing.md, "Key
-    budgets"); a key without one costs no statement more."""
+    budgets"); a key without one costs no statement more. For a subscription hold, its caps per
+    window too, which the capture's alerts watch."""
     key_budget = key_budget_for(
         api_key_id=credential.api_key_id,
         budget=credential.limits.budget,
@@ -319,20 +336,28 @@ def _reserve(
         subscription = subscription_resolve_for_call(
             credential=credential, group=group, model_id=model_id, now=now
         )
-        return subscription_hold_reserve(
+        hold = subscription_hold_reserve(
             subscription=subscription,
             amount=amount,
             reference=usage.request_id,
             now=now,
             key_budget=key_budget,
         )
-    return hold_reserve(
+        caps = {
+            "day": subscription.daily_limit,
+            "week": subscription.weekly_limit,
+            "month": subscription.monthly_limit,
+            "total": subscription.total_limit,
+        }
+        return hold, caps
+    hold = hold_reserve(
         account_id=credential.account.pk,
         amount=amount,
         reference=usage.request_id,
         now=now,
         key_budget=key_budget,
     )
+    return hold, None
 
 
 def _release(*, hold: Hold) -> None:

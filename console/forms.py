@@ -393,3 +393,26 @@ class ChatPlaygroundForm(FormTokenMixin, forms.Form):
         if stream:
             body["stream"] = True
         return json.dumps(body).encode()
+
+
+class AlertSettingsForm(forms.Form):
+    """The account's alert settings (notifications.services checks them: the floor, the percentages,
+    the webhook URL under the request-forgery rules)."""
+
+    balance_floor = forms.CharField(
+        required=False,
+        label="Balance floor (¥)",
+        help_text="An alert when a charge leaves the available balance below it; empty: none.",
+    )
+    percentages = forms.CharField(
+        required=False,
+        label="Budget and cap percentages",
+        help_text="Of each key budget and subscription cap, once per window, e.g. 80, 100.",
+    )
+    webhook_url = forms.CharField(
+        required=False,
+        label="Webhook URL",
+        max_length=500,
+        help_text="An https URL that receives each alert as a signed JSON POST; empty: none.",
+    )
+    email_enabled = forms.BooleanField(required=False, label="Also email me each alert")

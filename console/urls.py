@@ -5,6 +5,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from console.views import (
+    alerts,
     applications,
     auth,
     favicon,
@@ -22,6 +23,7 @@ console_patterns = [
     path("keys/<int:api_key_id>/revoke/", keys.ApiKeyRevokeView.as_view(), name="key-revoke"),
     path("playground/", playground_images.PlaygroundView.as_view(), name="playground"),
     path("usage/", usage.UsageView.as_view(), name="usage"),
+    path("alerts/", alerts.AlertsView.as_view(), name="alerts"),
     path(
         "playground/result/<str:request_id>/",
         playground_images.PlaygroundResultView.as_view(),

@@ -135,6 +135,7 @@ INSTALLED_APPS = [
     "keys",
     "billing",
     "upstreams",
+    "notifications",
     "api",
     "images",
     "chat",

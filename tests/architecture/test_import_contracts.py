@@ -27,6 +27,7 @@ PACKAGES = (
     "configuration",
     "monitoring",
     "translators",
+    "notifications",
 )
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
@@ -96,6 +97,16 @@ def test_it_fails_when_the_api_base_imports_an_endpoint_family(tmp_path: Path) -
             "from chat.families import CHAT  # noqa\n",
             "translators.violation -> chat.families",
         ),
+        (
+            "billing/violation.py",
+            "from notifications.models import Notification  # noqa\n",
+            "billing.violation -> notifications.models",
+        ),
+        (
+            "notifications/violation.py",
+            "from api.metering import MeteredCall  # noqa\n",
+            "notifications.violation -> api.metering",
+        ),
     ],
 )
 def test_it_fails_when_a_domain_circle_comes_back(
@@ -126,7 +137,7 @@ def test_it_fails_when_a_domain_app_imports_drf(tmp_path: Path) -> None:
     assert "upstreams.violation -> rest_framework" in result.stdout
 
 
-DOMAIN_APPS = ("accounts", "keys", "groups", "billing", "upstreams")
+DOMAIN_APPS = ("accounts", "keys", "groups", "billing", "upstreams", "notifications")
 HTTP_MODULES = ("django.http", "rest_framework")
 
 

@@ -133,6 +133,11 @@ def test_a_successful_wallet_billed_call_costs_two_statements_reserve_and_captur
     credential = credential_for(alice)
     with statements_sent() as sent:
         alpha_call(credential, alpha_group, FakeUpstream())
+    if ON_POSTGRES:
+        # The account's alert thresholds (notifications/thresholds.py), read on the process's first
+        # call for the account and then cached (every call without the shared cache): none here, so
+        # nothing else is added (tests/notifications/test_alerts.py counts the cached case).
+        assert "notifications_alertsettings" in sent.pop(1).sql
     assert_sent_on_postgresql(sent, [False, False])
     if ON_POSTGRES:
         assert "billing_hold" in sent[0].sql and "billing_usagerecord" in sent[1].sql

@@ -23,6 +23,7 @@ PAGES = {
     "key-revoke": "/console/keys/{key}/revoke/",
     "key-limits": "/console/keys/{key}/limits/",
     "usage": "/console/usage/",
+    "alerts": "/console/alerts/",
     "playground": "/console/playground/",
     "chat-playground": "/console/playground/chat/",
     "applications": "/console/applications/",

@@ -72,6 +72,15 @@ def test_it_schedules_the_maintenance_commands(services: dict):
     subprocess.run(["sh", "-n", "-c", script], check=True, timeout=10)  # the shell can parse it
 
 
+def test_it_runs_the_notification_worker_from_the_gateways_image(services: dict):
+    worker = services["notifications"]
+    assert worker["command"] == "python manage.py deliver_notifications"
+    assert worker["image"] == services["gateway"]["image"] and worker["build"]["context"] == ".."
+    assert worker["environment"]["DATABASE_URL"] == services["gateway"]["environment"]["DATABASE_URL"]
+    assert worker["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+    assert "ports" not in worker
+
+
 def test_it_is_valid_for_docker_compose_where_installed():
     env = {**os.environ, **REQUIRED_ENV}
     docker = shutil.which("docker")

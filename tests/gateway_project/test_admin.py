@@ -31,6 +31,7 @@ ADD_REFUSED = {
     ("billing", "subscriptionusage"),
     ("billing", "idempotencyrecord"),
     ("images", "hostedimage"),  # written by image calls
+    ("notifications", "notification"),  # the outbox, written with the charge that crossed a line
     ("oauth2_provider", "accesstoken"),  # issued by the OAuth flow or createtoken
     ("oauth2_provider", "refreshtoken"),
     ("oauth2_provider", "grant"),
