@@ -7,10 +7,10 @@ network, or the tests' local receiver)."""
 from __future__ import annotations
 
 from django.conf import settings
-from upstreams.ssrf import Origin, host_addresses_resolve, url_target_check
 
 from notifications.errors import AlertSettingsInvalid
 from upstreams.errors import UrlRefused
+from upstreams.ssrf import Origin, host_addresses_resolve, url_target_check
 
 
 def webhook_target_check(*, url: str) -> Origin:

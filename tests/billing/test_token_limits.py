@@ -31,10 +31,19 @@ from tests.process_state import redis_health_fresh
 from tests.redis_process import redis_process
 
 LOCMEM = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "igw-test"}}
-# A moment 10 s into a minute a few minutes ahead (so no window the test makes has ended while it
-# runs): the window it is in ends 50 s later.
-MINUTE_START = (int(time.time()) // 60 + 5) * 60
-NOW = MINUTE_START + 10
+# A moment 10 s into a minute a few minutes ahead of the test's start (so no window the test makes
+# has ended, nor expired from its store, while it runs): the window it is in ends 50 s later. Set
+# for each test by `clock`: taken once at import, it would lie in the past by the time a long suite
+# reaches these tests, and this process's windows expire by the real clock.
+MINUTE_START = 0
+NOW = 0
+
+
+@pytest.fixture(autouse=True)
+def clock():
+    global MINUTE_START, NOW
+    MINUTE_START = (int(time.time()) // 60 + 5) * 60
+    NOW = MINUTE_START + 10
 
 
 @pytest.fixture
@@ -62,9 +71,14 @@ def limit_key() -> str:
     return f"api_key:tpm-{uuid.uuid4().hex}"
 
 
-def take(key: str, tokens: int, *, group_tpm: int = 0, api_key_id=None, key_tpm=None, now=NOW):
+def take(key: str, tokens: int, *, group_tpm: int = 0, api_key_id=None, key_tpm=None, now=None):
     return token_window_take(
-        limit_key=key, group_tpm=group_tpm, api_key_id=api_key_id, key_tpm=key_tpm, tokens=tokens, now=now
+        limit_key=key,
+        group_tpm=group_tpm,
+        api_key_id=api_key_id,
+        key_tpm=key_tpm,
+        tokens=tokens,
+        now=NOW if now is None else now,
     )
 
 
