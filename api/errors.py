@@ -122,6 +122,7 @@ def api_error_for(error: DomainError | ApiError) -> ApiError:
         code=error.code,
         param=error.param or http.param,
         retry_after=error.retry_after,
+        final=error.final,
     )
 
 

@@ -23,7 +23,7 @@ from django.utils import timezone
 from billing.errors import UsageLimitExceeded
 from billing.models import Hold, KeyBudgetUsage
 from billing.money import money_display, money_sql
-from billing.windows import NEVER_RESETS_RETRY_AFTER_SECONDS, PERIOD_WINDOWS, window_end, window_start_for
+from billing.windows import PERIOD_WINDOWS, window_end, window_start_for
 
 
 @dataclass(frozen=True)
@@ -109,8 +109,8 @@ def key_budget_give_back_orm(*, hold: Hold, amount: Decimal, now: datetime) -> N
 def key_budget_refusal(*, key_budget: KeyBudget, amount: Decimal, now: datetime) -> UsageLimitExceeded:
     """429 USAGE_LIMIT_EXCEEDED naming the key's budget, what its window has used and when it
     resets; `retry_after` until the window ends. For the total window, which never resets, and for a
-    call that costs more than the whole budget, waiting cannot help: a day, as for a used-up
-    subscription total (every 429 carries a Retry-After, and a short one would only bring retries)."""
+    call that costs more than the whole budget, waiting cannot help: the refusal is final (no
+    Retry-After; `x-should-retry: false`, which the official SDKs honour)."""
     start = key_budget.window_start(now=now)
     used = (
         KeyBudgetUsage.objects.filter(
@@ -124,11 +124,12 @@ def key_budget_refusal(*, key_budget: KeyBudget, amount: Decimal, now: datetime)
     if amount > key_budget.budget:
         return UsageLimitExceeded(
             f"Usage limit exceeded: this call ({money_display(amount)}) costs more than {budget}.",
-            retry_after=NEVER_RESETS_RETRY_AFTER_SECONDS,
+            final=True,
         )
     resets = "never resets" if end is None else f"resets at {end.isoformat()}"
     return UsageLimitExceeded(
         f"Usage limit exceeded: this call ({money_display(amount)}) would go over {budget} "
         f"({money_display(used)} used, {resets}).",
-        retry_after=NEVER_RESETS_RETRY_AFTER_SECONDS if end is None else (end - now).total_seconds(),
+        retry_after=None if end is None else (end - now).total_seconds(),
+        final=end is None,
     )

@@ -27,7 +27,6 @@ from billing.models import Hold, Subscription, SubscriptionUsage
 from billing.money import money_display, money_parse, money_sql
 from billing.statements import on_postgresql, statement_instance, statement_run, subscription_hold_reserve_sql
 from billing.windows import (
-    NEVER_RESETS_RETRY_AFTER_SECONDS,
     TOTAL_WINDOW_START,
     WINDOW_ORDER,
     window_end,
@@ -212,7 +211,7 @@ def _usage_limit_error(
     *, subscription_id: int, amount: Decimal, windows: Windows, refused: str, now: datetime
 ) -> UsageLimitExceeded:
     """The refusal naming every window that blocks the call; retry_after: until the last of them
-    ends."""
+    ends, and none when one is a used-up total, which never resets (the refusal is final)."""
     used = {
         (row.window, row.window_start): row.used
         for row in SubscriptionUsage.objects.filter(subscription_id=subscription_id)
@@ -225,14 +224,18 @@ def _usage_limit_error(
     ]
     if not blocking:  # freed meanwhile by a released call; the refused window still answers
         blocking = [(w, s, cap) for w, s, cap in windows if w == refused and cap is not None]
-    waits = []
+    waits: list[float] = []
     parts = []
     for window, start, cap in blocking:
         end = window_end(window=window, start=start)
-        waits.append(NEVER_RESETS_RETRY_AFTER_SECONDS if end is None else (end - now).total_seconds())
+        if end is not None:
+            waits.append((end - now).total_seconds())
         resets = "never resets" if end is None else f"resets at {end.isoformat()}"
         parts.append(f"the {WINDOW_NAMES[window]} cap of {money_display(cap)} ({resets})")
+    # A used-up total never resets: waiting cannot help, and the refusal says so.
+    final = len(waits) < len(blocking)
     return UsageLimitExceeded(
         f"Usage limit exceeded: this call ({money_display(amount)}) would go over {' and '.join(parts)}.",
-        retry_after=max(waits),
+        retry_after=None if final else max(waits),
+        final=final,
     )

@@ -16,9 +16,6 @@ from django.conf import settings
 TOTAL_WINDOW_START = date(1970, 1, 1)
 # The one order in which reservations and releases touch a subscription's counters (no deadlocks).
 WINDOW_ORDER = ("day", "week", "month", "total")
-# Retry-After for a refusal by a window that never resets (a used-up total): retrying sooner cannot
-# help.
-NEVER_RESETS_RETRY_AFTER_SECONDS = 24 * 60 * 60
 
 
 @dataclass(frozen=True)

@@ -105,12 +105,21 @@ class DomainError(Exception):
 
     code: str = "domain_error"
 
-    def __init__(self, message: str, *, retry_after: float | None = None, param: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after: float | None = None,
+        param: str | None = None,
+        final: bool = False,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.retry_after = retry_after
         # The request field the refusal is about, when only the raiser knows it (else the table's).
         self.param = param
+        # No retry can succeed, however long the caller waits (a quota that never resets).
+        self.final = final
 
 
 class ApiError(Exception):
@@ -130,9 +139,12 @@ class ApiError(Exception):
         type: str | None = None,
         headers: dict[str, str] | None = None,
         retry_after: float | None = None,
+        final: bool = False,
     ) -> None:
         super().__init__(message)
         self.message = message
+        # No retry can succeed: the answer says so (`x-should-retry: false`) and names no wait.
+        self.final = final
         if code is not None:
             self.code = code
         if status is not None:
@@ -316,10 +328,10 @@ def error_response(
         response[name] = value
     if error.code and (shape or shape_for_path(path)) == "native":
         response["x-error-code"] = error.code
-    if error.status in (429, 503) and "Retry-After" not in response:
+    if error.status in (429, 503) and "Retry-After" not in response and not error.final:
         response["Retry-After"] = "1"
     if error.status == 401 and "WWW-Authenticate" not in response:
         response["WWW-Authenticate"] = 'Bearer realm="api"'
-    if retry_pointless(error.status):
+    if error.final or retry_pointless(error.status):
         response["x-should-retry"] = "false"
     return response

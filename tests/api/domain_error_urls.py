@@ -15,7 +15,9 @@ from tests.api.domain_errors import domain_error_make
 class RaiseView(GatewayAPIView):
     def post(self, request: Request, name: str):
         with usage_scope(request_id=request.request_id, endpoint="test.domain", credential=self.credential):
-            raise domain_error_make(name, retry_after=request.data.get("retry_after"))
+            raise domain_error_make(
+                name, retry_after=request.data.get("retry_after"), final=request.data.get("final") is True
+            )
 
 
 def plain_raise(request: HttpRequest, name: str):

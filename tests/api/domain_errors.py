@@ -89,8 +89,8 @@ ANSWERS: dict[type[DomainError], tuple[int, str, str, str]] = {
 BY_NAME = {cls.__name__: cls for cls in ANSWERS}
 
 
-def domain_error_make(name: str, *, retry_after: float | None) -> DomainError:
-    return BY_NAME[name](f"{name} happened.", retry_after=retry_after)
+def domain_error_make(name: str, *, retry_after: float | None, final: bool = False) -> DomainError:
+    return BY_NAME[name](f"{name} happened.", retry_after=retry_after, final=final)
 
 
 def domain_error_classes() -> set[type[DomainError]]:

@@ -99,6 +99,18 @@ def test_retry_after_becomes_the_header_in_whole_seconds_never_zero(client, alic
     assert response.headers["Retry-After"] == str(max(1, math.ceil(retry_after)))
 
 
+@pytest.mark.parametrize(
+    "path", ["/v1/test/domain/UsageLimitExceeded", "/v1/messages/test/domain/UsageLimitExceeded"]
+)
+def test_a_final_refusal_names_no_wait_and_tells_the_sdks_not_to_retry(client, alice_key, path):
+    """A quota that never resets: a Retry-After would only bring the SDKs' retries back."""
+    response = _post(client, path, alice_key, final=True)
+
+    assert response.status_code == 429
+    assert "Retry-After" not in response.headers
+    assert response.headers["x-should-retry"] == "false"
+
+
 def test_a_domain_error_outside_drf_is_answered_by_the_middleware(client, db):
     response = client.get("/v1/test/plain-domain/GroupDisabled")
 

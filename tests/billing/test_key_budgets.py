@@ -22,6 +22,7 @@ from billing.models import Hold, KeyBudgetUsage, LedgerEntry, SubscriptionUsage,
 from billing.selectors import api_key_budget_window_get, ledger_check
 from billing.subscriptions import subscription_hold_reserve
 from billing.windows import window_zone
+from core.errors import error_response
 from core.process_identity import process_owner
 from keys.authentication import credential_verify
 from keys.services import ApiKeyLimitsInput, api_key_create
@@ -145,7 +146,9 @@ def test_a_call_costing_more_than_the_whole_budget_is_refused_without_hope_of_a_
     assert refused.value.message == (
         "Usage limit exceeded: this call (¥0.15) costs more than this API key's daily budget of ¥0.10."
     )
-    assert api_error_for(refused.value).headers["Retry-After"] == str(24 * 3600)
+    answer = error_response(api_error_for(refused.value), request=None)
+    # Waiting cannot help: no Retry-After, and the official SDKs are told not to retry.
+    assert "Retry-After" not in answer and answer["x-should-retry"] == "false"
     assert not KeyBudgetUsage.objects.filter(used__gt=0).exists()
     assert not Hold.objects.exists() and wallet_of(alice).held == 0
 
@@ -341,7 +344,9 @@ def test_the_total_budget_never_resets(alice, alpha_group, alpha_model):
         )
 
     assert "total budget of ¥0.30 (¥0.30 used, never resets)" in refused.value.message
-    assert api_error_for(refused.value).headers["Retry-After"] == str(24 * 3600)
+    answer = error_response(api_error_for(refused.value), request=None)
+    # Waiting cannot help: no Retry-After, and the official SDKs are told not to retry.
+    assert "Retry-After" not in answer and answer["x-should-retry"] == "false"
     assert window_used(api_key) == {("total", date(1970, 1, 1)): Decimal("0.30")}
 
 
