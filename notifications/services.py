@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.db import transaction
+from django.utils import timezone
 
 from accounts.models import Account
 from billing.money import MoneyError, money_parse
+from core.modelutils import queryset_delete_in_batches
 from notifications.errors import AlertSettingsInvalid
-from notifications.models import DEFAULT_PERCENTAGES, AlertSettings
+from notifications.models import DEFAULT_PERCENTAGES, AlertSettings, Notification
 from notifications.signing import webhook_secret_generate
 from notifications.targets import webhook_url_clean
 
@@ -118,3 +121,20 @@ def alert_webhook_secret_rotate(*, account: Account) -> str:
             row.webhook_secret = secret
             row.save(update_fields=["webhook_secret", "updated_at"])
     return secret
+
+
+# How long a settled notification (delivered, failed or skipped) stays listed; pending ones stay.
+NOTIFICATION_RETENTION_DAYS = 90
+
+
+def notifications_purge(
+    *, older_than_days: int = NOTIFICATION_RETENTION_DAYS, now: datetime | None = None, batch_size: int = 5000
+) -> int:
+    """Delete the settled notifications created more than `older_than_days` ago, in batches; a
+    pending one is kept whatever its age (the worker still owes its delivery). Returns how many.
+
+    A purged row no longer marks its line as emitted for its window; the windows it could mark are
+    long over, but a total window's line crossed again (usage given back, then spent) emits anew."""
+    cutoff = (now or timezone.now()) - timedelta(days=older_than_days)
+    settled = Notification.objects.filter(created_at__lt=cutoff).exclude(status=Notification.Status.PENDING)
+    return queryset_delete_in_batches(settled, batch_size=batch_size)

@@ -182,7 +182,13 @@ def test_it_builds_migrates_configures_and_serves_images_and_chat(
     assert Decimal("9.6") < Decimal(me.json()["balance"]) < Decimal("9.7"), me.json()
     assert me.json()["usage"]["today"]["calls"] == 3
     # The scheduled maintenance (deploy/compose.yaml) runs in the image, and the ledger adds up.
-    for command in ("release_stale_holds", "purge_usage", "purge_images", "check_ledger"):
+    for command in (
+        "release_stale_holds",
+        "purge_usage",
+        "purge_images",
+        "purge_notifications",
+        "check_ledger",
+    ):
         _manage(engine, image, container_env, command)
 
 
