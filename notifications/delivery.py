@@ -31,6 +31,7 @@ from notifications.models import AlertSettings, Notification
 from notifications.signing import EVENT_ID_HEADER, SIGNATURE_HEADER, signature_header
 from notifications.targets import webhook_target_check
 from upstreams.errors import UrlRefused
+from upstreams.pinned import PinnedHTTPAdapter
 from upstreams.ssrf import peer_address_check
 from upstreams.transport import UpstreamReply
 
@@ -167,21 +168,27 @@ def _webhook_send(*, notification: Notification, url: str, secret: str) -> str:
         ),
     }
     try:
-        origin = webhook_target_check(url=url)
+        target = webhook_target_check(url=url)
     except UrlRefused as refused:
         return f"refused: {refused.message}"
     try:
-        # No redirect is followed (a 3xx is a failure), no proxy or .netrc from the environment.
+        # Sent to the address checked (the host is not resolved again, upstreams/pinned.py); no
+        # redirect is followed (a 3xx is a failure), no proxy or .netrc from the environment.
         response = _session().post(
-            url, data=body, headers=headers, timeout=TIMEOUT_SECONDS, stream=True, allow_redirects=False
+            target.pinned_url,
+            data=body,
+            headers={**headers, "Host": target.host_header},
+            timeout=TIMEOUT_SECONDS,
+            stream=True,
+            allow_redirects=False,
         )
     except requests.RequestException as exc:
         return f"{type(exc).__name__}: {exc}"
     with response:
         try:
-            # The address actually connected to obeys the same rules (a second DNS answer cannot
-            # have sent the event elsewhere unnoticed).
-            peer_address_check(peer=UpstreamReply(response=response, body=None).peer, port=origin.port)
+            # A second line: the address actually connected to obeys the same rules.
+            peer = UpstreamReply(response=response, body=None).peer
+            peer_address_check(peer=peer, port=target.origin.port)
         except UrlRefused as refused:
             return f"refused: {refused.message}"
         if 200 <= response.status_code < 300:
@@ -191,10 +198,14 @@ def _webhook_send(*, notification: Notification, url: str, secret: str) -> str:
 
 @functools.cache
 def _session() -> requests.Session:
-    """The worker's HTTP client for webhooks: its connection pools, and nothing read from the
-    environment (proxies, ~/.netrc)."""
+    """The worker's HTTP client for webhooks: its connection pools, requests sent to the addresses
+    checked with TLS verified against the host's name (upstreams/pinned.py), and nothing read from
+    the environment (proxies, ~/.netrc)."""
     session = requests.Session()
     session.trust_env = False
+    adapter = PinnedHTTPAdapter()
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
     return session
 
 

@@ -34,6 +34,7 @@ from urllib3.exceptions import HTTPError as BodyReadError  # any failure while r
 
 from upstreams.chunked import ChunkedBody, SocketBody, chunked_body
 from upstreams.errors import UpstreamError
+from upstreams.pinned import PinnedHTTPAdapter
 
 if TYPE_CHECKING:
     from upstreams.snapshots import UpstreamSnapshot
@@ -245,7 +246,9 @@ class Transport:
     """One upstream's HTTP client in this process: a session with its pools, and the requests prepared
     once per (method, URL, headers) that each call copies and gives its own body."""
 
-    def __init__(self, *, base_url: str) -> None:
+    def __init__(self, *, base_url: str, pinned: bool = False) -> None:
+        """`pinned`: for requests to URLs pinned to a checked address (upstreams/pinned.py), whose
+        pools are keyed by the host's name too, not by the URL's scheme, address and port only."""
         session = requests.Session()
         # requests reads the environment (proxies, twice, and ~/.netrc) on every call when trust_env is
         # on. Every request of a session goes to its upstream's origin (image downloads too, see
@@ -262,7 +265,8 @@ class Transport:
             session.verify = ca_bundle
         # Never blocks: a call beyond the pool's size opens a connection of its own.
         pool_size = settings.GATEWAY_UPSTREAM_POOL_SIZE
-        self.adapter = UpstreamHTTPAdapter(pool_connections=4, pool_maxsize=pool_size, max_retries=0)
+        adapter_class = PinnedHTTPAdapter if pinned else UpstreamHTTPAdapter
+        self.adapter: HTTPAdapter = adapter_class(pool_connections=4, pool_maxsize=pool_size, max_retries=0)
         session.mount("http://", self.adapter)
         session.mount("https://", self.adapter)
         self.session = session
