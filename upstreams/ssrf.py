@@ -148,7 +148,7 @@ class CheckedTarget(NamedTuple):
         literal = f"[{address}]" if address.version == 6 else str(address)
         written = _AUTHORITY.match(self.url)
         assert written is not None  # a canonical URL (url_origin) always starts so
-        return f"{self.origin.scheme}://{literal}:{self.origin.port}{self.url[written.end():]}"
+        return f"{self.origin.scheme}://{literal}:{self.origin.port}{self.url[written.end() :]}"
 
     @property
     def host_header(self) -> str:

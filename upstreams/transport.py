@@ -66,7 +66,8 @@ class UpstreamReply:
     @property
     def peer(self) -> tuple[str, int] | None:
         """(address, port) of the server a streamed reply's connection is connected to, while it is
-        held (urllib3's public `HTTPResponse.connection`); None when unknown (e.g. under `responses`)."""
+        held (urllib3's public `HTTPResponse.connection`); None when unknown: under `responses`, or when
+        the server said it closes the connection after its answer (http.client then lets go of it)."""
         if self.streamed is None:
             return None
         connection = getattr(self.streamed.raw, "connection", None)
