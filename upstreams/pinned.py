@@ -26,13 +26,12 @@ class PinnedHTTPAdapter(HTTPAdapter):
 
     def build_connection_pool_key_attributes(
         self, request: requests.PreparedRequest, verify: bool | str, cert: Any = None
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
+    ) -> Any:  # requests' stubs type the pool arguments without these two urllib3 ones
         host_params, pool_kwargs = super().build_connection_pool_key_attributes(request, verify, cert)
         name = pinned_host_name(request=request)
-        if name is not None and host_params["scheme"] == "https":
-            pool_kwargs["server_hostname"] = name
-            pool_kwargs["assert_hostname"] = name
-        return host_params, pool_kwargs
+        if name is None or host_params["scheme"] != "https":
+            return host_params, pool_kwargs
+        return host_params, {**pool_kwargs, "server_hostname": name, "assert_hostname": name}
 
 
 def pinned_host_name(*, request: requests.PreparedRequest) -> str | None:
