@@ -33,7 +33,7 @@ from notifications.targets import webhook_target_check
 from upstreams.errors import UrlRefused
 from upstreams.pinned import PinnedHTTPAdapter
 from upstreams.ssrf import peer_address_check
-from upstreams.transport import UpstreamReply
+from upstreams.transport import UpstreamReply, connection_never_made
 
 logger = logging.getLogger("gateway.notifications")
 
@@ -171,19 +171,27 @@ def _webhook_send(*, notification: Notification, url: str, secret: str) -> str:
         target = webhook_target_check(url=url)
     except UrlRefused as refused:
         return f"refused: {refused.message}"
-    try:
-        # Sent to the address checked (the host is not resolved again, upstreams/pinned.py); no
-        # redirect is followed (a 3xx is a failure), no proxy or .netrc from the environment.
-        response = _session().post(
-            target.pinned_url,
-            data=body,
-            headers={**headers, "Host": target.host_header},
-            timeout=TIMEOUT_SECONDS,
-            stream=True,
-            allow_redirects=False,
-        )
-    except requests.RequestException as exc:
-        return f"{type(exc).__name__}: {exc}"
+    response: requests.Response | None = None
+    for pinned_url in target.pinned_urls:
+        try:
+            # Sent to an address checked (the host is not resolved again, upstreams/pinned.py), the
+            # next one only when this one could not be connected to; no redirect is followed (a 3xx
+            # is a failure), no proxy or .netrc from the environment.
+            response = _session().post(
+                pinned_url,
+                data=body,
+                headers={**headers, "Host": target.host_header},
+                timeout=TIMEOUT_SECONDS,
+                stream=True,
+                allow_redirects=False,
+            )
+            break
+        except requests.ConnectionError as exc:
+            if not connection_never_made(exc) or pinned_url == target.pinned_urls[-1]:
+                return f"{type(exc).__name__}: {exc}"
+        except requests.RequestException as exc:
+            return f"{type(exc).__name__}: {exc}"
+    assert response is not None  # a failure at the last address has returned
     with response:
         try:
             # A second line: the address actually connected to obeys the same rules.

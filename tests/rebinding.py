@@ -26,10 +26,16 @@ class Received:
 class RebindingDns:
     """`name` resolves to `first` until `armed`; once armed, to `first` for `checked` more lookups
     (what the gateway's check asks) and to `then` on every later one. Every other name is unknown; IP
-    literals resolve as themselves."""
+    literals resolve as themselves. `first` may be several addresses, answered in that order."""
 
     def __init__(
-        self, monkeypatch: pytest.MonkeyPatch, *, name: str, first: str, then: str, checked: int = 1
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        *,
+        name: str,
+        first: str | tuple[str, ...],
+        then: str,
+        checked: int = 1,
     ) -> None:
         self.name, self.first, self.then, self.checked = name, first, then, checked
         self.armed = False
@@ -45,11 +51,12 @@ class RebindingDns:
                 return real(host, port, *args, **kwargs)
             if host != self.name:
                 raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-            address = self.first
+            answer = self.first
             if self.armed:
                 self.lookups_armed += 1
-                address = self.first if self.lookups_armed <= self.checked else self.then
-            return real(address, port, *args, **kwargs)
+                answer = self.first if self.lookups_armed <= self.checked else self.then
+            addresses = (answer,) if isinstance(answer, str) else answer
+            return [info for address in addresses for info in real(address, port, *args, **kwargs)]
 
         monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
 

@@ -141,14 +141,20 @@ class CheckedTarget(NamedTuple):
     addresses: tuple[Address, ...]
 
     @property
-    def pinned_url(self) -> str:
-        """The URL with its host replaced by the first address checked (an IPv6 one in brackets) and
-        its port written out: a request to it connects there without resolving the host again."""
-        address = self.addresses[0]
-        literal = f"[{address}]" if address.version == 6 else str(address)
+    def pinned_urls(self) -> tuple[str, ...]:
+        """The URL with its host replaced by each address checked, in the resolver's order (an IPv6
+        one in brackets), its port written out: a request to one connects there without resolving
+        the host again. When one cannot be connected to, the next may be tried (nothing was sent)."""
         written = _AUTHORITY.match(self.url)
         assert written is not None  # a canonical URL (url_origin) always starts so
-        return f"{self.origin.scheme}://{literal}:{self.origin.port}{self.url[written.end() :]}"
+        rest = self.url[written.end() :]
+        literals = (f"[{a}]" if a.version == 6 else str(a) for a in self.addresses)
+        return tuple(f"{self.origin.scheme}://{literal}:{self.origin.port}{rest}" for literal in literals)
+
+    @property
+    def pinned_url(self) -> str:
+        """The URL pinned to the first address checked (`pinned_urls`)."""
+        return self.pinned_urls[0]
 
     @property
     def host_header(self) -> str:

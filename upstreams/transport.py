@@ -387,7 +387,7 @@ def _classified(exc: Exception) -> UpstreamError:
         return UpstreamError("upstream connect timed out", status=None, retryable=True)
     if isinstance(exc, requests.ReadTimeout | ReadTimeoutError):
         return upstream_read_timed_out()
-    if isinstance(exc, requests.ConnectionError) and _never_connected(exc):
+    if isinstance(exc, requests.ConnectionError) and connection_never_made(exc):
         # Refused or unreachable: the request never went out, so another attempt is safe.
         return UpstreamError("upstream connection failed", status=None, retryable=True)
     if isinstance(exc, requests.ConnectionError):
@@ -402,8 +402,9 @@ def _classified(exc: Exception) -> UpstreamError:
     )
 
 
-def _never_connected(exc: requests.ConnectionError) -> bool:
-    """True when the connection was never established (so nothing was sent)."""
+def connection_never_made(exc: requests.ConnectionError) -> bool:
+    """True when the connection was never established (so nothing was sent, and another address may
+    be tried)."""
     reason = exc.args[0] if exc.args else None
     if isinstance(reason, MaxRetryError):
         reason = reason.reason

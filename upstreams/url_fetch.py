@@ -18,7 +18,7 @@ from urllib.parse import urljoin
 
 from upstreams.errors import UpstreamError, UrlRefused
 from upstreams.providers.base import USER_AGENT
-from upstreams.ssrf import peer_address_check, url_target_resolve
+from upstreams.ssrf import CheckedTarget, peer_address_check, url_target_resolve
 from upstreams.transport import CONNECT_TIMEOUT_SECONDS, Transport, UpstreamReply
 
 MAX_REDIRECTS = 3
@@ -40,24 +40,7 @@ def url_fetch(*, url: str, deadline: float, max_bytes: int, media_types: frozens
     current = url
     for _ in range(MAX_REDIRECTS + 1):
         target = url_target_resolve(url=current)
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise UrlRefused("the download took too long")
-        try:
-            reply = _transport_get().request(
-                "GET",
-                target.pinned_url,
-                timeout=(min(CONNECT_TIMEOUT_SECONDS, remaining), remaining),
-                stream=True,
-                headers={
-                    "Accept": ", ".join(sorted(media_types)),
-                    "Host": target.host_header,
-                    "User-Agent": USER_AGENT,
-                },
-            )
-        except UpstreamError as failed:
-            raise _failed(failed) from None
-        with reply:
+        with _pinned_get(target=target, deadline=deadline, media_types=media_types) as reply:
             peer_address_check(peer=reply.peer, port=target.origin.port)
             if reply.is_redirect:
                 try:
@@ -75,6 +58,31 @@ def url_fetch(*, url: str, deadline: float, max_bytes: int, media_types: frozens
                 media_type=media_type, data=_body_read(reply=reply, deadline=deadline, max_bytes=max_bytes)
             )
     raise UrlRefused(f"the download redirected more than {MAX_REDIRECTS} times")
+
+
+def _pinned_get(*, target: CheckedTarget, deadline: float, media_types: frozenset[str]) -> UpstreamReply:
+    """GET the target at the addresses checked, in turn while one cannot be connected to (nothing
+    was sent to it); the Host header names the URL's host."""
+    headers = {"Accept": ", ".join(sorted(media_types)), "Host": target.host_header, "User-Agent": USER_AGENT}
+
+    def get(pinned_url: str) -> UpstreamReply:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise UrlRefused("the download took too long")
+        timeout = (min(CONNECT_TIMEOUT_SECONDS, remaining), remaining)
+        return _transport_get().request("GET", pinned_url, timeout=timeout, stream=True, headers=headers)
+
+    *others, last = target.pinned_urls
+    for pinned_url in others:
+        try:
+            return get(pinned_url)
+        except UpstreamError as failed:
+            if failed.status is not None or not failed.retryable:  # the request may have gone out
+                raise _failed(failed) from None
+    try:
+        return get(last)
+    except UpstreamError as failed:
+        raise _failed(failed) from None
 
 
 def _body_read(*, reply: UpstreamReply, deadline: float, max_bytes: int) -> bytes:

@@ -80,6 +80,21 @@ def test_a_redirect_hop_whose_name_rebinds_is_refused_before_anything_is_sent_th
     assert pair.received["127.0.0.2"] == []
 
 
+def test_an_address_that_cannot_be_connected_to_is_passed_over_for_the_next_one_checked(
+    settings, pair, monkeypatch
+):
+    settings.GATEWAY_FETCH_PRIVATE_NETWORKS = (ip_network("127.0.0.0/29"),)
+    # Nothing listens on 127.0.0.3 at the pair's port: the connection is refused, nothing is sent.
+    RebindingDns(monkeypatch, name="two.test", first=("127.0.0.3", "127.0.0.1"), then="127.0.0.2")
+
+    assert fetch(f"http://two.test:{pair.port}/a.png") == png()
+
+    assert [(r.path, r.headers["host"]) for r in pair.received["127.0.0.1"]] == [
+        ("/a.png", f"two.test:{pair.port}")
+    ]
+    assert pair.received["127.0.0.2"] == []
+
+
 # --- the pinned URL --------------------------------------------------------------------------------
 
 
