@@ -178,7 +178,9 @@ def image_fetch(*, url: str, upstream: UpstreamSnapshot) -> bytes:
     globally routable are refused unless the upstream's own host resolves to such an address (a
     provider on the local network). The body is capped at GATEWAY_FETCH_MAX_BYTES and the whole
     download at GATEWAY_FETCH_TIMEOUT_SECONDS; it must be a PNG, JPEG or WebP by its bytes. No
-    credentials are sent.
+    credentials are sent. The GET goes through the upstream's own transport (and proxy) to its host
+    as resolved when connecting: a second DNS answer is caught by the peer check, after the GET was
+    sent (unlike url_fetch, it is not pinned to the address checked).
     """
     origin = base_url_origin(upstream.base_url)
     if origin is None:

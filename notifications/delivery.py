@@ -31,8 +31,9 @@ from notifications.models import AlertSettings, Notification
 from notifications.signing import EVENT_ID_HEADER, SIGNATURE_HEADER, signature_header
 from notifications.targets import webhook_target_check
 from upstreams.errors import UrlRefused
+from upstreams.pinned import PinnedHTTPAdapter
 from upstreams.ssrf import peer_address_check
-from upstreams.transport import UpstreamReply
+from upstreams.transport import UpstreamReply, connection_never_made
 
 logger = logging.getLogger("gateway.notifications")
 
@@ -167,21 +168,35 @@ def _webhook_send(*, notification: Notification, url: str, secret: str) -> str:
         ),
     }
     try:
-        origin = webhook_target_check(url=url)
+        target = webhook_target_check(url=url)
     except UrlRefused as refused:
         return f"refused: {refused.message}"
-    try:
-        # No redirect is followed (a 3xx is a failure), no proxy or .netrc from the environment.
-        response = _session().post(
-            url, data=body, headers=headers, timeout=TIMEOUT_SECONDS, stream=True, allow_redirects=False
-        )
-    except requests.RequestException as exc:
-        return f"{type(exc).__name__}: {exc}"
+    response: requests.Response | None = None
+    for pinned_url in target.pinned_urls:
+        try:
+            # Sent to an address checked (the host is not resolved again, upstreams/pinned.py), the
+            # next one only when this one could not be connected to; no redirect is followed (a 3xx
+            # is a failure), no proxy or .netrc from the environment.
+            response = _session().post(
+                pinned_url,
+                data=body,
+                headers={**headers, "Host": target.host_header},
+                timeout=TIMEOUT_SECONDS,
+                stream=True,
+                allow_redirects=False,
+            )
+            break
+        except requests.ConnectionError as exc:
+            if not connection_never_made(exc) or pinned_url == target.pinned_urls[-1]:
+                return f"{type(exc).__name__}: {exc}"
+        except requests.RequestException as exc:
+            return f"{type(exc).__name__}: {exc}"
+    assert response is not None  # a failure at the last address has returned
     with response:
         try:
-            # The address actually connected to obeys the same rules (a second DNS answer cannot
-            # have sent the event elsewhere unnoticed).
-            peer_address_check(peer=UpstreamReply(response=response, body=None).peer, port=origin.port)
+            # A second line: the address actually connected to obeys the same rules.
+            peer = UpstreamReply(response=response, body=None).peer
+            peer_address_check(peer=peer, port=target.origin.port)
         except UrlRefused as refused:
             return f"refused: {refused.message}"
         if 200 <= response.status_code < 300:
@@ -191,10 +206,14 @@ def _webhook_send(*, notification: Notification, url: str, secret: str) -> str:
 
 @functools.cache
 def _session() -> requests.Session:
-    """The worker's HTTP client for webhooks: its connection pools, and nothing read from the
-    environment (proxies, ~/.netrc)."""
+    """The worker's HTTP client for webhooks: its connection pools, requests sent to the addresses
+    checked with TLS verified against the host's name (upstreams/pinned.py), and nothing read from
+    the environment (proxies, ~/.netrc)."""
     session = requests.Session()
     session.trust_env = False
+    adapter = PinnedHTTPAdapter()
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
     return session
 
 

@@ -10,19 +10,19 @@ from django.conf import settings
 
 from notifications.errors import AlertSettingsInvalid
 from upstreams.errors import UrlRefused
-from upstreams.ssrf import Origin, host_addresses_resolve, url_target_check
+from upstreams.ssrf import CheckedTarget, url_target_resolve
 
 
-def webhook_target_check(*, url: str) -> Origin:
-    """The URL's origin when a webhook may be sent there; UrlRefused saying why not. Checked when the
-    URL is set and again before every delivery (a host's addresses can change)."""
-    origin = url_target_check(url=url)
-    if origin.scheme != "https":
+def webhook_target_check(*, url: str) -> CheckedTarget:
+    """The URL and the addresses checked when a webhook may be sent there (the delivery goes to one
+    of them, `CheckedTarget.pinned_url`); UrlRefused saying why not. Checked when the URL is set and
+    again before every delivery (a host's addresses can change)."""
+    target = url_target_resolve(url=url)
+    if target.origin.scheme != "https":
         networks = settings.GATEWAY_FETCH_PRIVATE_NETWORKS
-        addresses = host_addresses_resolve(origin=origin)
-        if not networks or not all(any(a in network for network in networks) for a in addresses):
+        if not networks or not all(any(a in network for network in networks) for a in target.addresses):
             raise UrlRefused("a webhook URL must be https")
-    return origin
+    return target
 
 
 def webhook_url_clean(*, url: str) -> str:

@@ -4,10 +4,16 @@ an image an upstream answered by link, an image a caller gave by link, a notific
 A URL is taken only in the one form every URL parser reads alike (`url_origin`), and a host only
 when every address it resolves to may be reached (`url_target_check`): globally routable, or inside
 `GATEWAY_FETCH_PRIVATE_NETWORKS` (the operator's own private networks; none by default), or anywhere
-when the caller says a private address is fine (an upstream that itself lives on one). The address
-actually connected to is checked again (`peer_address_check`), so a second DNS answer between the
-check and the connection cannot send the request elsewhere. Redirects are followed by the caller,
-each hop checked as a new URL. Every refusal is an `UrlRefused`, which says why.
+when the caller says a private address is fine (an upstream that itself lives on one).
+
+A request sent to the URL as written would have its host resolved again when connecting, and a
+second DNS answer (rebinding) could then send it to an address never checked. So a request goes to
+the address that was checked (`url_target_resolve`, `CheckedTarget.pinned_url`), its Host header
+naming the URL's host, and over TLS the certificate is verified against that host, sent as SNI
+(upstreams/pinned.py): no second lookup happens, and a second DNS answer cannot send the request
+elsewhere. The address actually connected to is checked again (`peer_address_check`), a second
+line that also covers a request sent some other way. Redirects are followed by the caller, each hop
+checked as a new URL. Every refusal is an `UrlRefused`, which says why.
 """
 
 from __future__ import annotations
@@ -126,22 +132,62 @@ def origin_is_private(*, origin: Origin) -> bool:
     return not addresses or not all(_plain(address).is_global for address in addresses)
 
 
-def url_target_check(*, url: str, private_ok: bool = False) -> Origin:
-    """The origin of a URL the gateway may request: canonical (`url_origin`), and its host resolving
-    only to addresses it may connect to (`address_allowed`). Raises UrlRefused."""
+class CheckedTarget(NamedTuple):
+    """A URL the gateway may request (`url_target_resolve`): its origin and every address its host
+    resolved to when checked, all of them allowed."""
+
+    url: str
+    origin: Origin
+    addresses: tuple[Address, ...]
+
+    @property
+    def pinned_urls(self) -> tuple[str, ...]:
+        """The URL with its host replaced by each address checked, in the resolver's order (an IPv6
+        one in brackets), its port written out: a request to one connects there without resolving
+        the host again. When one cannot be connected to, the next may be tried (nothing was sent)."""
+        written = _AUTHORITY.match(self.url)
+        assert written is not None  # a canonical URL (url_origin) always starts so
+        rest = self.url[written.end() :]
+        literals = (f"[{a}]" if a.version == 6 else str(a) for a in self.addresses)
+        return tuple(f"{self.origin.scheme}://{literal}:{self.origin.port}{rest}" for literal in literals)
+
+    @property
+    def pinned_url(self) -> str:
+        """The URL pinned to the first address checked (`pinned_urls`)."""
+        return self.pinned_urls[0]
+
+    @property
+    def host_header(self) -> str:
+        """The Host header the URL as written would send: its host, and its port unless the scheme's
+        default one."""
+        default = 443 if self.origin.scheme == "https" else 80
+        host = self.origin.host
+        return host if self.origin.port == default else f"{host}:{self.origin.port}"
+
+
+def url_target_resolve(*, url: str, private_ok: bool = False) -> CheckedTarget:
+    """A URL the gateway may request: canonical (`url_origin`), and its host resolving only to
+    addresses it may connect to (`address_allowed`), with those addresses, to connect to one of them
+    (`CheckedTarget.pinned_url`) rather than resolve the host again. Raises UrlRefused."""
     origin = url_origin(url)
     if origin is None:
         raise UrlRefused("the URL is not a plain http(s) URL in canonical form")
     addresses = host_addresses_resolve(origin=origin)
     if not addresses or not all(address_allowed(address=a, private_ok=private_ok) for a in addresses):
         raise UrlRefused("the URL's host resolves to a non-public address")
-    return origin
+    return CheckedTarget(url=url, origin=origin, addresses=tuple(addresses))
+
+
+def url_target_check(*, url: str, private_ok: bool = False) -> Origin:
+    """The origin of a URL the gateway may request (`url_target_resolve`). Raises UrlRefused."""
+    return url_target_resolve(url=url, private_ok=private_ok).origin
 
 
 def peer_address_check(*, peer: tuple[str, int] | None, port: int, private_ok: bool = False) -> None:
     """The server actually connected to (`peer`, None when unknown or behind a proxy) is on the URL's
-    port and at an address that may be connected to: a second DNS answer (rebinding between the check
-    and the connection) cannot redirect the request. Raises UrlRefused."""
+    port and at an address that may be connected to. A request sent to a pinned URL cannot have gone
+    elsewhere; this second line refuses the answer of one that was not (or of a pinned address that
+    is no longer allowed), but only once the request has been delivered. Raises UrlRefused."""
     if peer is None:
         return
     if peer[1] != port:

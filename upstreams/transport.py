@@ -34,6 +34,7 @@ from urllib3.exceptions import HTTPError as BodyReadError  # any failure while r
 
 from upstreams.chunked import ChunkedBody, SocketBody, chunked_body
 from upstreams.errors import UpstreamError
+from upstreams.pinned import PinnedHTTPAdapter
 
 if TYPE_CHECKING:
     from upstreams.snapshots import UpstreamSnapshot
@@ -65,7 +66,8 @@ class UpstreamReply:
     @property
     def peer(self) -> tuple[str, int] | None:
         """(address, port) of the server a streamed reply's connection is connected to, while it is
-        held (urllib3's public `HTTPResponse.connection`); None when unknown (e.g. under `responses`)."""
+        held (urllib3's public `HTTPResponse.connection`); None when unknown: under `responses`, or when
+        the server said it closes the connection after its answer (http.client then lets go of it)."""
         if self.streamed is None:
             return None
         connection = getattr(self.streamed.raw, "connection", None)
@@ -245,7 +247,9 @@ class Transport:
     """One upstream's HTTP client in this process: a session with its pools, and the requests prepared
     once per (method, URL, headers) that each call copies and gives its own body."""
 
-    def __init__(self, *, base_url: str) -> None:
+    def __init__(self, *, base_url: str, pinned: bool = False) -> None:
+        """`pinned`: for requests to URLs pinned to a checked address (upstreams/pinned.py), whose
+        pools are keyed by the host's name too, not by the URL's scheme, address and port only."""
         session = requests.Session()
         # requests reads the environment (proxies, twice, and ~/.netrc) on every call when trust_env is
         # on. Every request of a session goes to its upstream's origin (image downloads too, see
@@ -262,7 +266,8 @@ class Transport:
             session.verify = ca_bundle
         # Never blocks: a call beyond the pool's size opens a connection of its own.
         pool_size = settings.GATEWAY_UPSTREAM_POOL_SIZE
-        self.adapter = UpstreamHTTPAdapter(pool_connections=4, pool_maxsize=pool_size, max_retries=0)
+        adapter_class = PinnedHTTPAdapter if pinned else UpstreamHTTPAdapter
+        self.adapter: HTTPAdapter = adapter_class(pool_connections=4, pool_maxsize=pool_size, max_retries=0)
         session.mount("http://", self.adapter)
         session.mount("https://", self.adapter)
         self.session = session
@@ -382,7 +387,7 @@ def _classified(exc: Exception) -> UpstreamError:
         return UpstreamError("upstream connect timed out", status=None, retryable=True)
     if isinstance(exc, requests.ReadTimeout | ReadTimeoutError):
         return upstream_read_timed_out()
-    if isinstance(exc, requests.ConnectionError) and _never_connected(exc):
+    if isinstance(exc, requests.ConnectionError) and connection_never_made(exc):
         # Refused or unreachable: the request never went out, so another attempt is safe.
         return UpstreamError("upstream connection failed", status=None, retryable=True)
     if isinstance(exc, requests.ConnectionError):
@@ -397,8 +402,9 @@ def _classified(exc: Exception) -> UpstreamError:
     )
 
 
-def _never_connected(exc: requests.ConnectionError) -> bool:
-    """True when the connection was never established (so nothing was sent)."""
+def connection_never_made(exc: requests.ConnectionError) -> bool:
+    """True when the connection was never established (so nothing was sent, and another address may
+    be tried)."""
     reason = exc.args[0] if exc.args else None
     if isinstance(reason, MaxRetryError):
         reason = reason.reason

@@ -2,7 +2,8 @@
 upstream that needs its bytes), under the request-forgery rules of upstreams/ssrf.py.
 
 Each hop of a redirect (at most `MAX_REDIRECTS`, followed here, never by requests) is checked as a
-new URL, and the address connected to is checked again once connected. No credential, cookie or
+new URL and requested at the address checked (upstreams/pinned.py: the host is not resolved again),
+and the address connected to is checked again once connected. No credential, cookie or
 proxy of an upstream goes with it: the requests go through a transport of their own, which reads
 no proxy from the environment (the peer checked is then always the server itself). The body is read
 against a size cap and a deadline, and its declared media type must be one the caller accepts.
@@ -17,7 +18,7 @@ from urllib.parse import urljoin
 
 from upstreams.errors import UpstreamError, UrlRefused
 from upstreams.providers.base import USER_AGENT
-from upstreams.ssrf import peer_address_check, url_target_check
+from upstreams.ssrf import CheckedTarget, peer_address_check, url_target_resolve
 from upstreams.transport import CONNECT_TIMEOUT_SECONDS, Transport, UpstreamReply
 
 MAX_REDIRECTS = 3
@@ -38,22 +39,9 @@ def url_fetch(*, url: str, deadline: float, max_bytes: int, media_types: frozens
     Raises UrlRefused saying what was wrong, without the URL (the caller knows where it wrote it)."""
     current = url
     for _ in range(MAX_REDIRECTS + 1):
-        origin = url_target_check(url=current)
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise UrlRefused("the download took too long")
-        try:
-            reply = _transport_get().request(
-                "GET",
-                current,
-                timeout=(min(CONNECT_TIMEOUT_SECONDS, remaining), remaining),
-                stream=True,
-                headers={"Accept": ", ".join(sorted(media_types)), "User-Agent": USER_AGENT},
-            )
-        except UpstreamError as failed:
-            raise _failed(failed) from None
-        with reply:
-            peer_address_check(peer=reply.peer, port=origin.port)
+        target = url_target_resolve(url=current)
+        with _pinned_get(target=target, deadline=deadline, media_types=media_types) as reply:
+            peer_address_check(peer=reply.peer, port=target.origin.port)
             if reply.is_redirect:
                 try:
                     current = urljoin(current, reply.headers.get("Location", ""))
@@ -70,6 +58,31 @@ def url_fetch(*, url: str, deadline: float, max_bytes: int, media_types: frozens
                 media_type=media_type, data=_body_read(reply=reply, deadline=deadline, max_bytes=max_bytes)
             )
     raise UrlRefused(f"the download redirected more than {MAX_REDIRECTS} times")
+
+
+def _pinned_get(*, target: CheckedTarget, deadline: float, media_types: frozenset[str]) -> UpstreamReply:
+    """GET the target at the addresses checked, in turn while one cannot be connected to (nothing
+    was sent to it); the Host header names the URL's host."""
+    headers = {"Accept": ", ".join(sorted(media_types)), "Host": target.host_header, "User-Agent": USER_AGENT}
+
+    def get(pinned_url: str) -> UpstreamReply:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise UrlRefused("the download took too long")
+        timeout = (min(CONNECT_TIMEOUT_SECONDS, remaining), remaining)
+        return _transport_get().request("GET", pinned_url, timeout=timeout, stream=True, headers=headers)
+
+    *others, last = target.pinned_urls
+    for pinned_url in others:
+        try:
+            return get(pinned_url)
+        except UpstreamError as failed:
+            if failed.status is not None or not failed.retryable:  # the request may have gone out
+                raise _failed(failed) from None
+    try:
+        return get(last)
+    except UpstreamError as failed:
+        raise _failed(failed) from None
 
 
 def _body_read(*, reply: UpstreamReply, deadline: float, max_bytes: int) -> bytes:
@@ -104,5 +117,6 @@ def _failed(error: UpstreamError) -> UrlRefused:
 
 @functools.cache
 def _transport_get() -> Transport:
-    """The process's transport for such downloads (no base URL: no proxy, no upstream's key)."""
-    return Transport(base_url="")
+    """The process's transport for such downloads (no base URL: no proxy, no upstream's key), its
+    requests sent to the addresses checked."""
+    return Transport(base_url="", pinned=True)

@@ -22,6 +22,7 @@ from notifications.signing import signature_verify
 from tests.billing.conftest import FakeUpstream, alpha_call, credential_for
 from tests.notifications.conftest import alerts_set
 from tests.notifications.receiver import webhook_receiver
+from tests.rebinding import LoopbackPair, RebindingDns
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -127,6 +128,59 @@ def test_a_webhook_on_a_private_address_is_not_sent_to(alice, alpha_group, alpha
     event.refresh_from_db()
     assert event.status == "pending" and event.attempts == 1
     assert event.last_error == "webhook: refused: the URL's host resolves to a non-public address"
+
+
+def test_a_webhook_whose_name_rebinds_is_posted_to_the_address_checked_only(
+    alice, alpha_group, alpha_model, settings, monkeypatch
+):
+    settings.GATEWAY_FETCH_PRIVATE_NETWORKS = (ip_network("127.0.0.1/32"),)
+    pair = LoopbackPair()
+    try:
+        # An attacker answers the check's lookups (up to two) with the allowed address, then another.
+        dns = RebindingDns(monkeypatch, name="rebind.test", first="127.0.0.1", then="127.0.0.2", checked=2)
+        alerts_set(
+            alice, floor="9.90", webhook_url=f"http://rebind.test:{pair.port}/hook", webhook_secret=SECRET
+        )
+        event = floor_crossed(alice, alpha_group)
+        dns.armed = True
+
+        counts = notifications_deliver_due()
+
+        assert pair.received["127.0.0.2"] == []
+        assert counts.delivered == 1
+        [request] = pair.received["127.0.0.1"]
+        assert (request.method, request.path) == ("POST", "/hook")
+        assert request.headers["host"] == f"rebind.test:{pair.port}"
+        assert request.headers["x-gateway-event-id"] == event.event_id
+    finally:
+        pair.close()
+    event.refresh_from_db()
+    assert (event.status, event.attempts, event.last_error) == ("delivered", 1, "")
+
+
+def test_a_webhook_address_that_cannot_be_connected_to_is_passed_over_for_the_next_one_checked(
+    alice, alpha_group, alpha_model, settings, monkeypatch
+):
+    settings.GATEWAY_FETCH_PRIVATE_NETWORKS = (ip_network("127.0.0.0/29"),)
+    pair = LoopbackPair()
+    try:
+        # Nothing listens on 127.0.0.3 at the pair's port: the connection is refused, nothing is sent.
+        RebindingDns(monkeypatch, name="two.test", first=("127.0.0.3", "127.0.0.1"), then="127.0.0.2")
+        alerts_set(
+            alice, floor="9.90", webhook_url=f"http://two.test:{pair.port}/hook", webhook_secret=SECRET
+        )
+        event = floor_crossed(alice, alpha_group)
+
+        assert notifications_deliver_due().delivered == 1
+
+        assert [(r.path, r.headers["host"]) for r in pair.received["127.0.0.1"]] == [
+            ("/hook", f"two.test:{pair.port}")
+        ]
+        assert pair.received["127.0.0.2"] == []
+    finally:
+        pair.close()
+    event.refresh_from_db()
+    assert (event.status, event.attempts) == ("delivered", 1)
 
 
 def test_it_emails_the_owner_when_email_host_is_set(alice, alpha_group, alpha_model, settings, mailoutbox):
