@@ -148,18 +148,20 @@ class ApiKeyLimitsForm(forms.Form):
     LIMIT_FIELDS = ("budget", "budget_period", "models", "rpm", "tpm", "allowed_ips")
 
     def limits_group_id(self) -> int | None:
-        """The group whose models the key may list (None: not known, the models are not checked)."""
-        raise NotImplementedError
+        """The group whose models the key may list; None while it is not known (a create form whose
+        group was refused), when the models are not checked. The edit and create forms name it."""
+        return None
 
     def clean(self):
         cleaned = super().clean()
-        group_id = self.limits_group_id()
-        if group_id is None or any(name in self.errors for name in self.LIMIT_FIELDS):
+        if any(name in self.errors for name in self.LIMIT_FIELDS):
             return cleaned
         limits = self.limits()
+        group_id = self.limits_group_id()
         try:
             api_key_limits_clean(limits=limits)
-            api_key_models_check(group_id=group_id, model_ids=limits.model_ids)
+            if group_id is not None:
+                api_key_models_check(group_id=group_id, model_ids=limits.model_ids)
         except KeyLimitsInvalid as refused:
             self.add_error(refused.param if refused.param in self.fields else None, refused.message)
         return cleaned
