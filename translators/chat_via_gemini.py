@@ -38,7 +38,7 @@ from typing import Any
 
 from translators import TranslatedCall, TranslatedTokens, TranslationRefused
 from translators.chat_wire import ChatChunks, chat_usage, sse_data
-from translators.values import arguments_parsed, count, error_message, obj, string, text_joined
+from translators.values import arguments_parsed, count, error_message, event_object, obj, string, text_joined
 
 _FINISH = {"STOP": "stop", "MAX_TOKENS": "length"}
 _FILTERED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY"})
@@ -316,11 +316,8 @@ class ChatViaGemini:
     def stream_event(self, data: str) -> bytes:
         if self._stopped:
             return b""
-        try:
-            piece = json.loads(data)
-        except ValueError:
-            return b""
-        if not isinstance(piece, dict):
+        piece = event_object(data)
+        if piece is None:
             return b""
         if obj(piece.get("error")):
             self._stopped = True

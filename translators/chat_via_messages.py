@@ -45,7 +45,7 @@ from typing import Any
 
 from translators import TranslatedCall, TranslatedTokens, TranslationRefused
 from translators.chat_wire import ChatChunks, chat_usage, sse_data
-from translators.values import arguments_parsed, count, error_message, obj, string, text_joined
+from translators.values import arguments_parsed, count, error_message, event_object, obj, string, text_joined
 
 JSON_TOOL = "json_output"
 _FINISH = {
@@ -379,11 +379,8 @@ class ChatViaMessages:
     def stream_event(self, data: str) -> bytes:
         if self._stopped:
             return b""
-        try:
-            event = json.loads(data)
-        except ValueError:
-            return b""
-        if not isinstance(event, dict):
+        event = event_object(data)
+        if event is None:
             return b""
         kind = event.get("type")
         if kind == "message_start":

@@ -43,7 +43,7 @@ from typing import Any
 
 from translators import TranslatedCall, TranslatedTokens, TranslationRefused
 from translators.chat_wire import chat_tokens
-from translators.values import arguments_parsed, error_message, obj, string, text_joined
+from translators.values import arguments_parsed, error_message, event_object, obj, string, text_joined
 
 # Anthropic's error types by status (https://docs.anthropic.com/en/api/errors).
 _ERROR_TYPE = {
@@ -382,11 +382,8 @@ class MessagesViaChat:
             return b""
         if data.strip() == "[DONE]":
             return self.stream_end()
-        try:
-            chunk = json.loads(data)
-        except ValueError:
-            return b""
-        if not isinstance(chunk, dict):
+        chunk = event_object(data)
+        if chunk is None:
             return b""
         if isinstance(chunk.get("error"), dict):
             self._stopped = True

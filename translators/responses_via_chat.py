@@ -39,7 +39,7 @@ from typing import Any
 
 from translators import TranslatedCall, TranslatedTokens, TranslationRefused
 from translators.chat_wire import chat_tokens
-from translators.values import error_message, obj, string
+from translators.values import error_message, event_object, obj, string
 
 _DROPPED_ITEMS = frozenset({"reasoning"})
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
@@ -298,11 +298,8 @@ class ResponsesViaChat:
             return b""
         if data.strip() == "[DONE]":
             return self.stream_end()
-        try:
-            chunk = json.loads(data)
-        except ValueError:
-            return b""
-        if not isinstance(chunk, dict):
+        chunk = event_object(data)
+        if chunk is None:
             return b""
         if isinstance(chunk.get("error"), dict):
             self._stopped = True

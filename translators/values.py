@@ -14,6 +14,16 @@ def obj(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def event_object(data: str) -> dict[str, Any] | None:
+    """A stream event's data as the JSON object it should be; None for anything else (not JSON, or
+    JSON that is not an object), which a translator skips."""
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def string(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
