@@ -11,7 +11,9 @@ behind each choice are in docs/benchmarks.md, "Serving settings".
   psycopg, redis-py and requests yield to other calls while they wait on their sockets (gunicorn
   patches the standard library before it loads the application). SQLite's driver cannot: a call
   waiting for SQLite's write lock would stop every other call in its process, so development and the
-  demo (SQLite) keep gthread threads.
+  demo (SQLite) keep gthread threads. The gevent worker is gunicorn's, accepting new connections in
+  bursts (core/gevent_worker.py: gunicorn's own accepts one per pass of the loop when it runs more
+  than one worker, and under load new connections waited seconds in the kernel's queue).
 - workers = cores: one process per core; more processes bought no throughput, only memory.
 - worker_connections = 1000 (gevent): calls in flight per process, each a greenlet of a few KB; the
   database pool (DATABASE_POOL_MAX_SIZE = 16 per process) lends a connection only while a call talks
@@ -84,7 +86,10 @@ control_socket = control_socket_path(bind=bind)
 workers = env_int("WEB_CONCURRENCY", 2, minimum=1)
 _database = database_from_url("DATABASE_URL", database_url(), base_dir=ROOT)
 _on_postgres = _database["ENGINE"] == POSTGRESQL_ENGINE
+GEVENT_WORKER = "core.gevent_worker.GeventWorker"
 worker_class = os.environ.get("GUNICORN_WORKER_CLASS") or ("gevent" if _on_postgres else "gthread")
+if worker_class == "gevent":
+    worker_class = GEVENT_WORKER
 # Calls in flight per gevent worker: each connection is a greenlet, a slow client's included. It is
 # the bound on the process's memory and on what slow clients can take (a client trickling its request
 # holds one until gunicorn has read it all: a buffering proxy in front shields it, README "Production").

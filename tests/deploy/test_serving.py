@@ -127,7 +127,7 @@ def test_it_runs_a_workers_calls_side_by_side_on_few_connections_and_charges_eac
     # One process held the calls at once: a worker that served them one by one would have had one
     # request at the upstream at a time.
     assert most_in_flight_upstream(fake_upstream) >= calls // 2
-    assert "Using worker: gevent" in log.read_text()
+    assert "Using worker: core.gevent_worker.GeventWorker" in log.read_text()
     # ... on at most its pool's connections, none of them held while the calls waited upstream.
     assert 0 < sampler.most_open <= POOL
     wallet = Wallet.objects.get(account=alice)

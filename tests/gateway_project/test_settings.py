@@ -249,18 +249,26 @@ def test_the_access_log_goes_to_stdout_to_a_file_or_nowhere(tmp_path):
     assert _gunicorn_setting({}, "logger_class") == "core.access_log.AccessLogger"
 
 
+GEVENT = "core.gevent_worker.GeventWorker"
+
+
 def test_gunicorn_runs_gevent_workers_on_postgresql_and_threads_on_sqlite(tmp_path):
-    assert _gunicorn_setting({"DATABASE_URL": "postgres://u:p@db.internal/gateway"}) == "gevent"
+    assert _gunicorn_setting({"DATABASE_URL": "postgres://u:p@db.internal/gateway"}) == GEVENT
     assert _gunicorn_setting({"DATABASE_URL": "sqlite:///db.sqlite3"}) == "gthread"
     assert _gunicorn_setting({}) == "gthread"  # the development default is SQLite
     # DATABASE_URL from the deployment's .env decides it as it decides Django's database.
     env_file = tmp_path / "gateway.env"
     env_file.write_text("DATABASE_URL=postgresql://u:p@db.internal/gateway\n")
-    assert _gunicorn_setting({"GATEWAY_ENV_FILE": str(env_file)}) == "gevent"
+    assert _gunicorn_setting({"GATEWAY_ENV_FILE": str(env_file)}) == GEVENT
     # An explicit choice wins.
     assert (
         _gunicorn_setting({"DATABASE_URL": "postgres://u:p@db/g", "GUNICORN_WORKER_CLASS": "gthread"})
         == "gthread"
+    )
+    # gevent named is the gateway's gevent worker (core/gevent_worker.py).
+    assert (
+        _gunicorn_setting({"DATABASE_URL": "sqlite:///db.sqlite3", "GUNICORN_WORKER_CLASS": "gevent"})
+        == GEVENT
     )
 
 
