@@ -1,8 +1,9 @@
 """Shedding new calls at once when the worker process cannot keep up.
 
-A call that arrives while the process is seconds behind (core/overload.py) would wait those seconds
-before anything of it runs, and its caller would see nothing meanwhile. With GATEWAY_SHED_LAG_SECONDS
-set, such a call is answered 503 `overloaded` with Retry-After at once instead: before authentication
+A call that arrives while the process is seconds behind (core/overload.py: late with what is due, or
+slow to start the calls that came before) would wait those seconds before its upstream request goes,
+and its caller would see nothing meanwhile. With GATEWAY_SHED_LAG_SECONDS set, such a call is
+answered 503 `overloaded` with Retry-After at once instead: before authentication
 and before anything is reserved, so it is never billed, and counted (`gateway_calls_shed`). The answer
 names nginx's `@shed` location in `X-Accel-Redirect`: behind deploy/nginx.conf the call is sent on to
 a node that has not shed it, and the header never reaches the client (nginx hides X-Accel-*
@@ -20,7 +21,7 @@ from django.http import HttpRequest, HttpResponseBase
 
 from core.errors import Overloaded, error_response
 from core.metrics import call_shed
-from core.overload import worker_lag
+from core.overload import call_arrived, call_ended, start_delay, worker_lag
 
 API_PREFIX = "/v1/"
 # deploy/nginx.conf's named location that sends a shed call on to another node.
@@ -33,15 +34,20 @@ class OverloadSheddingMiddleware:
         self.limit: float = settings.GATEWAY_SHED_LAG_SECONDS
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
-        if self.limit and request.method == "POST" and request.path.startswith(API_PREFIX):
-            lag = worker_lag()
-            if lag > self.limit:
-                call_shed()
-                error = Overloaded(
-                    "The gateway is overloaded and did not start this call; nothing was charged. "
-                    "Retry it shortly."
-                )
-                response = error_response(error, request=request)
-                response["X-Accel-Redirect"] = SHED_REDIRECT
-                return response
-        return self.get_response(request)
+        if not self.limit:
+            return self.get_response(request)
+        call = request.method == "POST" and request.path.startswith(API_PREFIX)
+        if call and max(worker_lag(), start_delay()) > self.limit:
+            call_shed()
+            error = Overloaded(
+                "The gateway is overloaded and did not start this call; nothing was charged. "
+                "Retry it shortly."
+            )
+            response = error_response(error, request=request)
+            response["X-Accel-Redirect"] = SHED_REDIRECT
+            return response
+        call_arrived(counted=call)
+        try:
+            return self.get_response(request)
+        finally:
+            call_ended()

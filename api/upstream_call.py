@@ -13,6 +13,7 @@ from typing import TypeVar
 from api.metering import connection_release
 from api.upstream_errors import upstream_error_to_api_error
 from api.usage import UsageScope
+from core.overload import call_started
 from upstreams.affinity import Affinity
 from upstreams.resilience import upstream_call_resilient
 from upstreams.snapshots import UpstreamSnapshot
@@ -36,6 +37,7 @@ def upstream_attempts_run(
     def attempt_started(upstream: UpstreamSnapshot, deadline: float) -> T:
         usage.set_upstream(upstream.name)
         connection_release()
+        call_started()  # how long this process took to get the call here (api/shedding.py)
         return attempt(upstream, deadline)
 
     return upstream_call_resilient(

@@ -4,20 +4,23 @@ caught up, calls are served again.
 
 The worker is made to fall behind for real: the test's thread holds the interpreter lock for half a
 second (a long switch interval and a busy loop), so the lag sampler's thread (core/overload.py)
-wakes that late, as it would behind a worker's calls.
+wakes that late, as it would behind a worker's calls; or a call is made slow to start (its hold's
+reserve waits for a row lock), so the next is shed though the process was never late.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from decimal import Decimal
 
 import pytest
+from django.db import connection, connections, transaction
 
 from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
-from core.overload import REMEMBERED_SECONDS, worker_lag
+from core.overload import REMEMBERED_SECONDS, start_delay, worker_lag
 from keys.services import api_key_create
 from tests.api.test_metrics import TOKEN, scrape
 from tests.factories import image_model_make
@@ -105,3 +108,50 @@ def test_reads_are_not_shed(client, settings, key):
 
     assert models.status_code == 200, models.content
     assert "alpha-shed" in {model["id"] for model in models.json()["data"]}
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a row lock held by another connection")
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_slow_to_start_its_calls_sheds_the_next_one_though_it_is_never_late(
+    client, settings, alice, key
+):
+    """The lag stays short (nothing holds the process), but a call took longer than the limit to reach
+    its upstream: its reserve waited for the wallet's row, locked by another transaction."""
+    settings.GATEWAY_SHED_LAG_SECONDS = 0.3
+    worker_lag()
+    time.sleep(REMEMBERED_SECONDS + 0.2)  # what an earlier test left behind has lapsed
+    balance = Wallet.objects.get(account=alice).balance
+    locked, done = threading.Event(), threading.Event()
+
+    def hold_the_wallet() -> None:
+        try:
+            with transaction.atomic():
+                Wallet.objects.select_for_update().get(account=alice)
+                locked.set()
+                time.sleep(0.6)
+        finally:
+            connections.close_all()
+            done.set()
+
+    threading.Thread(target=hold_the_wallet, daemon=True).start()
+    assert locked.wait(10)
+    slow = generate(client, key)
+    assert done.wait(10)
+
+    assert slow.status_code == 200, slow.content
+    assert worker_lag() < 0.3
+    assert start_delay() >= 0.5
+    shed = generate(client, key)
+
+    assert shed.status_code == 503, shed.content
+    assert shed.json()["error"]["code"] == "overloaded"
+    assert Wallet.objects.get(account=alice).balance == balance - Decimal("0.15")  # the first call only
+    assert LedgerEntry.objects.filter(kind="charge").count() == 1
+
+    time.sleep(2 * REMEMBERED_SECONDS + 0.1)  # no call started slowly since
+    assert start_delay() == 0
+    served = generate(client, key)
+
+    assert served.status_code == 200, served.content
+    assert LedgerEntry.objects.filter(kind="charge").count() == 2
