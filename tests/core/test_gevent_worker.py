@@ -38,7 +38,7 @@ def _serving(worker_class: str, tmp_path: Path) -> Iterator[str]:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     config = tmp_path / "gunicorn.conf.py"  # not the gateway's: the app here is the one above
-    config.write_text("")
+    config.write_text("control_socket_disable = True\n")
     argv = [
         sys.executable, "-m", "gunicorn", "--config", str(config), "--worker-class", worker_class,
         "--workers", "2", "--bind", f"127.0.0.1:{port}", "tests.core.test_gevent_worker:servers_app",
