@@ -8,6 +8,7 @@ import gc
 import inspect
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -44,7 +45,10 @@ def _serving(worker_class: str, tmp_path: Path) -> Iterator[str]:
         "--workers", "2", "--bind", f"127.0.0.1:{port}", "tests.core.test_gevent_worker:servers_app",
     ]  # fmt: skip
     with (tmp_path / f"{worker_class}.log").open("wb") as log:
-        process = subprocess.Popen(argv, cwd=ROOT, env=os.environ, stdout=log, stderr=log)
+        # A session of its own: the whole process group can be stopped at the end.
+        process = subprocess.Popen(
+            argv, cwd=ROOT, env=os.environ, stdout=log, stderr=log, start_new_session=True
+        )
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -58,7 +62,13 @@ def _serving(worker_class: str, tmp_path: Path) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}/"
     finally:
         process.terminate()
-        process.wait(timeout=30)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            # A worker still starting when gunicorn's master passed the signal on misses it (its
+            # handlers are not set yet), and the master waits its graceful timeout for it.
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
 
 
 def test_the_gateway_worker_accepts_in_bursts_where_gunicorns_accepts_one_at_a_time(tmp_path):
