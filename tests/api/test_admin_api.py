@@ -20,26 +20,6 @@ from keys.services import api_key_create, oauth_token_create
 
 
 @pytest.fixture
-def api(live_server, transactional_db):
-    session = requests.Session()
-
-    def call(method: str, path: str, secret: str | None, **kwargs) -> requests.Response:
-        headers = kwargs.pop("headers", {})
-        if secret is not None:
-            headers["Authorization"] = f"Bearer {secret}"
-        return session.request(method, live_server.url + path, headers=headers, timeout=10, **kwargs)
-
-    return call
-
-
-@pytest.fixture
-def staff_key(staff, alpha_group) -> str:
-    account = staff.account
-    account.allowed_groups.add(alpha_group)
-    return api_key_create(account=account, group=alpha_group)[1]
-
-
-@pytest.fixture
 def staff_token(staff) -> str:
     return oauth_token_create(account=staff.account, scopes=["admin:provision"])[1]
 
@@ -49,7 +29,8 @@ def alice_key(alice, alpha_group) -> str:
     return api_key_create(account=alice, group=alpha_group)[1]
 
 
-def _error(response: requests.Response, status: int, code: str) -> dict:
+def admin_error(response: requests.Response, status: int, code: str) -> dict:
+    """The error body of `response`, asserted to have `status` and `code`."""
     assert response.status_code == status, response.text
     error = response.json()["error"]
     assert error["code"] == code, error
@@ -85,7 +66,7 @@ def test_it_refuses_to_open_an_account_in_a_disabled_group(api, staff_key, alpha
             "POST", "/v1/admin/accounts", staff_key, json={"username": "team-b", "groups": [1, "Beta-API"]}
         )
 
-    error = _error(response, 400, "group_inactive")
+    error = admin_error(response, 400, "group_inactive")
     assert error["param"] == "groups"
     assert "'Beta-API' is disabled" in error["message"]
     assert not Account.objects.filter(user__username="team-b").exists()
@@ -93,8 +74,10 @@ def test_it_refuses_to_open_an_account_in_a_disabled_group(api, staff_key, alpha
 
 
 def test_it_refuses_a_taken_username_unknown_group_and_stray_current_group(api, staff_key, alice, beta_group):
-    _error(api("POST", "/v1/admin/accounts", staff_key, json={"username": "alice"}), 409, "username_taken")
-    error = _error(
+    admin_error(
+        api("POST", "/v1/admin/accounts", staff_key, json={"username": "alice"}), 409, "username_taken"
+    )
+    error = admin_error(
         api("POST", "/v1/admin/accounts", staff_key, json={"username": "x", "groups": [99]}),
         400,
         "group_not_found",
@@ -106,8 +89,8 @@ def test_it_refuses_a_taken_username_unknown_group_and_stray_current_group(api, 
         staff_key,
         json={"username": "x", "groups": [1], "current_group": beta_group.pk},
     )
-    assert _error(response, 400, "invalid_value")["param"] == "current_group"
-    _error(
+    assert admin_error(response, 400, "invalid_value")["param"] == "current_group"
+    admin_error(
         api("POST", "/v1/admin/accounts", staff_key, json={"email": "no-name@example.com"}),
         400,
         "invalid_value",
@@ -145,7 +128,7 @@ def test_it_creates_lists_and_revokes_keys_with_a_staff_token(api, staff_token, 
         assert api("POST", f"/v1/admin/keys/{item['id']}/revoke", staff_token).json()["revoked"] is False
 
     assert ApiKey.objects.get(pk=item["id"]).revoked_at is not None
-    _error(api("GET", "/v1/models", secret), 401, "revoked_api_key")
+    admin_error(api("GET", "/v1/models", secret), 401, "revoked_api_key")
     assert f"staff=staff action=api_key_create target=api_key:{item['id']}" in caplog.text
     assert f"staff=staff action=api_key_revoke target=api_key:{item['id']}" in caplog.text
 
@@ -153,7 +136,7 @@ def test_it_creates_lists_and_revokes_keys_with_a_staff_token(api, staff_token, 
 def test_it_refuses_a_key_in_a_group_the_account_may_not_use(api, staff_key, alice, beta_group):
     response = api("POST", f"/v1/admin/accounts/{alice.pk}/keys", staff_key, json={"group": beta_group.pk})
 
-    assert _error(response, 400, "group_not_allowed")["param"] == "group"
+    assert admin_error(response, 400, "group_not_allowed")["param"] == "group"
     assert not ApiKey.objects.filter(account=alice).exists()
 
 
@@ -175,7 +158,7 @@ def test_it_tops_up_exactly_once_per_idempotency_key(api, staff_key, staff, alic
     other = api(
         "POST", path, staff_key, json={**body, "amount": "20"}, headers={"Idempotency-Key": "topup-1"}
     )
-    _error(other, 422, "idempotency_key_reused")
+    admin_error(other, 422, "idempotency_key_reused")
     assert api("POST", path, staff_key, json=body).status_code == 201  # no key: a second top-up
     alice.wallet.refresh_from_db()
     assert alice.wallet.balance == before + Decimal("20.20")
@@ -212,7 +195,7 @@ def test_it_refuses_a_malformed_body_naming_the_field_and_writes_nothing(
 
     response = api("POST", path.format(alice=alice.pk), staff_key, json=body)
 
-    error = _error(response, 400, "invalid_value")
+    error = admin_error(response, 400, "invalid_value")
     assert error["param"] == param
     assert f"`{param.split('[')[0]}`" in error["message"]
     assert Account.objects.count() == accounts
@@ -252,7 +235,7 @@ def test_it_reads_usage_totals_and_pages_of_records(api, staff_key, alice, alpha
     }
     assert api("GET", path, staff_key, params=window).json()["totals"]["calls"] == 2
     assert (
-        _error(api("GET", path, staff_key, params={"from": "yesterday"}), 400, "invalid_value")["param"]
+        admin_error(api("GET", path, staff_key, params={"from": "yesterday"}), 400, "invalid_value")["param"]
         == "from"
     )
 
@@ -273,13 +256,14 @@ def test_it_refuses_everyone_but_staff(api, alice, alice_key, staff, method, pat
     path = path.replace("{id}", str(alice.pk))
     body = {"amount": "5", "note": "x", "group": 1, "username": "mallory"}
 
-    _error(api(method, path, None, json=body), 401, "missing_api_key")
-    _error(api(method, path, "sk-not-a-key", json=body), 401, "invalid_api_key")
+    admin_error(api(method, path, None, json=body), 401, "missing_api_key")
+    admin_error(api(method, path, "sk-not-a-key", json=body), 401, "invalid_api_key")
     assert (
-        _error(api(method, path, alice_key, json=body), 403, "staff_required")["type"] == "permission_error"
+        admin_error(api(method, path, alice_key, json=body), 403, "staff_required")["type"]
+        == "permission_error"
     )
     plain_staff_token = oauth_token_create(account=staff.account, scopes=["profile:read"])[1]
-    _error(api(method, path, plain_staff_token, json=body), 403, "insufficient_scope")
+    admin_error(api(method, path, plain_staff_token, json=body), 403, "insufficient_scope")
     assert (
         not LedgerEntry.objects.filter(created_by__isnull=False).exists()
         and not Account.objects.filter(user__username="mallory").exists()
@@ -290,19 +274,19 @@ def test_it_refuses_a_staff_credential_once_the_user_is_no_longer_staff(api, sta
     staff.is_staff = False
     staff.save(update_fields=["is_staff"])
 
-    _error(api("GET", f"/v1/admin/accounts/{staff.account.pk}/keys", staff_token), 403, "staff_required")
-    _error(api("GET", f"/v1/admin/accounts/{staff.account.pk}/keys", staff_key), 403, "staff_required")
+    admin_error(api("GET", f"/v1/admin/accounts/{staff.account.pk}/keys", staff_token), 403, "staff_required")
+    admin_error(api("GET", f"/v1/admin/accounts/{staff.account.pk}/keys", staff_key), 403, "staff_required")
 
 
 def test_it_answers_404_for_an_unknown_account_or_key(api, staff_key):
-    _error(api("GET", "/v1/admin/accounts/9999/keys", staff_key), 404, "account_not_found")
-    _error(
+    admin_error(api("GET", "/v1/admin/accounts/9999/keys", staff_key), 404, "account_not_found")
+    admin_error(
         api("POST", "/v1/admin/accounts/9999/topups", staff_key, json={"amount": "1", "note": "x"}),
         404,
         "account_not_found",
     )
-    _error(api("GET", "/v1/admin/accounts/9999/usage", staff_key), 404, "account_not_found")
-    _error(api("POST", "/v1/admin/keys/9999/revoke", staff_key), 404, "api_key_not_found")
+    admin_error(api("GET", "/v1/admin/accounts/9999/usage", staff_key), 404, "account_not_found")
+    admin_error(api("POST", "/v1/admin/keys/9999/revoke", staff_key), 404, "api_key_not_found")
 
 
 def test_admin_provision_is_issued_to_staff_only(alice, staff):

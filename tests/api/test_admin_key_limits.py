@@ -9,11 +9,11 @@ from decimal import Decimal
 from ipaddress import ip_network
 
 import pytest
-import requests
 
 from keys.authentication import credential_verify
 from keys.models import ApiKey
 from keys.services import ApiKeyLimitsInput, api_key_create, oauth_token_create
+from tests.api.test_admin_api import admin_error
 
 LIMITS = {
     "budget": "5.00",
@@ -23,26 +23,6 @@ LIMITS = {
     "tpm": 100000,
     "allowed_ips": ["10.1.2.3/8", "2001:db8::1"],
 }
-
-
-@pytest.fixture
-def api(live_server, transactional_db):
-    session = requests.Session()
-
-    def call(method: str, path: str, secret: str | None, **kwargs) -> requests.Response:
-        headers = kwargs.pop("headers", {})
-        if secret is not None:
-            headers["Authorization"] = f"Bearer {secret}"
-        return session.request(method, live_server.url + path, headers=headers, timeout=10, **kwargs)
-
-    yield call
-    session.close()
-
-
-@pytest.fixture
-def staff_key(staff, alpha_group) -> str:
-    staff.account.allowed_groups.add(alpha_group)
-    return api_key_create(account=staff.account, group=alpha_group)[1]
 
 
 @pytest.fixture
@@ -60,13 +40,6 @@ def limited_key(alice, alpha_group, alpha_model) -> ApiKey:
             allowed_ips=["10.0.0.0/8"],
         ),
     )[0]
-
-
-def _error(response: requests.Response, status: int, code: str) -> dict:
-    assert response.status_code == status, response.text
-    error = response.json()["error"]
-    assert error["code"] == code, error
-    return error
 
 
 def test_a_key_is_created_with_its_limits_stored_and_returned(
@@ -139,7 +112,7 @@ def test_a_key_with_a_bad_limit_is_refused_naming_the_field_and_not_made(
         "POST", f"/v1/admin/accounts/{alice.pk}/keys", staff_key, json={"group": alpha_group.pk, **limits}
     )
 
-    error = _error(response, 400, "invalid_value")
+    error = admin_error(response, 400, "invalid_value")
     assert error["param"] == param
     assert error["type"] == "invalid_request_error"
     assert not ApiKey.objects.filter(account=alice).exists()
@@ -153,7 +126,7 @@ def test_an_unknown_model_is_refused_naming_it(api, staff_key, alice, alpha_grou
         json={"group": alpha_group.pk, "models": ["alpha-image-2", "no-such-model", "beta-imagine-image"]},
     )
 
-    error = _error(response, 400, "invalid_value")
+    error = admin_error(response, 400, "invalid_value")
     assert error["param"] == "models"
     assert "beta-imagine-image, no-such-model are not models of the key's group" in error["message"]
     assert "alpha-image-2" in error["message"].split("its models:")[1]
@@ -257,7 +230,7 @@ def test_patch_refuses_a_bad_limit_naming_the_field_and_changes_nothing(
 ):
     response = api("PATCH", f"/v1/admin/keys/{limited_key.pk}", staff_key, json=change)
 
-    assert _error(response, 400, "invalid_value")["param"] == param
+    assert admin_error(response, 400, "invalid_value")["param"] == param
     limited_key.refresh_from_db()
     assert (limited_key.budget, limited_key.budget_period, limited_key.tpm, limited_key.rpm) == (
         Decimal("5"),
@@ -277,19 +250,19 @@ def test_patch_refuses_a_body_that_is_not_an_object(api, staff_key, limited_key)
 
 
 def test_patch_answers_404_for_an_unknown_key(api, staff_key):
-    _error(api("PATCH", "/v1/admin/keys/9999", staff_key, json={"rpm": 5}), 404, "api_key_not_found")
+    admin_error(api("PATCH", "/v1/admin/keys/9999", staff_key, json={"rpm": 5}), 404, "api_key_not_found")
 
 
 def test_patch_is_refused_to_everyone_but_staff(api, alice, limited_key, staff):
     own_key = api_key_create(account=alice, group=limited_key.group)[1]
     path = f"/v1/admin/keys/{limited_key.pk}"
 
-    _error(api("PATCH", path, None, json={"rpm": None}), 401, "missing_api_key")
-    assert _error(api("PATCH", path, own_key, json={"rpm": None}), 403, "staff_required")["type"] == (
+    admin_error(api("PATCH", path, None, json={"rpm": None}), 401, "missing_api_key")
+    assert admin_error(api("PATCH", path, own_key, json={"rpm": None}), 403, "staff_required")["type"] == (
         "permission_error"
     )
     plain_staff_token = oauth_token_create(account=staff.account, scopes=["profile:read"])[1]
-    _error(api("PATCH", path, plain_staff_token, json={"rpm": None}), 403, "insufficient_scope")
+    admin_error(api("PATCH", path, plain_staff_token, json={"rpm": None}), 403, "insufficient_scope")
     limited_key.refresh_from_db()
     assert limited_key.rpm == 60
 
