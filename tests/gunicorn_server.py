@@ -4,6 +4,7 @@ the test database. Needs a database both processes share, so callers run on Post
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -52,6 +53,7 @@ def gunicorn_serving(*, log_path: Path, env: dict[str, str] | None = None) -> It
             env=full_env,
             stdout=subprocess.DEVNULL,
             stderr=stderr,
+            start_new_session=True,  # its workers in one process group, to kill if the stop hangs
         )
     base_url = f"http://127.0.0.1:{port}"
     try:
@@ -68,8 +70,20 @@ def gunicorn_serving(*, log_path: Path, env: dict[str, str] | None = None) -> It
                 time.sleep(0.1)
         yield base_url
     finally:
-        process.terminate()
-        process.wait(timeout=15)
+        gunicorn_stop(process)
+
+
+def gunicorn_stop(process: subprocess.Popen[bytes], *, timeout: float = 15) -> None:
+    """Stop a gunicorn started in a session of its own (`start_new_session=True`): SIGTERM, and its
+    whole process group killed if it outlives `timeout`. A worker still starting when the master
+    passes the signal on misses it (its handlers are not set yet), and the master would wait its
+    graceful timeout for it."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=timeout)
 
 
 def gunicorn_worker_pids(base_url: str) -> list[int]:

@@ -8,7 +8,6 @@ import gc
 import inspect
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -35,6 +34,9 @@ def servers_app(environ, start_response):
 
 @contextmanager
 def _serving(worker_class: str, tmp_path: Path) -> Iterator[str]:
+    # Imported here: gunicorn loads this module as its app, before Django is set up.
+    from tests.gunicorn_server import gunicorn_stop
+
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -45,7 +47,6 @@ def _serving(worker_class: str, tmp_path: Path) -> Iterator[str]:
         "--workers", "2", "--bind", f"127.0.0.1:{port}", "tests.core.test_gevent_worker:servers_app",
     ]  # fmt: skip
     with (tmp_path / f"{worker_class}.log").open("wb") as log:
-        # A session of its own: the whole process group can be stopped at the end.
         process = subprocess.Popen(
             argv, cwd=ROOT, env=os.environ, stdout=log, stderr=log, start_new_session=True
         )
@@ -61,14 +62,7 @@ def _serving(worker_class: str, tmp_path: Path) -> Iterator[str]:
                 time.sleep(0.1)
         yield f"http://127.0.0.1:{port}/"
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            # A worker still starting when gunicorn's master passed the signal on misses it (its
-            # handlers are not set yet), and the master waits its graceful timeout for it.
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
+        gunicorn_stop(process, timeout=10)
 
 
 def test_the_gateway_worker_accepts_in_bursts_where_gunicorns_accepts_one_at_a_time(tmp_path):
