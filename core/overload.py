@@ -5,8 +5,9 @@ Two signals, the larger of which counts:
 
 - how late the process serves what is due (`worker_lag`, below);
 - how long it takes to start a call (`start_delay`): from the call's arrival at the application to
-  its upstream request (the upstream's own time is not counted), for the calls started lately and
-  the oldest still waiting. A call's start takes
+  its upstream request (the upstream's own time is not counted, nor a download from a server the
+  caller named: `call_start_paused`), for the calls started lately and the oldest still waiting. A
+  call's start takes
   many turns of the process (parsing, the hold's reserve, opening the upstream's connection), each
   waiting behind everything else that is ready, so a call can wait seconds in a process whose every
   single wait is short, which the lag alone misses (docs/benchmarks.md, "Starting calls under load").
@@ -28,6 +29,8 @@ import itertools
 import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 SAMPLE_SECONDS = 0.05
 REMEMBERED_SECONDS = 1.0
@@ -129,6 +132,25 @@ def call_ended() -> None:
     if key is not None:
         _waiting.pop(key, None)
     _call.key = _call.arrived = None
+
+
+@contextmanager
+def call_start_paused() -> Iterator[None]:
+    """Around a wait on a server the caller named (an image by link): how fast it answers says
+    nothing of this process, so the call is not waiting to start meanwhile, and its start is
+    measured without the pause."""
+    key, arrived = getattr(_call, "key", None), getattr(_call, "arrived", None)
+    if key is None or arrived is None:
+        yield
+        return
+    _waiting.pop(key, None)
+    paused = time.monotonic()
+    try:
+        yield
+    finally:
+        if _call.key == key:  # still this call's, waiting to start
+            _call.arrived = arrived + (time.monotonic() - paused)
+            _waiting[key] = _call.arrived
 
 
 def start_delay() -> float:

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urljoin
 
+from core.overload import call_start_paused
 from upstreams.errors import UpstreamError, UrlRefused
 from upstreams.providers.base import USER_AGENT
 from upstreams.ssrf import CheckedTarget, peer_address_check, url_target_resolve
@@ -36,7 +37,13 @@ class FetchedBody:
 def url_fetch(*, url: str, deadline: float, max_bytes: int, media_types: frozenset[str]) -> FetchedBody:
     """GET a URL only a public (or operator-allowed) server answers, its body within `max_bytes`, all
     of it before `deadline` (a `time.monotonic()`); a 200 whose Content-Type is in `media_types`.
-    Raises UrlRefused saying what was wrong, without the URL (the caller knows where it wrote it)."""
+    Raises UrlRefused saying what was wrong, without the URL (the caller knows where it wrote it).
+    The time it takes is not counted as the call's start (core/overload.py): it is the server's."""
+    with call_start_paused():
+        return _fetch(url=url, deadline=deadline, max_bytes=max_bytes, media_types=media_types)
+
+
+def _fetch(*, url: str, deadline: float, max_bytes: int, media_types: frozenset[str]) -> FetchedBody:
     current = url
     for _ in range(MAX_REDIRECTS + 1):
         target = url_target_resolve(url=current)

@@ -23,6 +23,7 @@ from PIL import Image
 
 from billing.models import Hold, UsageRecord, Wallet
 from billing.selectors import ledger_check
+from core.overload import REMEMBERED_SECONDS, start_delay, worker_lag
 from tests.chat.conftest import KEY_ENV, OPENAI_BASE, PROVIDER_KEY, sse_body
 from tests.factories import text_model_make, upstream_make
 
@@ -514,6 +515,51 @@ def test_a_download_slower_than_the_time_limit_is_refused(
         tara=tara,
         before=before,
     )
+
+
+def test_a_slow_image_server_does_not_make_the_worker_shed_the_next_call(
+    client, upstream, images, loopback_allowed, gemini_model, tara, tara_key, settings
+):
+    """Shedding counts how long this process takes to start its calls (core/overload.py); how long
+    the server the caller named takes to send the image is that server's, not the process's."""
+    settings.GATEWAY_SHED_LAG_SECONDS = 0.5
+    png = picture("PNG")
+    fast = images.serve("/a.png", png)
+    images.routes["/slow.png"] = (
+        200,
+        {"Content-Type": "image/png", "Content-Length": str(len(png))},
+        png,
+        1.0,
+    )
+    upstream.post(GENERATE, json=ANSWER)
+    before = balance(tara)
+    # A first call, whose start is slower for what the process loads and caches on the way ...
+    assert (
+        post(
+            client, "/v1/chat/completions", {"model": "alpha-gemini", **chat_body(fast)}, tara_key
+        ).status_code
+        == 200
+    )
+    worker_lag()
+    time.sleep(2 * REMEMBERED_SECONDS + 0.1)  # ... and what it and earlier tests' calls noted, lapsed
+
+    started = time.monotonic()
+    slow = post(
+        client,
+        "/v1/chat/completions",
+        {"model": "alpha-gemini", **chat_body(images.base_url + "/slow.png")},
+        tara_key,
+    )
+
+    assert slow.status_code == 200, slow.content
+    assert time.monotonic() - started >= 1.0
+    assert start_delay() < 0.5
+    following = post(client, "/v1/chat/completions", {"model": "alpha-gemini", **chat_body(fast)}, tara_key)
+
+    assert following.status_code == 200, following.content
+    assert balance(tara) == before - 3 * COST
+    assert UsageRecord.objects.filter(status=200).count() == 3
+    assert ledger_check() == []
 
 
 def test_more_distinct_links_than_the_bound_are_refused_naming_the_first_beyond_it(

@@ -8,7 +8,15 @@ import time
 import pytest
 
 from core import overload
-from core.overload import REMEMBERED_SECONDS, _Starts, call_arrived, call_ended, call_started, start_delay
+from core.overload import (
+    REMEMBERED_SECONDS,
+    _Starts,
+    call_arrived,
+    call_ended,
+    call_start_paused,
+    call_started,
+    start_delay,
+)
 
 
 def test_the_longest_start_counts_for_its_window_and_the_next_then_lapses():
@@ -68,3 +76,19 @@ def test_a_call_still_waiting_to_start_counts_by_its_wait_so_far_until_it_ends(s
 
     call_ended()  # refused before its upstream call, say
     assert start_delay() == 0
+
+
+def test_a_wait_on_a_server_the_caller_named_is_neither_waiting_nor_counted_in_the_start(starts):
+    call_arrived(counted=True)
+    time.sleep(0.05)
+    with call_start_paused():  # an image downloaded from the caller's link
+        time.sleep(0.6)
+        assert start_delay() < 0.3  # not waiting on this process meanwhile
+
+    assert 0.05 <= start_delay() < 0.3  # waiting again, from its arrival less the pause
+    call_started()
+    assert 0.05 <= starts.longest(time.monotonic()) < 0.3
+    call_ended()
+    with call_start_paused():  # outside a call: nothing to pause
+        pass
+    assert start_delay() < 0.3
