@@ -146,7 +146,9 @@ def text_call_run(
                 return _counted_locally(body=parsed.body, resolved=resolved)
             return _answer(*_call(usage=usage, resolved=resolved, routes=routes), family=family)
         # The hold covers the largest body any upstream of the call may be sent.
-        input_ceiling = max(input_ceiling_tokens(body=route.sent) for route in routes.values())
+        input_ceiling = max(
+            input_ceiling_tokens(body=route.sent, family=route.upstream_family) for route in routes.values()
+        )
         ceiling = text_call_ceiling(
             text_model=text_model, input_tokens=input_ceiling, output_tokens=output_limit
         )

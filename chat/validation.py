@@ -28,7 +28,7 @@ from pydantic import (
     field_validator,
 )
 
-from chat.families import FAMILIES, Family
+from chat.families import FAMILIES, GEMINI_FAMILY, Family
 from chat.snapshots import TextModelSnapshot
 from core.errors import InvalidRequest, PayloadTooLarge
 from core.validation import RequestBody, body_validate, context_of, refusal
@@ -153,14 +153,22 @@ def output_limit_validate(*, body: dict[str, Any], family: Family, text_model: T
     return asked if asked is not None else text_model.max_output_tokens
 
 
-def input_ceiling_tokens(*, body: dict[str, Any]) -> int:
+def input_ceiling_tokens(*, body: dict[str, Any], family: Family | None = None) -> int:
     """An upper bound of the request's input tokens without a tokenizer: every string's UTF-8 bytes
     (keys too; no byte-level BPE token is shorter than one byte), an allowance per image part and
     per file sent by reference, and a fixed overhead for what the provider adds (chat templates,
-    tool-use prompts). Iterative, so no nesting depth can exhaust the stack."""
+    tool-use prompts). Iterative, so no nesting depth can exhaust the stack.
+
+    `family` is the family the body is in (a translated body's upstream family). A Gemini body's
+    images are untyped parts holding their bytes (`contents[].parts[].inlineData`): there, and only
+    there, such a part counts the image allowance like any image part, not its base64 text. Anywhere
+    else (a tool's schema may hold any object) an object shaped like one counts by its bytes."""
     total = settings.GATEWAY_TEXT_OVERHEAD_TOKENS
     image_tokens = settings.GATEWAY_TEXT_IMAGE_TOKENS
     file_tokens = settings.GATEWAY_TEXT_FILE_TOKENS
+    if family is GEMINI_FAMILY:
+        body, images = _gemini_images_apart(body)
+        total += images * image_tokens
     pending: list[Any] = [body]
     while pending:
         value = pending.pop()
@@ -186,6 +194,33 @@ def input_ceiling_tokens(*, body: dict[str, Any]) -> int:
         elif value is not None:
             total += len(str(value))
     return total
+
+
+def _gemini_images_apart(body: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """A Gemini body without the image parts of its turns (a shallow copy), and how many there were."""
+    contents = body.get("contents")
+    if not isinstance(contents, list):
+        return body, 0
+    images = 0
+    kept: list[Any] = []
+    for content in contents:
+        parts = content.get("parts") if isinstance(content, dict) else None
+        if not isinstance(parts, list):
+            kept.append(content)
+            continue
+        others = [part for part in parts if not _is_gemini_image(part)]
+        images += len(parts) - len(others)
+        kept.append({**content, "parts": others})
+    return {**body, "contents": kept}, images
+
+
+def _is_gemini_image(part: Any) -> bool:
+    inline = part.get("inlineData") if isinstance(part, dict) else None
+    return (
+        isinstance(inline, dict)
+        and isinstance(inline.get("mimeType"), str)
+        and inline["mimeType"].startswith("image/")
+    )
 
 
 def _has_inline_data(part: dict[str, Any]) -> bool:

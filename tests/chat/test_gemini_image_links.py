@@ -13,6 +13,7 @@ import base64
 import io
 import ipaddress
 import json
+import random
 import threading
 import time
 from decimal import Decimal
@@ -699,3 +700,68 @@ def test_an_openai_model_is_sent_the_link_and_the_gateway_fetches_nothing(
     assert json.loads(upstream.calls[0].request.body)["messages"][0]["content"][1]["image_url"] == {
         "url": link
     }
+
+
+def large_picture() -> bytes:
+    """A PNG of about 530 KB (noise does not compress): as base64 text, more tokens than ¥1 buys."""
+    side = 420
+    buffer = io.BytesIO()
+    Image.frombytes("RGB", (side, side), random.Random(7).randbytes(side * side * 3)).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("given", ["link", "data_url"])
+def test_an_image_is_held_as_an_image_part_not_as_its_base64_text(
+    client, upstream, images, loopback_allowed, gemini_model, tara, tara_key, given
+):
+    """Gemini reads an image's bytes in the body, but the hold counts the image allowance for it, as
+    it does for an image part of any other family: a ¥1 caller's call with a 530 KB image is served,
+    and its hold is the same as with a tiny image."""
+    upstream.post(GENERATE, json=ANSWER)
+    holds = []
+    for png in (picture("PNG"), large_picture()):
+        if given == "link":
+            image = images.serve(f"/{len(png)}.png", png)
+        else:
+            image = "data:image/png;base64," + base64.b64encode(png).decode()
+        before = balance(tara)
+
+        response = post(
+            client, "/v1/chat/completions", {"model": "alpha-gemini", **chat_body(image)}, tara_key
+        )
+
+        assert response.status_code == 200, response.content
+        assert inline_parts(upstream.calls[-1]) == [
+            {"mimeType": "image/png", "data": base64.b64encode(png).decode()}
+        ]
+        assert balance(tara) == before - COST
+        holds.append(Hold.objects.get(reference=response.headers["X-Request-Id"]))
+    small, large = holds
+    assert large.amount == small.amount < Decimal("0.05")
+    assert (large.status, large.captured_amount) == ("captured", COST)
+    assert ledger_check() == []
+
+
+def test_an_object_shaped_like_a_gemini_image_in_a_tool_schema_is_held_by_its_bytes(
+    client, upstream, gemini_model, tara, tara_key
+):
+    """Only the turns' parts are images: elsewhere (a tool's schema goes to Gemini as it is written)
+    an `inlineData` object is text the provider reads, held by its bytes."""
+    upstream.post(GENERATE, json=ANSWER)
+    holds = []
+    for size in (10, 100_000):
+        schema = {
+            "type": "object",
+            "examples": [{"inlineData": {"mimeType": "image/png", "data": "A" * size}}],
+        }
+        tools = [{"type": "function", "function": {"name": "look", "parameters": schema}}]
+        body = {"model": "alpha-gemini", "messages": [{"role": "user", "content": "Hi"}], "tools": tools}
+
+        response = post(client, "/v1/chat/completions", body, tara_key)
+
+        assert response.status_code == 200, response.content
+        sent = json.loads(upstream.calls[-1].request.body)
+        assert sent["tools"][0]["functionDeclarations"][0]["parametersJsonSchema"] == schema
+        holds.append(Hold.objects.get(reference=response.headers["X-Request-Id"]).amount)
+    small, large = holds
+    assert large - small >= Decimal(100_000 - 10) * Decimal("2.00") / Decimal(1_000_000)
