@@ -16,6 +16,7 @@ import json
 import logging
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -41,6 +42,7 @@ from chat.answers import refusal_for_caller, tokens_charge
 from chat.families import CHAT, Family
 from chat.image_links import image_links_inlined
 from chat.pricing import text_call_ceiling
+from chat.snapshots import TextModelSnapshot
 from chat.streaming import StreamBody, StreamedTextCall, stream_open, text_stream_relay
 from chat.token_count import messages_input_tokens
 from chat.translation import Route, Translation, translated_tokens_billed, translator_make
@@ -130,42 +132,39 @@ def text_call_run(
         text_model = resolved.text_model
         usage.set_target(group=resolved.group, model_id=text_model.model_id)
         output_limit = output_limit_validate(body=parsed.body, family=family, text_model=text_model)
-        routes = _routes(
-            parsed=parsed,
-            resolved=resolved,
-            family=family,
-            headers=headers,
-            request_id=request_id,
-            output_limit=output_limit,
-        )
+
+        def routed() -> dict[str, Route]:
+            return _routes(
+                parsed=parsed,
+                resolved=resolved,
+                family=family,
+                headers=headers,
+                request_id=request_id,
+                output_limit=output_limit,
+            )
+
         if not family.billed:
             # Free (token counting), but authenticated, group-checked and rate-limited (not by tpm:
             # it generates nothing).
+            routes = routed()
             request_rate_limits_hit(credential=credential, group=resolved.group)
             if resolved.counted_locally:
                 return _counted_locally(body=parsed.body, resolved=resolved)
             return _answer(*_call(usage=usage, resolved=resolved, routes=routes), family=family)
-        # The hold covers the largest body any upstream of the call may be sent.
-        input_ceiling = max(
-            input_ceiling_tokens(body=route.sent, family=route.upstream_family) for route in routes.values()
-        )
-        ceiling = text_call_ceiling(
-            text_model=text_model, input_tokens=input_ceiling, output_tokens=output_limit
-        )
-        # What the tokens-per-minute limits admit the call by, the price ceiling's tokens.
-        token_ceiling = input_ceiling + output_limit
         if parsed.stream:
             if idempotency_key is not None:
                 raise stream_idempotency_refused()
+            priced = _priced(routes=routed(), text_model=text_model, output_limit=output_limit)
             meter = metered_begin(
                 usage=usage,
                 credential=credential,
                 group=resolved.group,
                 model_id=text_model.model_id,
-                price=ceiling,
-                tokens=token_ceiling,
+                price=priced.ceiling,
+                tokens=priced.token_ceiling,
             )
             stack.callback(meter.close)
+            routes = priced.routes
             opened = stream_open(usage=usage, resolved=resolved, routes=routes, family=family)
             route = routes[opened.upstream.kind]
             owned = stack.pop_all()  # from here the stream owns the usage scope and the hold
@@ -178,7 +177,7 @@ def text_call_run(
                 resolved=resolved,
                 opened=opened,
                 usage_asked=_usage_asked(parsed.body),
-                input_ceiling=input_ceiling,
+                input_ceiling=priced.input_ceiling,
                 after=after,
                 caller=caller,
                 upstream_family=route.upstream_family,
@@ -187,6 +186,8 @@ def text_call_run(
             return StreamedTextCall(
                 events=StreamBody(stream_counted(relay, endpoint=usage.endpoint), after=after)
             )
+        # The routes are made in the idempotent step: a replay answers what was kept, without
+        # downloading the body's image links again (whose servers may no longer have them).
         return idempotent_answer(
             account=credential.account,
             key=idempotency_key,
@@ -201,11 +202,35 @@ def text_call_run(
                 credential=credential,
                 resolved=resolved,
                 family=family,
-                routes=routes,
-                ceiling=ceiling,
-                token_ceiling=token_ceiling,
+                priced=_priced(routes=routed(), text_model=text_model, output_limit=output_limit),
             ),
         )
+
+
+@dataclass(frozen=True)
+class PricedRoutes:
+    """A billed call's routes and what its hold covers: the largest body any upstream of the call may
+    be sent (`input_ceiling` tokens) and the output limit, as money (`ceiling`) and as the tokens the
+    tokens-per-minute limits admit the call by (`token_ceiling`)."""
+
+    routes: dict[str, Route]
+    input_ceiling: int
+    ceiling: Decimal
+    token_ceiling: int
+
+
+def _priced(*, routes: dict[str, Route], text_model: TextModelSnapshot, output_limit: int) -> PricedRoutes:
+    input_ceiling = max(
+        input_ceiling_tokens(body=route.sent, family=route.upstream_family) for route in routes.values()
+    )
+    return PricedRoutes(
+        routes=routes,
+        input_ceiling=input_ceiling,
+        ceiling=text_call_ceiling(
+            text_model=text_model, input_tokens=input_ceiling, output_tokens=output_limit
+        ),
+        token_ceiling=input_ceiling + output_limit,
+    )
 
 
 def _routes(
@@ -356,16 +381,14 @@ def _produce(
     credential: Credential,
     resolved: ResolvedTextModel,
     family: Family,
-    routes: dict[str, Route],
-    ceiling: Decimal,
-    token_ceiling: int,
+    priced: PricedRoutes,
 ) -> StoredResponse:
     """Limits, the hold for the ceiling, the upstream call, and the capture of the exact cost of the
     usage the upstream reported."""
     answered: list[Route] = []  # the route of the attempt that answered
 
     def call() -> StoredResponse:
-        reply, route, upstream = _call(usage=usage, resolved=resolved, routes=routes)
+        reply, route, upstream = _call(usage=usage, resolved=resolved, routes=priced.routes)
         answered.append(route)
         return _answer(reply, route, upstream, family=family)
 
@@ -393,8 +416,8 @@ def _produce(
         credential=credential,
         group=resolved.group,
         model_id=resolved.text_model.model_id,
-        price=ceiling,
+        price=priced.ceiling,
         call=call,
         charge=charge,
-        tokens=token_ceiling,
+        tokens=priced.token_ceiling,
     )

@@ -765,3 +765,33 @@ def test_an_object_shaped_like_a_gemini_image_in_a_tool_schema_is_held_by_its_by
         holds.append(Hold.objects.get(reference=response.headers["X-Request-Id"]).amount)
     small, large = holds
     assert large - small >= Decimal(100_000 - 10) * Decimal("2.00") / Decimal(1_000_000)
+
+
+def test_an_idempotent_replay_answers_the_kept_answer_without_downloading_the_link_again(
+    client, upstream, images, loopback_allowed, gemini_model, tara, tara_key
+):
+    """The link is downloaded once, in the call the key runs; the replay answers what was kept even
+    after the image's server has stopped serving it (a signed link that expired), and is not charged."""
+    link = images.serve("/signed.png", picture("PNG"))
+    upstream.post(GENERATE, json=ANSWER)
+    before = balance(tara)
+    body = {"model": "alpha-gemini", **chat_body(link)}
+    headers = {"Authorization": f"Bearer {tara_key}", "Idempotency-Key": "look-once"}
+
+    first = client.post(
+        "/v1/chat/completions", data=json.dumps(body), content_type="application/json", headers=headers
+    )
+    del images.routes["/signed.png"]
+    replay = client.post(
+        "/v1/chat/completions", data=json.dumps(body), content_type="application/json", headers=headers
+    )
+
+    assert first.status_code == 200, first.content
+    assert replay.status_code == 200, replay.content
+    assert replay.headers["Idempotent-Replayed"] == "true"
+    assert replay.json() == first.json()
+    assert images.received == ["/signed.png"]
+    assert len([call for call in upstream.calls if call.request.url.startswith(GEMINI_BASE)]) == 1
+    assert balance(tara) == before - COST
+    assert UsageRecord.objects.filter(status=200, amount=COST).count() == 1
+    assert ledger_check() == []
