@@ -219,6 +219,27 @@ def test_what_the_real_apis_refuse_is_refused_in_their_shape_and_costs_nothing(
     assert not Hold.objects.filter(status=Hold.Status.OPEN).exists()
 
 
+@pytest.mark.parametrize(
+    "kind", [{"a": 1}, ["function_call_output"], None, 7], ids=["object", "array", "null", "number"]
+)
+def test_a_responses_input_item_whose_type_is_not_a_string_is_answered_not_a_server_error(
+    client, demo_chat, tara, tara_key, kind
+):
+    """The demo reads the last input item's `type` to tell a tool's result; any JSON value there
+    (the fuzz found an object) is answered as the demo answers what it does not check."""
+    response = call(client, "/v1/responses", {"model": "demo-chat", "input": [{"type": kind}]}, tara_key)
+
+    assert response.status_code == 200, response.content
+    answer = Response.model_validate(response.json())
+    assert answer.output_text
+    usage = answer.usage
+    assert usage is not None
+    assert charges(tara) == [-cost(usage.input_tokens, usage.output_tokens)]
+    assert balance(tara) == Decimal("1") - cost(usage.input_tokens, usage.output_tokens)
+    assert UsageRecord.objects.get(account=tara).status == 200
+    assert ledger_check() == []
+
+
 @pytest.fixture
 def demo_config(db):
     call_command("loadconfig", str(ROOT / "config" / "demo.toml"), stdout=io.StringIO())

@@ -145,7 +145,8 @@ def _ends_with_tool_result(operation: str, messages: list[Any]) -> bool:
     if operation == CHAT_COMPLETIONS:
         return last.get("role") in ("tool", "function")
     if operation == RESPONSES:
-        return last.get("type") in TOOL_RESULT_ITEMS
+        kind = last.get("type")
+        return isinstance(kind, str) and kind in TOOL_RESULT_ITEMS
     content = last.get("content")
     return (
         last.get("role") == "user"
