@@ -145,12 +145,11 @@ def text_call_run(
 
         if not family.billed:
             # Free (token counting), but authenticated, group-checked and rate-limited (not by tpm:
-            # it generates nothing).
-            routes = routed()
+            # it generates nothing), before the routes download any image link.
             request_rate_limits_hit(credential=credential, group=resolved.group)
             if resolved.counted_locally:
                 return _counted_locally(body=parsed.body, resolved=resolved)
-            return _answer(*_call(usage=usage, resolved=resolved, routes=routes), family=family)
+            return _answer(*_call(usage=usage, resolved=resolved, routes=routed()), family=family)
         if parsed.stream:
             if idempotency_key is not None:
                 raise stream_idempotency_refused()

@@ -20,13 +20,17 @@ from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from django.core.cache import cache
 from PIL import Image
 
+from billing.limits import KEY_RATE_GROUP
 from billing.models import Hold, UsageRecord, Wallet
 from billing.selectors import ledger_check
 from core.overload import REMEMBERED_SECONDS, start_delay, worker_lag
+from keys.services import ApiKeyLimitsInput, api_key_create
 from tests.chat.conftest import KEY_ENV, OPENAI_BASE, PROVIDER_KEY, sse_body
 from tests.factories import text_model_make, upstream_make
+from tests.rate_windows import rate_window_wait
 
 pytestmark = pytest.mark.django_db
 
@@ -341,6 +345,28 @@ def test_count_tokens_for_a_gemini_model_counts_a_linked_image_by_its_bytes(
     assert sent["contents"][0]["parts"][1] == {
         "inlineData": {"mimeType": "image/png", "data": base64.b64encode(png).decode()}
     }
+
+
+def test_count_tokens_over_the_keys_rpm_is_refused_before_its_links_are_downloaded(
+    client, upstream, images, loopback_allowed, gemini_model, tara
+):
+    cache.clear()  # key ids repeat from test to test: no earlier test's count may remain
+    api_key, key = api_key_create(
+        account=tara, group=gemini_model.group, label="counter", limits=ApiKeyLimitsInput(rpm=1)
+    )
+    rate_window_wait(f"api_key:{api_key.pk}", group=KEY_RATE_GROUP)
+    link = images.serve("/a.png", picture("PNG"))
+    upstream.post(COUNT, json={"totalTokens": 270})
+    body = {"model": "alpha-gemini", **messages_body(link)}
+
+    first = post(client, "/v1/messages/count_tokens", body, key)
+    second = post(client, "/v1/messages/count_tokens", body, key)
+
+    assert first.status_code == 200, first.content
+    assert second.status_code == 429, second.content
+    assert second.json()["error"]["type"] == "rate_limit_error"
+    assert images.received == ["/a.png"]
+    assert len([call for call in upstream.calls if call.request.url == COUNT]) == 1
 
 
 # --- refusals -----------------------------------------------------------------------------------------
