@@ -91,9 +91,18 @@ class ImageServer:
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
 
-    def serve(self, path: str, body: bytes, content_type: str = "image/png", *, length: bool = True) -> str:
+    def serve(
+        self,
+        path: str,
+        body: bytes,
+        content_type: str = "image/png",
+        *,
+        length: bool = True,
+        delay: float = 0.0,
+    ) -> str:
+        """Answer `path` with `body`, after `delay` seconds."""
         headers = {"Content-Type": content_type, **({"Content-Length": str(len(body))} if length else {})}
-        self.routes[path] = (200, headers, body, 0.0)
+        self.routes[path] = (200, headers, body, delay)
         return self.base_url + path
 
     def redirect(self, path: str, location: str) -> str:
@@ -517,20 +526,12 @@ def test_a_download_slower_than_the_time_limit_is_refused(
 ):
     settings.GATEWAY_FETCH_TIMEOUT_SECONDS = 1
     png = picture("PNG")
-    images.routes["/slow.png"] = (
-        200,
-        {"Content-Type": "image/png", "Content-Length": str(len(png))},
-        png,
-        2.5,
-    )
+    slow_link = images.serve("/slow.png", png, delay=2.5)
     before = balance(tara)
 
     started = time.monotonic()
     response = post(
-        client,
-        "/v1/chat/completions",
-        {"model": "alpha-gemini", **chat_body(images.base_url + "/slow.png")},
-        tara_key,
+        client, "/v1/chat/completions", {"model": "alpha-gemini", **chat_body(slow_link)}, tara_key
     )
 
     assert time.monotonic() - started < 2.5
@@ -552,31 +553,17 @@ def test_a_slow_image_server_does_not_make_the_worker_shed_the_next_call(
     settings.GATEWAY_SHED_LAG_SECONDS = 0.5
     png = picture("PNG")
     fast = images.serve("/a.png", png)
-    images.routes["/slow.png"] = (
-        200,
-        {"Content-Type": "image/png", "Content-Length": str(len(png))},
-        png,
-        1.0,
-    )
+    slow_link = images.serve("/slow.png", png, delay=1.0)
     upstream.post(GENERATE, json=ANSWER)
     before = balance(tara)
     # A first call, whose start is slower for what the process loads and caches on the way ...
-    assert (
-        post(
-            client, "/v1/chat/completions", {"model": "alpha-gemini", **chat_body(fast)}, tara_key
-        ).status_code
-        == 200
-    )
+    first = post(client, "/v1/chat/completions", {"model": "alpha-gemini", **chat_body(fast)}, tara_key)
+    assert first.status_code == 200, first.content
     worker_lag()
     time.sleep(2 * REMEMBERED_SECONDS + 0.1)  # ... and what it and earlier tests' calls noted, lapsed
 
     started = time.monotonic()
-    slow = post(
-        client,
-        "/v1/chat/completions",
-        {"model": "alpha-gemini", **chat_body(images.base_url + "/slow.png")},
-        tara_key,
-    )
+    slow = post(client, "/v1/chat/completions", {"model": "alpha-gemini", **chat_body(slow_link)}, tara_key)
 
     assert slow.status_code == 200, slow.content
     assert time.monotonic() - started >= 1.0
