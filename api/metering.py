@@ -98,13 +98,15 @@ def balance_precheck(*, credential: Credential, group: GroupSnapshot, price: Dec
         )
 
 
-def request_rate_limits_hit(*, credential: Credential, group: GroupSnapshot) -> None:
+def request_rate_limits_hit(*, credential: Credential, group: GroupSnapshot, count: bool = True) -> None:
     """Count the call against the group's rpm (per credential), then the API key's own rpm: 429
-    `rate_limit_exceeded` with Retry-After from whichever is reached first."""
-    rate_limit_hit(limit_key=credential.limit_key, rpm=group.rpm)
+    `rate_limit_exceeded` with Retry-After from whichever is reached first. `count=False` counts
+    nothing and refuses when either minute is already full: a pre-check, for calls with expensive
+    work before `metered_begin`, which counts them."""
+    rate_limit_hit(limit_key=credential.limit_key, rpm=group.rpm, count=count)
     api_key_id = credential.api_key_id
     if api_key_id is not None:
-        key_rate_limit_hit(api_key_id=api_key_id, rpm=credential.limits.rpm)
+        key_rate_limit_hit(api_key_id=api_key_id, rpm=credential.limits.rpm, count=count)
 
 
 def _tokens_used(tokens: TokenCounts | None) -> int | None:

@@ -95,52 +95,61 @@ def ratelimit_seconds_left(*, time_left: int) -> int:
     return time_left + 1
 
 
-def _rate_window_hit(*, counter: str, limit_key: str, rpm: int) -> int | None:
+def _rate_window_hit(*, counter: str, limit_key: str, rpm: int, count: bool) -> int | None:
     """Count one request of `limit_key` in `counter`'s current minute: None while it is within
-    `rpm`, else the seconds until the window ends. django-ratelimit's fixed windows, over the Django
-    cache (per process while Redis is down and failing open)."""
+    `rpm`, else the seconds until the window ends. With `count` False nothing is counted: None while
+    one more request would be within `rpm`. django-ratelimit's fixed windows, over the Django cache
+    (per process while Redis is down and failing open)."""
 
-    def count(store: BaseCache) -> tuple[int, int]:
+    def used(store: BaseCache) -> tuple[int, int]:
         if store is cache:
             usage = get_usage(
                 None,
                 group=counter,
                 key=lambda _group, _request: limit_key,
                 rate=(rpm, RATE_PERIOD_SECONDS),
-                increment=True,
+                increment=count,
             )
             if usage is None:
                 return 0, 0
-            used = rpm + 1 if usage["should_limit"] else usage["count"]
-            return used, ratelimit_seconds_left(time_left=usage["time_left"])
+            return (
+                rpm + 1 if usage["should_limit"] else usage["count"],
+                ratelimit_seconds_left(time_left=usage["time_left"]),
+            )
         # Per process, while Redis is down: the same fixed one-minute windows.
         now = int(time.time())
         window_end = local_rate_window_end(now=now)
         key = f"rate:{counter}:{limit_key}:{window_end}"
+        if not count:
+            return store.get(key, 0), window_end - now
         store.add(key, 0, timeout=RATE_PERIOD_SECONDS + 1)
         return store.incr(key), window_end - now
 
-    (used, time_left), _ = _shared_or_local(count)
-    return time_left if used > rpm else None
+    (requests, time_left), _ = _shared_or_local(used)
+    return time_left if requests + (0 if count else 1) > rpm else None
 
 
-def rate_limit_hit(*, limit_key: str, rpm: int) -> None:
+def rate_limit_hit(*, limit_key: str, rpm: int, count: bool = True) -> None:
     """Count one request of the credential in the current minute; 429 with Retry-After when it is
-    over `rpm` (0 = unlimited): the group's rate, per credential."""
+    over `rpm` (0 = unlimited): the group's rate, per credential. `count=False` counts nothing and
+    refuses when the minute is already full: a pre-check before expensive work, for a call whose
+    counting comes later."""
     if rpm <= 0:
         return
-    time_left = _rate_window_hit(counter=RATE_GROUP, limit_key=limit_key, rpm=rpm)
+    time_left = _rate_window_hit(counter=RATE_GROUP, limit_key=limit_key, rpm=rpm, count=count)
     if time_left is not None:
         raise _rate_refused(rpm, time_left)
 
 
-def key_rate_limit_hit(*, api_key_id: int, rpm: int | None) -> None:
+def key_rate_limit_hit(*, api_key_id: int, rpm: int | None, count: bool = True) -> None:
     """Count one request against an API key's own `rpm` (None = no limit of its own); 429 with
     Retry-After when it is over. A counter of its own, beside the group's rate that the same call
-    counts per credential: the stricter of the two refuses."""
+    counts per credential: the stricter of the two refuses. `count` as in `rate_limit_hit`."""
     if rpm is None or rpm <= 0:
         return
-    time_left = _rate_window_hit(counter=KEY_RATE_GROUP, limit_key=f"api_key:{api_key_id}", rpm=rpm)
+    time_left = _rate_window_hit(
+        counter=KEY_RATE_GROUP, limit_key=f"api_key:{api_key_id}", rpm=rpm, count=count
+    )
     if time_left is not None:
         raise RateLimitExceeded(
             f"Rate limit reached: this API key's own limit is {rpm} requests per minute. Retry after "

@@ -50,10 +50,15 @@ class ImageLink:
     replace: Callable[[str, str], None]
 
 
+def image_links_present(*, body: dict[str, Any], family: Family) -> bool:
+    """Whether the body gives an image by http(s) link where a translator reads images."""
+    return any(True for _ in _links(body, family))
+
+
 def image_links_inlined(*, body: dict[str, Any], family: Family) -> dict[str, Any]:
     """The body with every image link replaced by the image's bytes (a copy; `body` is untouched), or
     `body` itself when it has no link. Raises InvalidRequest naming the link's field."""
-    if not any(True for _ in _links(body, family)):
+    if not image_links_present(body=body, family=family):
         return body
     inlined = copy.deepcopy(body)
     links = list(_links(inlined, family))

@@ -33,14 +33,14 @@ from api.answers import (
     stream_idempotency_refused,
 )
 from api.idempotency import idempotent_answer
-from api.metering import metered_begin, metered_call, request_rate_limits_hit
+from api.metering import balance_precheck, metered_begin, metered_call, request_rate_limits_hit
 from api.stream_loop import CallerSocket, caller_socket
 from api.upstream_call import upstream_attempts_run
 from api.usage import UsageScope, usage_scope
 from chat.access import ResolvedTextModel, text_model_resolve
 from chat.answers import refusal_for_caller, tokens_charge
 from chat.families import CHAT, Family
-from chat.image_links import image_links_inlined
+from chat.image_links import image_links_inlined, image_links_present
 from chat.pricing import text_call_ceiling
 from chat.snapshots import TextModelSnapshot
 from chat.streaming import StreamBody, StreamedTextCall, stream_open, text_stream_relay
@@ -143,6 +143,21 @@ def text_call_run(
                 output_limit=output_limit,
             )
 
+        def routes_priced() -> PricedRoutes:
+            if _downloads_image_links(parsed=parsed, resolved=resolved, family=family):
+                # Downloading takes seconds and the links' servers' bytes: a call its rate limits or
+                # its balance refuse already is refused first, counting nothing (metered_begin
+                # counts). Its hold is at least its output limit's price.
+                request_rate_limits_hit(credential=credential, group=resolved.group, count=False)
+                balance_precheck(
+                    credential=credential,
+                    group=resolved.group,
+                    price=text_call_ceiling(
+                        text_model=text_model, input_tokens=0, output_tokens=output_limit
+                    ),
+                )
+            return _priced(routes=routed(), text_model=text_model, output_limit=output_limit)
+
         if not family.billed:
             # Free (token counting), but authenticated, group-checked and rate-limited (not by tpm:
             # it generates nothing), before the routes download any image link.
@@ -153,7 +168,7 @@ def text_call_run(
         if parsed.stream:
             if idempotency_key is not None:
                 raise stream_idempotency_refused()
-            priced = _priced(routes=routed(), text_model=text_model, output_limit=output_limit)
+            priced = routes_priced()
             meter = metered_begin(
                 usage=usage,
                 credential=credential,
@@ -201,7 +216,7 @@ def text_call_run(
                 credential=credential,
                 resolved=resolved,
                 family=family,
-                priced=_priced(routes=routed(), text_model=text_model, output_limit=output_limit),
+                priced=routes_priced(),
             ),
         )
 
@@ -216,6 +231,14 @@ class PricedRoutes:
     input_ceiling: int
     ceiling: Decimal
     token_ceiling: int
+
+
+def _downloads_image_links(*, parsed: TextBody, resolved: ResolvedTextModel, family: Family) -> bool:
+    """Whether making the call's routes downloads image links: an upstream of the model takes no
+    image by link and the body gives one."""
+    return any(
+        not translation.upstream_family.takes_image_links for translation in resolved.translations.values()
+    ) and image_links_present(body=parsed.body, family=family)
 
 
 def _priced(*, routes: dict[str, Route], text_model: TextModelSnapshot, output_limit: int) -> PricedRoutes:

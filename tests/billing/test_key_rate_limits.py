@@ -99,6 +99,30 @@ def test_the_keys_counter_is_its_own_not_the_groups(alice, alpha_group):
         request_rate_limits_hit(credential=credential, group=unlimited_group)
 
 
+def test_a_check_without_counting_refuses_only_a_full_minute_and_counts_nothing(alice, alpha_group):
+    group = group_with_rpm(alpha_group, 3)
+    credential = key_credential(alice, group, rpm=2)
+    windows_wait(credential)
+    for _ in range(5):
+        request_rate_limits_hit(credential=credential, group=group, count=False)
+    request_rate_limits_hit(credential=credential, group=group)
+    request_rate_limits_hit(credential=credential, group=group, count=False)
+    request_rate_limits_hit(credential=credential, group=group)  # the key's second: none was counted
+
+    with pytest.raises(RateLimitExceeded) as refused:
+        request_rate_limits_hit(credential=credential, group=group, count=False)
+    assert "own limit is 2 requests per minute" in refused.value.message
+    assert 1 <= int(api_error_for(refused.value).headers["Retry-After"]) <= 60
+
+    # The group's minute: two counted of its three, so one more fits; after it, none.
+    loose = Credential(kind="api_key", id=credential.id, account=alice, bound_group=group, limits=KeyLimits())
+    request_rate_limits_hit(credential=loose, group=group, count=False)
+    request_rate_limits_hit(credential=loose, group=group)
+    with pytest.raises(RateLimitExceeded) as refused:
+        request_rate_limits_hit(credential=loose, group=group, count=False)
+    assert "this key may make 3 requests per minute" in refused.value.message
+
+
 def test_oauth_tokens_and_the_console_carry_no_key_rpm(alice, alpha_group):
     group = group_with_rpm(alpha_group, 0)
     for kind in ("oauth", "console"):
@@ -154,8 +178,11 @@ def test_while_redis_is_down_the_keys_rpm_counts_per_process_or_refuses_503_when
     group = GroupSnapshot.from_model(Group.objects.get(pk=alpha_group.pk))
     credential = key_credential(alice, group, rpm=2)
     local_rate_window_wait()
+    request_rate_limits_hit(credential=credential, group=group, count=False)  # counts nothing
     for _ in range(2):
         request_rate_limits_hit(credential=credential, group=group)
+    with pytest.raises(RateLimitExceeded):
+        request_rate_limits_hit(credential=credential, group=group, count=False)
     with pytest.raises(RateLimitExceeded):
         request_rate_limits_hit(credential=credential, group=group)
 

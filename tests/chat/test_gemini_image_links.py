@@ -378,6 +378,81 @@ def test_count_tokens_over_the_keys_rpm_is_refused_before_its_links_are_download
     assert len([call for call in upstream.calls if call.request.url == COUNT]) == 1
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_billed_call_over_the_keys_rpm_is_refused_before_its_links_are_downloaded(
+    client, upstream, images, loopback_allowed, gemini_model, tara, stream
+):
+    cache.clear()  # key ids repeat from test to test: no earlier test's count may remain
+    api_key, key = api_key_create(
+        account=tara, group=gemini_model.group, label="agent", limits=ApiKeyLimitsInput(rpm=1)
+    )
+    rate_window_wait(f"api_key:{api_key.pk}", group=KEY_RATE_GROUP)
+    link = images.serve("/a.png", picture("PNG"))
+    if stream:
+        upstream.post(STREAM, body=sse_body(("", ANSWER)), content_type="text/event-stream")
+    else:
+        upstream.post(GENERATE, json=ANSWER)
+    body = {"model": "alpha-gemini", "stream": stream, **chat_body(link)}
+    before = balance(tara)
+
+    first = post(client, "/v1/chat/completions", body, key)
+    if stream:
+        b"".join(first.streaming_content)
+    second = post(client, "/v1/chat/completions", body, key)
+
+    assert first.status_code == 200
+    assert second.status_code == 429, second.content
+    assert second.json()["error"]["code"] == "rate_limit_exceeded"
+    assert 1 <= int(second["Retry-After"]) <= 60
+    assert images.received == ["/a.png"]
+    assert len([call for call in upstream.calls if call.request.url.startswith(GEMINI_BASE)]) == 1
+    assert UsageRecord.objects.filter(status=200).count() == 1
+    assert Hold.objects.count() == 1  # the first call's, captured
+    assert balance(tara) == before - COST
+    assert ledger_check() == []
+
+
+def test_the_check_before_the_downloads_counts_nothing_against_the_rpm(
+    client, upstream, images, loopback_allowed, gemini_model, tara
+):
+    cache.clear()
+    api_key, key = api_key_create(
+        account=tara, group=gemini_model.group, label="agent", limits=ApiKeyLimitsInput(rpm=2)
+    )
+    rate_window_wait(f"api_key:{api_key.pk}", group=KEY_RATE_GROUP)
+    link = images.serve("/a.png", picture("PNG"))
+    upstream.post(GENERATE, json=ANSWER)
+    body = {"model": "alpha-gemini", **chat_body(link)}
+
+    answers = [post(client, "/v1/chat/completions", body, key) for _ in range(3)]
+
+    assert [answer.status_code for answer in answers] == [200, 200, 429]
+    assert images.received == ["/a.png", "/a.png"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_call_whose_output_limit_the_balance_cannot_cover_downloads_nothing(
+    client, upstream, images, loopback_allowed, gemini_model, tara, tara_key, stream
+):
+    # The hold covers at least the output limit: 1,000 tokens at 8.00 per million.
+    Wallet.objects.filter(account=tara).update(balance=Decimal("0.005"))
+    link = images.serve("/a.png", picture("PNG"))
+
+    response = post(
+        client,
+        "/v1/chat/completions",
+        {"model": "alpha-gemini", "stream": stream, **chat_body(link)},
+        tara_key,
+    )
+
+    assert response.status_code == 403, response.content
+    assert response.json()["error"]["code"] == "INSUFFICIENT_BALANCE"
+    assert images.received == []
+    assert not Hold.objects.exists()
+    assert balance(tara) == Decimal("0.005")
+    assert not upstream.calls
+
+
 # --- refusals -----------------------------------------------------------------------------------------
 
 
