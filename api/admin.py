@@ -443,9 +443,11 @@ class AdminTopUpView(AdminAPIView):
             key=key,
             fingerprint=(
                 idempotency_fingerprint(
-                    method="POST",
-                    path=request.path,
-                    body=json.dumps(body.model_dump(), sort_keys=True).encode(),
+                    parts=(
+                        b"POST",
+                        request.path.encode(),
+                        json.dumps(body.model_dump(), sort_keys=True).encode(),
+                    )
                 )
                 if key is not None
                 else ""

@@ -4,7 +4,6 @@ shows the answer instead of sending it on (the console), a stored response as da
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -27,15 +26,6 @@ class StoredResponse:
     body: bytes
     content_type: str
     headers: dict[str, str] = field(default_factory=dict)
-
-
-def request_fingerprint(*, path: str, group_id: int, content: Iterable[bytes]) -> str:
-    """What makes two /v1 requests "the same" for an Idempotency-Key, for every family: the endpoint,
-    the group it is billed to, and the request's content as the family reads it, in a fixed order."""
-    digest = hashlib.sha256(f"{path} {group_id}\n".encode())
-    for chunk in content:
-        digest.update(chunk)
-    return digest.hexdigest()
 
 
 def stored_response(stored: StoredResponse) -> HttpResponse:

@@ -5,12 +5,12 @@ as the HTTP answer, marked `Idempotent-Replayed: true` when it is the first answ
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from accounts.models import Account
 from api.answers import REPLAY_HEADER, StoredResponse
-from billing.idempotency import KeptAnswer, idempotent_execute
+from billing.idempotency import KeptAnswer, idempotency_fingerprint, idempotent_execute
 from core.errors import ApiError, compatible_body
 
 ANSWER_LOST_CODE = "idempotent_answer_lost"
@@ -31,6 +31,13 @@ def answer_lost() -> StoredResponse:
         body=json.dumps(compatible_body(error, request_id=None)).encode(),
         content_type="application/json",
     )
+
+
+def request_fingerprint(*, path: str, group_id: int, content: Iterable[bytes]) -> str:
+    """What makes two /v1 requests "the same" for an Idempotency-Key, for every family: the endpoint,
+    the group it is billed to, and the parts of the request's content as the family reads them, in a
+    fixed order."""
+    return idempotency_fingerprint(parts=(path.encode(), str(group_id).encode(), *content))
 
 
 def idempotent_answer(

@@ -18,7 +18,7 @@ import functools
 import hashlib
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -54,10 +54,12 @@ class KeptAnswer:
     replayed: bool = False
 
 
-def idempotency_fingerprint(*, method: str, path: str, body: bytes) -> str:
-    """A hash of what makes two requests "the same" for an idempotency key."""
+def idempotency_fingerprint(*, parts: Iterable[bytes]) -> str:
+    """A hash of what makes two requests "the same" for an idempotency key: `parts` in their order
+    (what is asked, of whom, the request's content as it is read), each after its length, so that no
+    two different sequences of parts hash alike."""
     digest = hashlib.sha256()
-    for part in (method.upper().encode(), path.encode(), body):
+    for part in parts:
         digest.update(len(part).to_bytes(8, "big"))
         digest.update(part)
     return digest.hexdigest()

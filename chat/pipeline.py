@@ -28,11 +28,10 @@ from api.answers import (
     StoredResponse,
     call_answer,
     event_stream_response,
-    request_fingerprint,
     stored_response,
     stream_idempotency_refused,
 )
-from api.idempotency import idempotent_answer
+from api.idempotency import idempotent_answer, request_fingerprint
 from api.metering import balance_precheck, metered_begin, metered_call, request_rate_limits_hit
 from api.stream_loop import CallerSocket, caller_socket
 from api.upstream_call import upstream_attempts_run

@@ -7,6 +7,7 @@ and every billed endpoint runs the same sequence (docs/architecture.md).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -22,11 +23,10 @@ from api.answers import (
     StoredResponse,
     call_answer,
     event_stream_response,
-    request_fingerprint,
     stored_response,
     stream_idempotency_refused,
 )
-from api.idempotency import idempotent_answer
+from api.idempotency import idempotent_answer, request_fingerprint
 from api.metering import balance_precheck, metered_begin, metered_call
 from api.upstream_call import upstream_attempts_run
 from api.upstream_errors import upstream_error_to_api_error
@@ -269,17 +269,18 @@ def _call_upstream(
 
 
 def _content(data: Any, files: MultiValueDict | None) -> Iterator[bytes]:
-    """An image request's content for its fingerprint: every field, then every file's bytes (each
-    upload is rewound after it is read)."""
+    """An image request's content for its fingerprint, as parts: the JSON body; or every form field
+    (its name, then its value), then every file (its name, then its bytes' SHA-256; each upload is
+    read from its start and rewound after)."""
     if not hasattr(data, "getlist"):  # a JSON body
         yield json.dumps(data, sort_keys=True, default=str).encode()
-    else:  # form fields, then the files' bytes
+    else:
         for key in sorted(data.keys()):
             for value in data.getlist(key):
                 if not isinstance(value, UploadedFile):
-                    yield f"{key}={value}\n".encode()
+                    yield from (b"field", key.encode(), str(value).encode())
     for key in sorted(files.keys()) if files else ():
         for upload in files.getlist(key):
-            yield f"{key}:".encode()
-            yield from upload.chunks()
+            upload.seek(0)
+            yield from (b"file", key.encode(), hashlib.file_digest(upload, "sha256").digest())
             upload.seek(0)

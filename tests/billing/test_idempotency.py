@@ -29,7 +29,7 @@ from tests.billing.conftest import FakeUpstream, credential_for
 
 pytestmark = pytest.mark.django_db
 
-FP = idempotency_fingerprint(method="POST", path="/v1/images/generations", body=b'{"prompt":"cat"}')
+FP = idempotency_fingerprint(parts=(b"POST", b"/v1/images/generations", b'{"prompt":"cat"}'))
 
 
 class Producer:
@@ -76,7 +76,7 @@ def test_keys_are_per_account(alice, bob):
 
 def test_the_same_key_with_another_body_is_422(alice):
     idempotent_answer(account=alice, key="k-1", fingerprint=FP, produce=Producer())
-    other = idempotency_fingerprint(method="POST", path="/v1/images/generations", body=b'{"prompt":"dog"}')
+    other = idempotency_fingerprint(parts=(b"POST", b"/v1/images/generations", b'{"prompt":"dog"}'))
     with pytest.raises(IdempotencyKeyReused) as refused:
         idempotent_answer(account=alice, key="k-1", fingerprint=other, produce=Producer())
     answered = api_error_for(refused.value)
@@ -163,15 +163,19 @@ def test_it_accepts_any_printable_ascii_key(alice):
     idempotent_answer(account=alice, key=key, fingerprint=FP, produce=Producer())
 
 
-def test_the_fingerprint_tells_method_path_and_body_apart():
+def test_the_fingerprint_tells_apart_any_two_sequences_of_parts():
     prints = {
-        idempotency_fingerprint(method="POST", path="/v1/images/generations", body=b"{}"),
-        idempotency_fingerprint(method="POST", path="/v1/images/edits", body=b"{}"),
-        idempotency_fingerprint(method="PUT", path="/v1/images/generations", body=b"{}"),
-        idempotency_fingerprint(method="POST", path="/v1/images/generations", body=b"{ }"),
-        idempotency_fingerprint(method="POST", path="/v1/images/generation", body=b"s{}"),
+        idempotency_fingerprint(parts=(b"POST", b"/v1/images/generations", b"{}")),
+        idempotency_fingerprint(parts=(b"POST", b"/v1/images/edits", b"{}")),
+        idempotency_fingerprint(parts=(b"PUT", b"/v1/images/generations", b"{}")),
+        idempotency_fingerprint(parts=(b"POST", b"/v1/images/generations", b"{ }")),
+        idempotency_fingerprint(parts=(b"POST", b"/v1/images/generation", b"s{}")),
+        idempotency_fingerprint(parts=(b"POST", b"/v1/images/generations{}")),
+        idempotency_fingerprint(parts=(b"POST", b"/v1/images/generations", b"{}", b"")),
+        idempotency_fingerprint(parts=(b"field", b"prompt", b"a\nsize=64x64")),
+        idempotency_fingerprint(parts=(b"field", b"prompt", b"a", b"field", b"size", b"64x64")),
     }
-    assert len(prints) == 5
+    assert len(prints) == 9
 
 
 def test_a_replay_does_not_charge_again(alice, alpha_group, alpha_model):

@@ -369,13 +369,41 @@ def test_it_forwards_only_the_spec_fields_under_the_upstream_model_name(
 # --- uploads over HTTP ---------------------------------------------------------------------------
 
 
-def post_edit(client, key, files, **fields):
+def post_edit(client, key, files, headers=None, **fields):
     data = {"model": "alpha-image-2", "prompt": "edit it", **fields}
     for name, (filename, content) in files.items():
         upload = io.BytesIO(content)
         upload.name = filename  # the test client declares the type from the name: *.png -> image/png
         data[name] = upload
-    return client.post("/v1/images/edits", data=data, headers={"Authorization": f"Bearer {key}"})
+    return client.post(
+        "/v1/images/edits", data=data, headers={"Authorization": f"Bearer {key}", **(headers or {})}
+    )
+
+
+@pytest.mark.django_db
+def test_an_edits_key_tells_a_prompt_holding_a_field_from_that_field(client, alice, alice_key, alpha_model):
+    keyed = {"Idempotency-Key": "edit-1"}
+    image = {"image": ("a.png", png_bytes())}
+
+    first = post_edit(client, alice_key, image, headers=keyed, prompt="edit it\nsize=64x64")
+    replay = post_edit(client, alice_key, image, headers=keyed, prompt="edit it\nsize=64x64")
+    other = post_edit(client, alice_key, image, headers=keyed, prompt="edit it", size="64x64")
+    other_image = post_edit(
+        client,
+        alice_key,
+        {"image": ("a.png", png_bytes(colour=(1, 2, 3)))},
+        headers=keyed,
+        prompt="edit it\nsize=64x64",
+    )
+
+    assert first.status_code == 200, first.content
+    assert (replay.status_code, replay["Idempotent-Replayed"]) == (200, "true")
+    assert replay.content == first.content
+    for refused in (other, other_image):
+        assert refused.status_code == 422, refused.content
+        assert refused.json()["error"]["code"] == "idempotency_key_reused"
+    assert LedgerEntry.objects.filter(kind="charge").count() == 1
+    assert Wallet.objects.get(account=alice).balance == Decimal("9.85")
 
 
 @pytest.mark.django_db
