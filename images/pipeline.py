@@ -270,8 +270,8 @@ def _call_upstream(
 
 def _content(data: Any, files: MultiValueDict | None) -> Iterator[bytes]:
     """An image request's content for its fingerprint, as parts: the JSON body; or every form field
-    (its name, then its value), then every file (its name, then its bytes' SHA-256; each upload is
-    read from its start and rewound after)."""
+    (its name, then its value), then every file (its name, then its bytes' SHA-256, read from the
+    start; images/uploads.py rewinds an upload before it reads it)."""
     if not hasattr(data, "getlist"):  # a JSON body
         yield json.dumps(data, sort_keys=True, default=str).encode()
     else:
@@ -283,4 +283,3 @@ def _content(data: Any, files: MultiValueDict | None) -> Iterator[bytes]:
         for upload in files.getlist(key):
             upload.seek(0)
             yield from (b"file", key.encode(), hashlib.file_digest(upload, "sha256").digest())
-            upload.seek(0)

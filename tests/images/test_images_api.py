@@ -407,6 +407,28 @@ def test_an_edits_key_tells_a_prompt_holding_a_field_from_that_field(client, ali
 
 
 @pytest.mark.django_db
+def test_an_edit_uploaded_to_temporary_files_is_told_apart_and_replayed_for_its_key(
+    client, alice, alice_key, alpha_model, settings
+):
+    settings.FILE_UPLOAD_MAX_MEMORY_SIZE = 100  # every upload is written to a temporary file
+    keyed = {"Idempotency-Key": "edit-on-disk"}
+    image, mask = png_bytes(), png_bytes(mode="RGBA", colour=(0, 0, 0, 0))
+    files = {"image": ("a.png", image), "mask": ("m.png", mask)}
+
+    first = post_edit(client, alice_key, files, headers=keyed)
+    replay = post_edit(client, alice_key, files, headers=keyed)
+    swapped = post_edit(
+        client, alice_key, {"image": ("a.png", mask), "mask": ("m.png", image)}, headers=keyed
+    )
+
+    assert first.status_code == 200, first.content
+    assert (replay.status_code, replay["Idempotent-Replayed"], replay.content) == (200, "true", first.content)
+    assert swapped.status_code == 422, swapped.content
+    assert swapped.json()["error"]["code"] == "idempotency_key_reused"
+    assert LedgerEntry.objects.filter(kind="charge").count() == 1
+
+
+@pytest.mark.django_db
 def test_an_edit_decides_the_format_by_the_bytes_not_the_name(client, alice, alice_key, alpha_model):
     response = post_edit(client, alice_key, {"image": ("photo.png", jpeg_bytes())})
     assert response.status_code == 200, response.content
