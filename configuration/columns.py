@@ -14,16 +14,13 @@ from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from django.core.exceptions import ValidationError
-from django.core.validators import EmailValidator, MaxValueValidator, MinValueValidator, URLValidator
+from django.core.validators import EmailValidator, URLValidator
 from django.db import models
-from django.db.backends.base.operations import BaseDatabaseOperations
 from pydantic import AfterValidator, BeforeValidator, Field, StrictBool, StringConstraints
 from pydantic_core import PydanticCustomError
 
 from billing.money import MoneyError, money_parse
-
-# The portable range of each integer column type: the one every supported database enforces.
-_INTEGER_RANGES = BaseDatabaseOperations.integer_field_ranges
+from core.modelutils import field_bounds
 
 
 def problem(message: str, **context: Any) -> PydanticCustomError:
@@ -108,13 +105,8 @@ def _datetime(value: Any) -> datetime:
 
 
 def _bounds(field: models.Field) -> dict[str, Any]:
-    """The ge/le limits of a numeric column: its type's range narrowed by its validators."""
-    low, high = _INTEGER_RANGES.get(field.get_internal_type(), (None, None))
-    for validator in field.validators:  # the declared ones and the database's own range
-        if isinstance(validator, MinValueValidator):
-            low = validator.limit_value if low is None else max(low, validator.limit_value)
-        elif isinstance(validator, MaxValueValidator):
-            high = validator.limit_value if high is None else min(high, validator.limit_value)
+    """The ge/le limits of a numeric column."""
+    low, high = field_bounds(field)
     return {key: value for key, value in (("ge", low), ("le", high)) if value is not None}
 
 

@@ -2,7 +2,9 @@ from __future__ import annotations
 
 from typing import Any, Final, TypedDict, TypeVar
 
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+from django.db.backends.base.operations import BaseDatabaseOperations
 
 M = TypeVar("M", bound=models.Model)
 
@@ -16,6 +18,26 @@ class DecimalPlaces(TypedDict):
 
 # Every money column: ¥ with 8 decimal places (a per-token charge can be ¥0.000024), up to 10^14.
 MONEY: Final[DecimalPlaces] = {"max_digits": 22, "decimal_places": 8}
+
+
+def field_bounds(field: models.Field[Any, Any]) -> tuple[Any, Any]:
+    """The lowest and highest value a numeric column holds (None: no bound): its type's range on every
+    supported database, narrowed by its validators (the declared ones and the database's own range)."""
+    low, high = BaseDatabaseOperations.integer_field_ranges.get(field.get_internal_type(), (None, None))
+    for validator in field.validators:
+        if isinstance(validator, MinValueValidator):
+            low = validator.limit_value if low is None else max(low, validator.limit_value)
+        elif isinstance(validator, MaxValueValidator):
+            high = validator.limit_value if high is None else min(high, validator.limit_value)
+    return low, high
+
+
+def integer_column_max(model: type[models.Model], name: str) -> int:
+    """The most the integer column `model.name` holds on every supported database."""
+    field = model._meta.get_field(name)
+    if not isinstance(field, models.IntegerField):
+        raise TypeError(f"{model.__name__}.{name} is not an integer column")
+    return int(field_bounds(field)[1])
 
 
 def model_upsert(model: type[M], *, lookup: dict[str, Any], values: dict[str, Any]) -> tuple[M, str]:

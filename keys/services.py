@@ -25,7 +25,7 @@ from oauth2_provider.settings import oauth2_settings
 
 from accounts.models import Account, User
 from core.config_cache import config_generation_bump_on_commit
-from core.modelutils import MONEY
+from core.modelutils import MONEY, integer_column_max
 from groups.models import Group
 from keys.credentials import SCOPES, STAFF_ONLY_SCOPES
 from keys.errors import KeyLimitsInvalid
@@ -69,9 +69,10 @@ def api_key_limits_clean(*, limits: ApiKeyLimitsInput) -> dict[str, Any]:
 
     A budget is a non-negative amount with at most the ledger's decimal places, and comes with a
     period (`daily`, `weekly`, `monthly`, `total`); a period needs a budget. `rpm` and `tpm` are
-    positive integers. `allowed_ips` are CIDR networks or single addresses, kept in their canonical
-    form (`10.0.0.0/8`, `2001:db8::/32`). Lists are kept sorted and without repeats. Whether each
-    model id is one of the group's models is the surface's check (the catalogue is an endpoint's)."""
+    whole numbers from 1 to the most their columns hold. `allowed_ips` are CIDR networks or single
+    addresses, kept in their canonical form (`10.0.0.0/8`, `2001:db8::/32`). Lists are kept sorted
+    and without repeats. Whether each model id is one of the group's models is the surface's check
+    (the catalogue is an endpoint's)."""
     budget = _budget_clean(limits.budget)
     period = (limits.budget_period or "").strip().lower()
     if period and period not in ApiKey.BudgetPeriod.values:
@@ -96,8 +97,13 @@ def api_key_limits_clean(*, limits: ApiKeyLimitsInput) -> dict[str, Any]:
     if len(networks) > KEY_LIST_MAX:
         raise KeyLimitsInvalid(f"A key may list at most {KEY_LIST_MAX} networks.", param="allowed_ips")
     for name, value in (("rpm", limits.rpm), ("tpm", limits.tpm)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise KeyLimitsInvalid(f"{name} must be a whole number of at least 1.", param=name)
+        highest = integer_column_max(ApiKey, name)
+        if value > highest:
+            raise KeyLimitsInvalid(f"{name} must be at most {highest}.", param=name)
     return {
         "budget": budget,
         "budget_period": period,

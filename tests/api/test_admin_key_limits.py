@@ -99,6 +99,7 @@ def test_a_key_made_without_limits_shows_them_unset(api, staff_key, alice, alpha
         ({"budget": "5.00", "budget_period": "hourly"}, "budget_period"),
         ({"budget_period": "daily"}, "budget"),
         ({"rpm": 0}, "rpm"),
+        ({"rpm": 2**31}, "rpm"),  # more than the column holds
         ({"tpm": "100"}, "tpm"),
         ({"models": "alpha-image-2"}, "models"),
         ({"models": ["beta-imagine-image"]}, "models"),  # a model of another group
@@ -223,6 +224,7 @@ def test_patch_with_an_empty_body_changes_nothing(api, staff_key, limited_key):
         ({"models": ["no-such-model"]}, "models"),
         ({"allowed_ips": ["everywhere"]}, "allowed_ips"),
         ({"rpm": True}, "rpm"),
+        ({"tpm": 2**70}, "tpm"),  # more than the column holds
     ],
 )
 def test_patch_refuses_a_bad_limit_naming_the_field_and_changes_nothing(

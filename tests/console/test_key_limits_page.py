@@ -82,6 +82,7 @@ def test_a_key_without_limits_is_listed_with_none(alice_client, alice_key):
         ({"budget_period": "weekly"}, "budget", "A budget_period needs a budget"),
         ({"budget": "5", "budget_period": "hourly"}, "budget_period", "Select a valid choice"),
         ({"rpm": "0"}, "rpm", "rpm must be a whole number of at least 1"),
+        ({"rpm": "2147483648"}, "rpm", "rpm must be at most 2147483647"),
         ({"tpm": "lots"}, "tpm", "Enter a whole number"),
         ({"allowed_ips": "10.0.0.0/33"}, "allowed_ips", "'10.0.0.0/33' is not an IP address"),
         ({"models": "alpha-image-2, gpt-x"}, "models", "gpt-x is not a model of the key's group"),
