@@ -104,6 +104,36 @@ def test_a_tiny_call_costs_its_exact_fraction_of_a_fen(client, upstream, chat_mo
     assert LedgerEntry.objects.get(kind="charge").amount == Decimal("-0.000024")
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_usage_over_what_a_record_holds_is_charged_the_hold_and_recorded_at_the_most(
+    client, upstream, chat_model, tara, tara_key, stream
+):
+    huge = 2**40  # no provider counts so many; a broken or hostile one may say so
+    if stream:
+        chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "vendor-chat-1"}
+        events = [
+            {**chunk, "choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": "stop"}]},
+            {**chunk, "choices": [], "usage": {"prompt_tokens": huge, "completion_tokens": huge}},
+        ]
+        body = "".join(f"data: {json.dumps(event)}\n\n" for event in events) + "data: [DONE]\n\n"
+        upstream.post(CHAT_URL, body=body, content_type="text/event-stream")
+    else:
+        upstream.post(CHAT_URL, json=chat_completion(prompt=huge, cached=0, completion=huge))
+    body = {"model": "alpha-chat", "stream": stream, "messages": [{"role": "user", "content": "Hi"}]}
+
+    response = post(client, "/v1/chat/completions", body, tara_key)
+
+    assert response.status_code == 200
+    if stream:
+        assert b"".join(response.streaming_content).endswith(b"data: [DONE]\n\n")
+    record = UsageRecord.objects.get(endpoint="chat.completions")
+    assert (record.status, record.input_tokens, record.output_tokens) == (200, 2**31 - 1, 2**31 - 1)
+    hold = Hold.objects.get(reference=record.request_id)
+    assert hold.captured_amount == hold.amount == record.amount  # the cost, capped at the hold
+    assert balance(tara) == Decimal("1.00") - hold.amount
+    assert ledger_check() == []
+
+
 def test_responses_are_billed_from_their_usage(client, upstream, chat_model, tara, tara_key):
     upstream.post(
         RESPONSES_URL,
