@@ -34,6 +34,8 @@ def money_parse(value: object, *, allow_negative: bool = False, allow_zero: bool
         raise MoneyError(f"amount {value!r} is not a number") from None
     if not amount.is_finite():
         raise MoneyError(f"amount {value!r} is not a finite number")
+    if abs(amount) >= MAX_AMOUNT:  # before quantizing: a larger one may not fit Decimal's precision
+        raise MoneyError(f"amount {value!r} is too large")
     quantized = amount.quantize(settings.MONEY_QUANTUM, rounding=ROUND_HALF_EVEN)
     if quantized != amount:
         raise MoneyError(f"amount {value!r} has more than {settings.MONEY_DECIMAL_PLACES} decimal places")
@@ -41,8 +43,6 @@ def money_parse(value: object, *, allow_negative: bool = False, allow_zero: bool
         raise MoneyError(f"amount {value!r} must not be negative")
     if not allow_zero and quantized == 0:
         raise MoneyError(f"amount {value!r} must not be zero")
-    if abs(quantized) >= MAX_AMOUNT:
-        raise MoneyError(f"amount {value!r} is too large")
     return quantized
 
 

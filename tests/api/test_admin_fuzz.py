@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db
 MEANINGFUL = [
     "Alpha-Image", "Beta", "alice", "a@example.com", "5.00", "0", "-1", "1e3", "0.000000001",
     "daily", "monthly", "total", "10.0.0.0/8", "::1", "2026-01-01T00:00:00", "2026-13-40", "alpha-image-2",
-    "",
+    "1e400", "9" * 30, "",
 ]  # fmt: skip
 ODD_STRINGS = ["\udfff", "\ud800x", "a\x00b", "\u2028", " ", "é", "🙂", "9" * 40]
 TEXTS = st.sampled_from(MEANINGFUL + ODD_STRINGS) | st.text(max_size=12)

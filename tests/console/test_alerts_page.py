@@ -125,6 +125,8 @@ def test_plain_http_is_refused_unless_the_address_is_the_operators_own(alice_cli
         ("balance_floor", {"balance_floor": "-1"}),
         ("balance_floor", {"balance_floor": "abc"}),
         ("balance_floor", {"balance_floor": "0.000000001"}),
+        ("balance_floor", {"balance_floor": "9" * 30}),
+        ("balance_floor", {"balance_floor": "1e400"}),
         ("percentages", {"percentages": "0"}),
         ("percentages", {"percentages": "101"}),
         ("percentages", {"percentages": "eighty"}),
