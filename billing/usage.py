@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from collections.abc import Iterable
@@ -17,7 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing.models import UsageRecord
-from core.modelutils import integer_column_max, queryset_delete_in_batches
+from core.modelutils import queryset_delete_in_batches
 
 # What a PostgreSQL text column cannot hold: NUL, and a surrogate code point (in a Python string
 # always a lone one, which UTF-8 cannot encode).
@@ -29,17 +28,29 @@ def text_storable(text: str) -> str:
     return _UNSTORABLE.sub("\ufffd", text)
 
 
+# The most tokens of one kind a call is counted: what a usage record's token columns hold (a
+# PositiveIntegerField on every database). No call has so many; an upstream may say any number, and
+# beyond this a charge (capped at its hold anyway) could exceed Decimal's precision.
+TOKEN_COUNT_MAX = 2**31 - 1
+
+
 @dataclass(frozen=True)
 class TokenCounts:
     """A text call's tokens as the upstream reported them, split by price: `input` excludes the
     cached and cache-write tokens; `cache_write_1h` is the part of `cache_write` written to a one-hour
-    cache (Anthropic prices it apart); `output` includes reasoning tokens."""
+    cache (Anthropic prices it apart); `output` includes reasoning tokens. Each is taken as at most
+    TOKEN_COUNT_MAX."""
 
     input: int = 0
     cached: int = 0
     cache_write: int = 0
     output: int = 0
     cache_write_1h: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("input", "cached", "cache_write", "output", "cache_write_1h"):
+            if getattr(self, name) > TOKEN_COUNT_MAX:
+                object.__setattr__(self, name, TOKEN_COUNT_MAX)
 
 
 def usage_record_build(
@@ -59,11 +70,10 @@ def usage_record_build(
     tokens: TokenCounts | None = None,
     created_at: datetime | None = None,
 ) -> UsageRecord:
-    """An unsaved usage record, its values made storable and cut to their columns (texts to their
-    lengths, counts to their ranges): `usage_record_insert` saves it, or
+    """An unsaved usage record, its values made storable and cut to their columns (the token counts
+    are within them: TokenCounts): `usage_record_insert` saves it, or
     `hold_capture(usage_record=...)` writes it together with the charge. A caller's text (a model
-    name) may hold what PostgreSQL refuses, an upstream may report any count: a record is never lost
-    to its content."""
+    name) may hold what PostgreSQL refuses: a record is never lost to its content."""
     return UsageRecord(
         request_id=text_storable(request_id)[:200],
         account_id=account_id,
@@ -76,31 +86,14 @@ def usage_record_build(
         error_code=text_storable(error_code)[:100],
         amount=amount,
         upstream=text_storable(upstream)[:100],
-        latency_ms=_count_storable(latency_ms, column="latency_ms"),
-        input_tokens=_count_storable(tokens.input, column="input_tokens") if tokens is not None else None,
-        cached_tokens=_count_storable(tokens.cached, column="cached_tokens") if tokens is not None else None,
-        cache_write_tokens=(
-            _count_storable(tokens.cache_write, column="cache_write_tokens") if tokens is not None else None
-        ),
-        cache_write_1h_tokens=(
-            _count_storable(tokens.cache_write_1h, column="cache_write_1h_tokens")
-            if tokens is not None
-            else None
-        ),
-        output_tokens=_count_storable(tokens.output, column="output_tokens") if tokens is not None else None,
+        latency_ms=max(0, latency_ms),
+        input_tokens=tokens.input if tokens is not None else None,
+        cached_tokens=tokens.cached if tokens is not None else None,
+        cache_write_tokens=tokens.cache_write if tokens is not None else None,
+        cache_write_1h_tokens=tokens.cache_write_1h if tokens is not None else None,
+        output_tokens=tokens.output if tokens is not None else None,
         created_at=created_at or timezone.now(),
     )
-
-
-@functools.cache
-def _column_max(column: str) -> int:
-    return integer_column_max(UsageRecord, column)
-
-
-def _count_storable(value: int, *, column: str) -> int:
-    """A count within its column: an upstream may report any number of tokens, and the most the
-    column holds stands for any more."""
-    return min(max(0, value), _column_max(column))
 
 
 def usage_record_insert(*, record: UsageRecord) -> UsageRecord:

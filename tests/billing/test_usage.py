@@ -14,8 +14,9 @@ from django.utils import timezone
 from api.usage import usage_scope
 from billing.holds import hold_reserve
 from billing.models import Hold, UsageRecord
-from billing.usage import usage_record_insert
+from billing.usage import TOKEN_COUNT_MAX, TokenCounts, usage_record_insert
 from core.errors import InvalidRequest
+from core.modelutils import integer_column_max
 from tests.billing.conftest import credential_for, usage_record_draft
 from upstreams.providers.base import UpstreamError
 
@@ -69,6 +70,27 @@ def test_it_records_an_unconverted_upstream_error_as_an_upstream_error(alice):
     ):
         raise UpstreamError("timed out", status=504, retryable=False, sent=True)
     assert UsageRecord.objects.values_list("status", "error_code").get() == (504, "upstream_error")
+
+
+def test_a_token_count_is_taken_as_at_most_what_a_usage_record_holds():
+    columns = (
+        "input_tokens",
+        "cached_tokens",
+        "cache_write_tokens",
+        "cache_write_1h_tokens",
+        "output_tokens",
+    )
+    assert {integer_column_max(UsageRecord, column) for column in columns} == {TOKEN_COUNT_MAX}
+    counts = TokenCounts(
+        input=10**30, cached=2**31, cache_write=7, output=TOKEN_COUNT_MAX, cache_write_1h=10**4000
+    )
+    assert counts == TokenCounts(
+        input=TOKEN_COUNT_MAX,
+        cached=TOKEN_COUNT_MAX,
+        cache_write=7,
+        output=TOKEN_COUNT_MAX,
+        cache_write_1h=TOKEN_COUNT_MAX,
+    )
 
 
 def test_purge_usage_deletes_only_records_older_than_the_retention(alice, settings):
