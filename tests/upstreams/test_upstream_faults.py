@@ -107,6 +107,24 @@ def test_every_upstream_answering_429_gives_429(client, alice, key, alpha_group,
     assert_not_charged(alice)
 
 
+@pytest.mark.parametrize(
+    ("given", "answered"),
+    # Past what a float holds, or not a number: read as no Retry-After, as an unreadable one is.
+    [("1e400", "1"), ("nan", "1"), ("1e300", "86400"), ("Fri, 31 Dec 9999 23:59:59 GMT", "86400")],
+)
+def test_an_upstreams_absurd_retry_after_is_answered_as_at_most_a_day(
+    client, alice, key, alpha_group, fake_upstream, settings, given, answered
+):
+    settings.GATEWAY_RETRY = {**settings.GATEWAY_RETRY, "max_retries": 0}
+    model_upsert(model_id="faulty", group=alpha_group, upstreams=[upstream("a", fake_upstream)])
+    limited = {"status": 429, "json": {"error": {"message": "slow down"}}, "headers": {"Retry-After": given}}
+    fake_upstream.script(GEN, limited)
+    response = generate(client, key)
+    assert response.status_code == 429, response.content
+    assert response["Retry-After"] == answered
+    assert_not_charged(alice)
+
+
 def test_a_connection_dropped_mid_answer_is_not_retried_or_charged(
     client, alice, key, alpha_group, fake_upstream, second_fake_upstream
 ):

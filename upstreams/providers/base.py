@@ -9,6 +9,7 @@ it does not serve is a non-retryable `UpstreamError`. Its HTTP calls go through 
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -65,6 +66,8 @@ GEMINI_COUNT_TOKENS = "gemini.count_tokens"
 
 # An error body is kept whole when it is JSON, else this much of its text.
 ERROR_BODY_LIMIT = 4000
+# The longest wait an upstream's Retry-After is taken as (it may say any number, or a date years away).
+RETRY_AFTER_MAX_SECONDS = 86_400.0
 EVENT_STREAM = "text/event-stream"
 USER_AGENT = "image-gateway/0.1"
 
@@ -387,18 +390,21 @@ def reply_error_body(reply: UpstreamReply) -> Any:
 
 
 def reply_retry_after(reply: UpstreamReply) -> float | None:
-    """The Retry-After header in seconds (it may be a date), or None."""
+    """The Retry-After header in seconds (it may be a date), at most RETRY_AFTER_MAX_SECONDS, or None
+    (absent, unreadable, or not a finite number)."""
     value = reply.headers.get("Retry-After", "").strip()
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            return None
+        seconds = (when - timezone.now()).total_seconds()
+    if not math.isfinite(seconds):
         return None
-    if when.tzinfo is None:
-        return None
-    return max(0.0, (when - timezone.now()).total_seconds())
+    return min(max(0.0, seconds), RETRY_AFTER_MAX_SECONDS)

@@ -36,6 +36,7 @@ from upstreams.providers.base import (
     TextReply,
     TextRequest,
     UpstreamError,
+    reply_retry_after,
 )
 
 ASPECT_RATIOS = ("1:1", "2:3", "3:2", "3:4", "4:3", "4:5", "5:4", "9:16", "16:9", "21:9")
@@ -138,13 +139,12 @@ class GeminiAdapter(Adapter):
         except ValueError:
             body = None
         if reply.status != 200:
-            retry_after = reply.headers.get("Retry-After")
             raise UpstreamError(
                 _error_message(body) or f"upstream answered HTTP {reply.status}",
                 status=reply.status,
                 retryable=reply.status in (429, 500, 502, 503, 504),
                 body=body if isinstance(body, dict) and "error" in body else None,
-                retry_after=float(retry_after) if retry_after and retry_after.isdigit() else None,
+                retry_after=reply_retry_after(reply),
             )
         if not isinstance(body, dict):
             raise UpstreamError(
