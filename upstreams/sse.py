@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from upstreams.errors import UpstreamError
+
 if TYPE_CHECKING:
     from upstreams.transport import DirectBody, UpstreamReply
 
@@ -19,6 +21,10 @@ __all__ = ["SSEDirect", "SSEEvent", "SSEParser", "sse_events"]
 
 # Event streams are read in pieces of whatever has arrived, up to this size (never waiting for more).
 SSE_READ_BYTES = 64 * 1024
+# The most an event may hold before its blank line: an image stream's event carries a whole image in
+# base64 (GATEWAY_FETCH_MAX_BYTES is 32 MB by default); a stream that never ends its event fails
+# instead of growing its buffer until the read timeout.
+SSE_EVENT_MAX_BYTES = 64 * 1024 * 1024
 _BOM = b"\xef\xbb\xbf"
 _CR, _LF, _CRLF, _BLANK = b"\r", b"\n", b"\r\n", b"\n\n"
 
@@ -83,6 +89,9 @@ class SSEParser:
     ends are made "\\n" as the pieces arrive, then each event is cut at its blank line with one search
     of the buffer: the work is linear in the stream's size and done per event, not per line.
 
+    An event not ended within SSE_EVENT_MAX_BYTES is the upstream's failure (UpstreamError, its
+    outcome unknown), as a broken connection is.
+
     `skim`, when given, is asked about the whole events each piece completes, as one bytes object
     (line ends made "\\n"); when it answers True they come as one `skimmed` SSEEvent instead of one
     SSEEvent each: a relay that follows only some events passes the rest on without parsing them.
@@ -109,6 +118,13 @@ class SSEParser:
             chunk = chunk.replace(_CRLF, _LF).replace(_CR, _LF)
         buffer = self.buffer
         buffer += chunk
+        if len(buffer) > SSE_EVENT_MAX_BYTES and buffer.find(_BLANK, self.searched) < 0:
+            raise UpstreamError(
+                f"upstream sent an event of more than {SSE_EVENT_MAX_BYTES} bytes",
+                status=None,
+                retryable=False,
+                outcome_unknown=True,
+            )
         if self.bom_pending:
             if len(buffer) < len(_BOM) and _BOM.startswith(buffer):
                 return []

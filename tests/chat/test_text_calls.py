@@ -13,6 +13,7 @@ from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
 from billing.selectors import ledger_check
 from keys.services import oauth_token_create
 from tests.chat.conftest import ANTHROPIC_BASE, OPENAI_BASE, PROVIDER_KEY, sent_json
+from upstreams.sse import SSE_EVENT_MAX_BYTES
 
 pytestmark = pytest.mark.django_db
 
@@ -132,6 +133,31 @@ def test_usage_over_what_a_record_holds_is_charged_the_hold_and_recorded_at_the_
     hold = Hold.objects.get(reference=record.request_id)
     assert hold.captured_amount == hold.amount == record.amount  # the cost, capped at the hold
     assert balance(tara) == Decimal("1.00") - hold.amount
+    assert ledger_check() == []
+
+
+def test_a_stream_whose_event_outgrows_the_bound_is_cut_and_not_charged(
+    client, upstream, chat_model, tara, tara_key
+):
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "vendor-chat-1"}
+    first = {**chunk, "choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": None}]}
+    # An event that ends only 1 MB past the bound, then the stream's end.
+    endless = (
+        f"data: {json.dumps(first)}\n\ndata: " + "x" * (SSE_EVENT_MAX_BYTES + 2**20) + "\n\ndata: [DONE]\n\n"
+    )
+    upstream.post(CHAT_URL, body=endless, content_type="text/event-stream")
+    body = {"model": "alpha-chat", "stream": True, "messages": [{"role": "user", "content": "Hi"}]}
+
+    response = post(client, "/v1/chat/completions", body, tara_key)
+
+    assert response.status_code == 200
+    events = b"".join(response.streaming_content).decode().split("\n\n")
+    assert json.loads(events[0].removeprefix("data: ")) == first
+    assert json.loads(events[1].removeprefix("data: "))["error"]["code"] == "upstream_stream_cut"
+    assert balance(tara) == Decimal("1.00")
+    record = UsageRecord.objects.get(endpoint="chat.completions")
+    assert (record.status, record.error_code, record.amount) == (502, "upstream_stream_cut", 0)
+    assert Hold.objects.get(reference=record.request_id).status == "released"
     assert ledger_check() == []
 
 

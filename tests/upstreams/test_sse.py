@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.upstreams.conftest import OPENAI_BASE, trickled
-from upstreams.sse import SSEEvent, sse_events
+from upstreams.errors import UpstreamError
+from upstreams.sse import SSE_EVENT_MAX_BYTES, SSE_READ_BYTES, SSEEvent, sse_events
 from upstreams.transport import upstream_request
 
 pytestmark = pytest.mark.django_db
@@ -146,4 +147,25 @@ def test_without_a_skim_or_when_it_refuses_every_run_the_events_are_the_same(ope
         ("e", "3", False),
         ("", "", True),
         ("", "4", False),
+    ]
+
+
+def test_an_event_that_does_not_end_within_the_bound_is_the_upstreams_failure(openai_upstream, mocked):
+    body = b"data: [1]\n\ndata: " + b"x" * SSE_EVENT_MAX_BYTES
+    mocked.post(URL, body=body, content_type="text/event-stream")
+    seen = []
+    with (
+        upstream_request(upstream=openai_upstream, method="POST", url=URL, stream=True) as reply,
+        pytest.raises(UpstreamError) as failed,
+    ):
+        seen.extend(sse_events(reply))
+    assert seen == [SSEEvent(event="", data="[1]")]
+    assert failed.value.outcome_unknown and failed.value.status is None
+    assert str(SSE_EVENT_MAX_BYTES) in failed.value.message
+
+
+def test_an_event_as_large_as_the_bound_is_delivered_whole(openai_upstream, mocked):
+    data = b"x" * (SSE_EVENT_MAX_BYTES - len(b"data: \n\n"))
+    assert events_of(mocked, openai_upstream, b"data: " + data + b"\n\n", step=SSE_READ_BYTES) == [
+        SSEEvent(event="", data=data.decode())
     ]
