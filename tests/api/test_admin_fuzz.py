@@ -5,17 +5,17 @@ or not at all)."""
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 from urllib.parse import quote
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from accounts.services import account_create, account_set_groups
 from billing.selectors import ledger_check
 from keys.services import api_key_create
+from tests.fuzz_values import fuzz_settings, json_values, texts
 
 pytestmark = pytest.mark.django_db
 
@@ -25,20 +25,8 @@ MEANINGFUL = [
     "daily", "monthly", "total", "10.0.0.0/8", "::1", "2026-01-01T00:00:00", "2026-13-40", "alpha-image-2",
     "1e400", "9" * 30, "",
 ]  # fmt: skip
-ODD_STRINGS = ["\udfff", "\ud800x", "a\x00b", "\u2028", " ", "é", "🙂", "9" * 40]
-TEXTS = st.sampled_from(MEANINGFUL + ODD_STRINGS) | st.text(max_size=12)
-SCALARS = (
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | TEXTS
-)
-JSON_VALUES = st.recursive(
-    SCALARS,
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(TEXTS, children, max_size=4),
-    max_leaves=12,
-)
+TEXTS = texts(MEANINGFUL)
+JSON_VALUES = json_values(TEXTS, max_leaves=12)
 LIMITS = ["budget", "budget_period", "models", "rpm", "tpm", "allowed_ips"]
 # method, path (with {account} and {key}), a valid body, the fields the fuzz fills
 BODIES: list[tuple[str, str, dict[str, Any], list[str]]] = [
@@ -51,11 +39,7 @@ BODIES: list[tuple[str, str, dict[str, Any], list[str]]] = [
      ["amount", "note", "reference"]),
 ]  # fmt: skip
 NO_BODY = object()
-FUZZ = settings(
-    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "60")),  # more for a longer search
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+FUZZ = fuzz_settings()
 
 
 @pytest.fixture

@@ -11,17 +11,17 @@ from __future__ import annotations
 import copy
 import itertools
 import json
-import os
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from billing.ledger import wallet_top_up
 from billing.models import Hold
 from billing.selectors import ledger_check
 from tests.factories import text_model_make
+from tests.fuzz_values import fuzz_settings, json_values, texts
 
 pytestmark = pytest.mark.django_db
 
@@ -33,20 +33,8 @@ MEANINGFUL = [
     "format", "object", "string", "user", "assistant", "tool", "system", "developer", "any", "auto",
     "none", "function_call_output", "minItems", "include_usage", "$schema",
 ]  # fmt: skip
-ODD_STRINGS = ["\udfff", "\ud800x", "a\x00b", "\u2028", "", " ", "é", "🙂"]
-TEXTS = st.sampled_from(MEANINGFUL + ODD_STRINGS) | st.text(max_size=10)
-SCALARS = (
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | TEXTS
-)
-JSON_VALUES = st.recursive(
-    SCALARS,
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(TEXTS, children, max_size=4),
-    max_leaves=16,
-)
+TEXTS = texts(MEANINGFUL)
+JSON_VALUES = json_values(TEXTS, max_leaves=16)
 
 USER = {"role": "user", "content": "hi"}
 FAMILIES: dict[str, tuple[dict[str, Any], str, list[tuple[Any, ...]]]] = {
@@ -103,11 +91,7 @@ FORCED_TOOL = {
         "tool_choice": {"type": "any"},
     },
 }
-FUZZ = settings(
-    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "60")),  # more for a longer search
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+FUZZ = fuzz_settings()
 
 
 @pytest.fixture

@@ -7,12 +7,11 @@ asked."""
 from __future__ import annotations
 
 import json
-import os
 import re
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from billing.ledger import wallet_top_up
@@ -20,14 +19,11 @@ from billing.selectors import ledger_check
 from tests.chat.conftest import KEY_ENV, PROVIDER_KEY
 from tests.chat.test_fuzz_bodies import FAMILIES, JSON_VALUES, assert_answered_well, placed
 from tests.factories import text_model_make, upstream_make
+from tests.fuzz_values import fuzz_settings
 
 pytestmark = pytest.mark.django_db
 
-FUZZ = settings(
-    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "60")) // 2,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+FUZZ = fuzz_settings(share=2)
 CHAT_ANSWER = {
     "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
     "usage": {"prompt_tokens": 5, "completion_tokens": 1},

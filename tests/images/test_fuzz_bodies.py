@@ -8,17 +8,17 @@ JSON value), and arbitrary text and bytes into an edit's form fields and files, 
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from billing.ledger import wallet_top_up
 from billing.models import Hold
 from billing.selectors import ledger_check
 from keys.services import api_key_create
+from tests.fuzz_values import fuzz_settings, json_values, texts
 from tests.images.conftest import image_bytes, mask_bytes
 
 pytestmark = pytest.mark.django_db
@@ -33,28 +33,12 @@ MEANINGFUL = [
     "alpha-image-2.5-flare", "1024x1024", "auto", "png", "jpeg", "webp", "url", "b64_json", "vivid",
     "high", "transparent", "true", "false", "1", "2", "0", "-1", "1e3", "",
 ]  # fmt: skip
-ODD_STRINGS = ["\udfff", "\ud800x", "a\x00b", "\u2028", " ", "é", "🙂", "9" * 40]
-TEXTS = st.sampled_from(MEANINGFUL + ODD_STRINGS) | st.text(max_size=10)
-SCALARS = (
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | TEXTS
-)
-JSON_VALUES = st.recursive(
-    SCALARS,
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(TEXTS, children, max_size=4),
-    max_leaves=12,
-)
+TEXTS = texts(MEANINGFUL)
+JSON_VALUES = json_values(TEXTS, max_leaves=12)
 UPLOADS = st.sampled_from(
     [image_bytes(), image_bytes("JPEG"), image_bytes("WEBP"), image_bytes(size=(1, 1)), mask_bytes(), b""]
 ) | st.binary(max_size=64)
-FUZZ = settings(
-    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "60")),  # more for a longer search
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+FUZZ = fuzz_settings()
 VALID = {"model": "alpha-image-2.5-flare", "prompt": "a red square"}
 
 
