@@ -16,7 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing.models import UsageRecord
-from core.modelutils import queryset_delete_in_batches
+from core.modelutils import POSITIVE_INTEGER_MAX, queryset_delete_in_batches
 
 # What a PostgreSQL text column cannot hold: NUL, and a surrogate code point (in a Python string
 # always a lone one, which UTF-8 cannot encode).
@@ -28,10 +28,10 @@ def text_storable(text: str) -> str:
     return _UNSTORABLE.sub("\ufffd", text)
 
 
-# The most tokens of one kind a call is counted: what a usage record's token columns hold (a
-# PositiveIntegerField on every database). No call has so many; an upstream may say any number, and
-# beyond this a charge (capped at its hold anyway) could exceed Decimal's precision.
-TOKEN_COUNT_MAX = 2**31 - 1
+# The most tokens of one kind a call is counted: what a usage record's token columns hold (they are
+# PositiveIntegerFields). No call has so many; an upstream may say any number, and beyond this a
+# charge (capped at its hold anyway) could exceed Decimal's precision.
+TOKEN_COUNT_MAX = POSITIVE_INTEGER_MAX
 
 
 @dataclass(frozen=True)

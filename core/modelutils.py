@@ -19,6 +19,9 @@ class DecimalPlaces(TypedDict):
 # Every money column: ¥ with 8 decimal places (a per-token charge can be ¥0.000024), up to 10^14.
 MONEY: Final[DecimalPlaces] = {"max_digits": 22, "decimal_places": 8}
 
+# The most a PositiveIntegerField column holds on every supported database (2^31 - 1).
+POSITIVE_INTEGER_MAX: Final[int] = BaseDatabaseOperations.integer_field_ranges["PositiveIntegerField"][1]
+
 
 def field_bounds(field: models.Field[Any, Any]) -> tuple[Any, Any]:
     """The lowest and highest value a numeric column holds (None: no bound): its type's range on every
@@ -30,14 +33,6 @@ def field_bounds(field: models.Field[Any, Any]) -> tuple[Any, Any]:
         elif isinstance(validator, MaxValueValidator):
             high = validator.limit_value if high is None else min(high, validator.limit_value)
     return low, high
-
-
-def integer_column_max(model: type[models.Model], name: str) -> int:
-    """The most the integer column `model.name` holds on every supported database."""
-    field = model._meta.get_field(name)
-    if not isinstance(field, models.IntegerField):
-        raise TypeError(f"{model.__name__}.{name} is not an integer column")
-    return int(field_bounds(field)[1])
 
 
 def model_upsert(model: type[M], *, lookup: dict[str, Any], values: dict[str, Any]) -> tuple[M, str]:

@@ -25,7 +25,7 @@ from oauth2_provider.settings import oauth2_settings
 
 from accounts.models import Account, User
 from core.config_cache import config_generation_bump_on_commit
-from core.modelutils import MONEY, integer_column_max
+from core.modelutils import MONEY, POSITIVE_INTEGER_MAX
 from groups.models import Group
 from keys.credentials import SCOPES, STAFF_ONLY_SCOPES
 from keys.errors import KeyLimitsInvalid
@@ -101,9 +101,8 @@ def api_key_limits_clean(*, limits: ApiKeyLimitsInput) -> dict[str, Any]:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise KeyLimitsInvalid(f"{name} must be a whole number of at least 1.", param=name)
-        highest = integer_column_max(ApiKey, name)
-        if value > highest:
-            raise KeyLimitsInvalid(f"{name} must be at most {highest}.", param=name)
+        if value > POSITIVE_INTEGER_MAX:  # ApiKey.rpm and .tpm are PositiveIntegerFields
+            raise KeyLimitsInvalid(f"{name} must be at most {POSITIVE_INTEGER_MAX}.", param=name)
     return {
         "budget": budget,
         "budget_period": period,

@@ -16,7 +16,7 @@ from billing.holds import hold_reserve
 from billing.models import Hold, UsageRecord
 from billing.usage import TOKEN_COUNT_MAX, TokenCounts, usage_record_insert
 from core.errors import InvalidRequest
-from core.modelutils import integer_column_max
+from core.modelutils import field_bounds
 from tests.billing.conftest import credential_for, usage_record_draft
 from upstreams.providers.base import UpstreamError
 
@@ -80,7 +80,7 @@ def test_a_token_count_is_taken_as_at_most_what_a_usage_record_holds():
         "cache_write_1h_tokens",
         "output_tokens",
     )
-    assert {integer_column_max(UsageRecord, column) for column in columns} == {TOKEN_COUNT_MAX}
+    assert {field_bounds(getattr(UsageRecord, column).field)[1] for column in columns} == {TOKEN_COUNT_MAX}
     counts = TokenCounts(
         input=10**30, cached=2**31, cache_write=7, output=TOKEN_COUNT_MAX, cache_write_1h=10**4000
     )
