@@ -346,6 +346,11 @@ GATEWAY_IMAGE_RETENTION_HOURS = env_int("GATEWAY_IMAGE_RETENTION_HOURS", 24, min
 # model that needs its bytes, docs/text.md): size cap and time limit.
 GATEWAY_FETCH_MAX_BYTES = env_int("GATEWAY_FETCH_MAX_BYTES", 32 * 1024 * 1024, minimum=1024)
 GATEWAY_FETCH_TIMEOUT_SECONDS = env_int("GATEWAY_FETCH_TIMEOUT_SECONDS", 60, minimum=1)
+# The largest non-streamed answer read from an upstream (several images in base64 fit well within it);
+# a larger one fails the call as the upstream's (502), so a worker's memory stays bounded.
+GATEWAY_UPSTREAM_ANSWER_MAX_BYTES = env_int(
+    "GATEWAY_UPSTREAM_ANSWER_MAX_BYTES", 256 * 1024 * 1024, minimum=1024 * 1024
+)
 # Private networks the gateway may fetch from or call when given a URL (upstreams/ssrf.py): none by
 # default, only globally routable addresses; e.g. `10.20.0.0/16` for an image server of your own.
 GATEWAY_FETCH_PRIVATE_NETWORKS = env_networks("GATEWAY_FETCH_PRIVATE_NETWORKS")

@@ -13,9 +13,10 @@ It prints `listening on PORT` once ready. Endpoints:
   body says `"stream": true`; tests/fake_text_upstream.py says what the answers hold and the scripted
   answers only these paths take (family-shaped errors, delays between events, cut streams).
 - POST /_script {"path": "/v1/images/generations", "answers": [answer, ...]}: queue answers. An answer
-  is {"status": 500, "json": {...}} or {"status": 200, "body": "<html>", "content_type": "text/html"},
-  with optional "delay" (seconds before answering), "headers", or {"action": "drop"} (close the
-  connection without answering) / {"action": "hang"} (never answer within the client's timeout).
+  is {"status": 500, "json": {...}} or {"status": 200, "body": "<html>", "content_type": "text/html"}
+  (`"gzip": true` sends the body gzip-encoded), with optional "delay" (seconds before answering),
+  "headers", or {"action": "drop"} (close the connection without answering) / {"action": "hang"}
+  (never answer within the client's timeout).
 - GET /_requests: every API request received so far ({"path", "headers", "json" or "form_fields",
   "received_at": the fake upstream's time.monotonic() when the request was read}). A streamed text
   answer adds "stream": {"events": how many it had, "sent": how many went out, "ended": "complete",
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import gzip
 import json
 import select
 import socket
@@ -94,6 +96,12 @@ class Handler(BaseHTTPRequestHandler):
 
     def _json(self, status: int, payload: Any, headers=None) -> None:
         self._send(status, json.dumps(payload).encode(), headers=headers)
+
+    def _scripted_body(self, answer: dict[str, Any]) -> None:
+        body, headers = answer["body"].encode(), answer.get("headers") or {}
+        if answer.get("gzip"):
+            body, headers = gzip.compress(body), {**headers, "Content-Encoding": "gzip"}
+        self._send(answer.get("status", 200), body, answer.get("content_type", "text/html"), headers=headers)
 
     def _body(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
@@ -175,12 +183,7 @@ class Handler(BaseHTTPRequestHandler):
         if "json" in answer:
             self._json(answer.get("status", 200), answer["json"], headers=answer.get("headers"))
         elif "body" in answer:
-            self._send(
-                answer.get("status", 200),
-                answer["body"].encode(),
-                answer.get("content_type", "text/html"),
-                headers=answer.get("headers"),
-            )
+            self._scripted_body(answer)
         else:
             self._success(payload)
 
@@ -231,10 +234,7 @@ class Handler(BaseHTTPRequestHandler):
         elif "json" in answer:
             self._json(answer.get("status", 200), answer["json"], headers=answer.get("headers"))
         elif "body" in answer:
-            content_type = answer.get("content_type", "text/html")
-            self._send(
-                answer.get("status", 200), answer["body"].encode(), content_type, answer.get("headers")
-            )
+            self._scripted_body(answer)
         elif action in ("cut_stream", "stream_error"):
             self._text(
                 payload, answer, stop_after=int(answer.get("after", 2)), error=action == "stream_error"

@@ -300,8 +300,7 @@ class Transport:
             )
             if stream:
                 return UpstreamReply(response=response, body=None, proxied=bool(session.proxies))
-            # One read of the whole (decoded) body, which also gives the connection back to the pool.
-            return UpstreamReply(response=response, body=response.raw.read(decode_content=True) or b"")
+            return UpstreamReply(response=response, body=_whole_body(response))
         except FAILURES as exc:
             raise _classified(exc) from exc
 
@@ -326,6 +325,22 @@ class Transport:
         prepared.headers = template.headers.copy()
         prepared.prepare_body(data, files, json)
         return prepared
+
+
+def _whole_body(response: requests.Response) -> bytes:
+    """A non-streamed answer's whole (decoded) body, in one read, which also gives the connection back
+    to the pool. A body of more than GATEWAY_UPSTREAM_ANSWER_MAX_BYTES, declared or decoded, is the
+    upstream's failure: its connection is closed, and the call's outcome is unknown."""
+    limit = settings.GATEWAY_UPSTREAM_ANSWER_MAX_BYTES
+    declared = response.headers.get("Content-Length", "")
+    if not (declared.isdigit() and int(declared) > limit):
+        body = response.raw.read(limit + 1, decode_content=True) or b""
+        if len(body) <= limit:
+            return body
+    response.close()
+    raise UpstreamError(
+        f"upstream answered more than {limit} bytes", status=502, retryable=False, outcome_unknown=True
+    )
 
 
 _transports: dict[tuple[int, str], Transport] = {}

@@ -161,6 +161,24 @@ def test_a_stream_whose_event_outgrows_the_bound_is_cut_and_not_charged(
     assert ledger_check() == []
 
 
+def test_an_answer_over_the_size_bound_is_the_upstreams_failure_and_not_charged(
+    client, upstream, chat_model, tara, tara_key, settings
+):
+    settings.GATEWAY_UPSTREAM_ANSWER_MAX_BYTES = 2**20
+    upstream.post(CHAT_URL, json=chat_completion(content="x" * 2**20))
+    body = {"model": "alpha-chat", "messages": [{"role": "user", "content": "Hi"}]}
+
+    response = post(client, "/v1/chat/completions", body, tara_key)
+
+    assert response.status_code == 502, response.content
+    assert response.json()["error"]["code"] == "upstream_error"
+    assert len(upstream.calls) == 1  # the upstream may have answered in full: not asked again
+    assert balance(tara) == Decimal("1.00")
+    record = UsageRecord.objects.get(endpoint="chat.completions")
+    assert (record.status, record.amount) == (502, 0)
+    assert Hold.objects.get(reference=record.request_id).status == "released"
+
+
 def test_responses_are_billed_from_their_usage(client, upstream, chat_model, tara, tara_key):
     upstream.post(
         RESPONSES_URL,

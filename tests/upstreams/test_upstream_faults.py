@@ -139,6 +139,29 @@ def test_a_connection_dropped_mid_answer_is_not_retried_or_charged(
     assert_not_charged(alice)
 
 
+@pytest.mark.parametrize("encoding", ["declared", "gzip"])
+def test_an_answer_over_the_size_bound_is_not_retried_or_charged(
+    client, alice, key, alpha_group, fake_upstream, second_fake_upstream, settings, encoding
+):
+    """The bound holds whether the body's length is declared or comes out of decoding a small one."""
+    settings.GATEWAY_UPSTREAM_ANSWER_MAX_BYTES = 2**20
+    a, b = upstream("a", fake_upstream), upstream("b", second_fake_upstream, priority=1)
+    model_upsert(model_id="faulty", group=alpha_group, upstreams=[a, b])
+    huge = json.dumps({"created": 1, "data": [{"b64_json": "A" * 2**21}]})
+    answer = {"status": 200, "body": huge, "content_type": "application/json", "gzip": encoding == "gzip"}
+    fake_upstream.script(GEN, answer)
+
+    response = generate(client, key)
+
+    assert response.status_code == 502, response.content
+    assert len(fake_upstream.requests()) == 1
+    assert second_fake_upstream.requests() == []
+    assert_not_charged(alice)
+    # No connection with an unread answer on it went back to the pool: the next call is answered.
+    model_upsert(model_id="faulty", group=alpha_group, upstreams=[a])
+    assert generate(client, key).status_code == 200
+
+
 def test_an_open_circuit_skips_the_upstream_without_a_network_call_and_a_probe_closes_it(
     client, alice, key, alpha_group, fake_upstream, second_fake_upstream, settings
 ):
