@@ -78,6 +78,8 @@ class ImageModel(models.Model):
             output_formats=self.output_formats,
             output_compression=(self.output_compression_min, self.output_compression_max),
         )
+        if "output_compression" in errors:  # the range is two columns: its error goes on the first
+            errors["output_compression_min"] = errors.pop("output_compression")
         if self.group_id is not None and text_model_exists(group_id=self.group_id, model_id=self.model_id):
             errors["model_id"] = f"The group already has a text model called {self.model_id!r}."
         if errors:

@@ -218,6 +218,29 @@ def test_model_capabilities_are_edited_as_lists_and_validated(staff_client, alph
     assert alpha_model.sizes == ["1024x1024", "512x512"]
 
 
+def test_a_compression_range_with_one_end_is_refused_on_its_field(staff_client, alpha_model, demo_upstream):
+    url = reverse("admin:images_imagemodel_change", args=[alpha_model.pk])
+    form = {
+        "model_id": alpha_model.model_id,
+        "group": alpha_model.group_id,
+        "price": "0.15",
+        "upstreams": [demo_upstream.pk],
+        "sizes": "1024x1024",
+        "output_compression_min": "10",
+        "output_compression_max": "",
+        "max_n": "2",
+        "default_response_format": "b64_json",
+    }
+
+    refused = staff_client.post(url, form)
+
+    assert refused.status_code == 200
+    errors = refused.context["adminform"].form.errors
+    assert errors["output_compression_min"] == ["give both ends of the range or neither"]
+    alpha_model.refresh_from_db()
+    assert alpha_model.output_compression_range == (0, 100)
+
+
 def test_adding_an_account_in_the_admin_makes_its_wallet_and_keeps_its_groups(
     staff_client, alpha_group, beta_group
 ):
