@@ -20,7 +20,7 @@ from api.usage import UsageScope
 from billing.errors import InsufficientBalance, SubscriptionInvalid, SubscriptionNotFound
 from billing.holds import hold_capture, hold_release, hold_reserve
 from billing.idempotency import idempotency_charge_note
-from billing.key_budgets import key_budget_for
+from billing.key_budgets import key_budget_for, key_budget_precheck
 from billing.limits import (
     ConcurrencySlot,
     concurrency_slot_acquire,
@@ -83,14 +83,25 @@ def subscription_resolve_for_call(
     return subscription
 
 
-def balance_precheck(*, credential: Credential, group: GroupSnapshot, price: Decimal) -> None:
-    """403 INSUFFICIENT_BALANCE when a wallet-billed call's price is more than the account's available
-    balance now: a refusal that costs one read, for calls with expensive work (decoding uploads)
-    before their reservation. Only a pre-check: the reservation in `metered_begin` is the guarantee.
-    Subscription groups are checked by their reservation only."""
+def reservation_precheck(*, credential: Credential, group: GroupSnapshot, price: Decimal) -> None:
+    """Refuse now a call its reservation would refuse for its price, for calls with expensive work
+    before their reservation (decoding uploads, downloading image links): 429 USAGE_LIMIT_EXCEEDED
+    when the API key's budget window has no room for it, 403 INSUFFICIENT_BALANCE when a
+    wallet-billed call's price is more than the account's available balance. A read each, and none
+    for a key without a budget. Only a pre-check: the reservation in `metered_begin` is the guarantee;
+    a subscription's caps are checked by it alone."""
+    amount = money_parse(price)
+    key_budget_precheck(
+        key_budget=key_budget_for(
+            api_key_id=credential.api_key_id,
+            budget=credential.limits.budget,
+            period=credential.limits.budget_period,
+        ),
+        amount=amount,
+        now=timezone.now(),
+    )
     if group.billing == Group.Billing.SUBSCRIPTION:
         return
-    amount = money_parse(price)
     if wallet_available_get(account_id=credential.account.pk) < amount:
         raise InsufficientBalance(
             f"Insufficient balance: this call costs {money_display(amount)} and the account's "

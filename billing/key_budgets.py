@@ -106,19 +106,26 @@ def key_budget_give_back_orm(*, hold: Hold, amount: Decimal, now: datetime) -> N
     ).update(used=money_sql(F("used") - amount), updated_at=now)
 
 
+def key_budget_precheck(*, key_budget: KeyBudget | None, amount: Decimal, now: datetime) -> None:
+    """Raise the key's refusal when its window has no room for `amount` now: a refusal that costs one
+    read, for calls with expensive work before their reservation. Only a pre-check: the
+    reservation's conditional update is the guarantee."""
+    if key_budget is None:
+        return
+    if (
+        _window_used(key_budget=key_budget, start=key_budget.window_start(now=now)) + amount
+        > key_budget.budget
+    ):
+        raise key_budget_refusal(key_budget=key_budget, amount=amount, now=now)
+
+
 def key_budget_refusal(*, key_budget: KeyBudget, amount: Decimal, now: datetime) -> UsageLimitExceeded:
     """429 USAGE_LIMIT_EXCEEDED naming the key's budget, what its window has used and when it
     resets; `retry_after` until the window ends. For the total window, which never resets, and for a
     call that costs more than the whole budget, waiting cannot help: the refusal is final (no
     Retry-After; `x-should-retry: false`, which the official SDKs honour)."""
     start = key_budget.window_start(now=now)
-    used = (
-        KeyBudgetUsage.objects.filter(
-            api_key_id=key_budget.api_key_id, window=key_budget.window, window_start=start
-        )
-        .values_list("used", flat=True)
-        .first()
-    ) or Decimal(0)
+    used = _window_used(key_budget=key_budget, start=start)
     end = window_end(window=key_budget.window, start=start)
     budget = f"this API key's {key_budget.period} budget of {money_display(key_budget.budget)}"
     if amount > key_budget.budget:
@@ -133,3 +140,15 @@ def key_budget_refusal(*, key_budget: KeyBudget, amount: Decimal, now: datetime)
         retry_after=None if end is None else (end - now).total_seconds(),
         final=end is None,
     )
+
+
+def _window_used(*, key_budget: KeyBudget, start: date) -> Decimal:
+    """What the key's window starting on `start` has used, open holds included (0 before its first call)."""
+    used = (
+        KeyBudgetUsage.objects.filter(
+            api_key_id=key_budget.api_key_id, window=key_budget.window, window_start=start
+        )
+        .values_list("used", flat=True)
+        .first()
+    )
+    return used if used is not None else Decimal(0)

@@ -32,7 +32,7 @@ from api.answers import (
     stream_idempotency_refused,
 )
 from api.idempotency import idempotent_answer, request_fingerprint
-from api.metering import balance_precheck, metered_begin, metered_call, request_rate_limits_hit
+from api.metering import metered_begin, metered_call, request_rate_limits_hit, reservation_precheck
 from api.stream_loop import CallerSocket, caller_socket
 from api.upstream_call import upstream_attempts_run
 from api.usage import UsageScope, usage_scope
@@ -144,11 +144,11 @@ def text_call_run(
 
         def routes_priced() -> PricedRoutes:
             if _downloads_image_links(parsed=parsed, resolved=resolved, family=family):
-                # Downloading takes seconds and the links' servers' bytes: a call its rate limits or
-                # its balance refuse already is refused first, counting nothing (metered_begin
-                # counts). Its hold is at least its output limit's price.
+                # Downloading takes seconds and the links' servers' bytes: a call its rate limits,
+                # its key's budget or its balance refuse already is refused first, counting nothing
+                # (metered_begin counts). Its hold is at least its output limit's price.
                 request_rate_limits_hit(credential=credential, group=resolved.group, count=False)
-                balance_precheck(
+                reservation_precheck(
                     credential=credential,
                     group=resolved.group,
                     price=text_call_ceiling(

@@ -27,7 +27,7 @@ from api.answers import (
     stream_idempotency_refused,
 )
 from api.idempotency import idempotent_answer, request_fingerprint
-from api.metering import balance_precheck, metered_begin, metered_call
+from api.metering import metered_begin, metered_call, reservation_precheck
 from api.upstream_call import upstream_attempts_run
 from api.upstream_errors import upstream_error_to_api_error
 from api.usage import UsageScope, usage_scope
@@ -125,7 +125,9 @@ def image_call_run(
             # Decoding the uploads is the expensive step of an edit (16 images of 16 megapixels take
             # seconds of CPU): every cheap refusal comes first. This one costs a read; the limits and
             # the reservation run before decoding too (metered_begin, then `upstream_request`).
-            balance_precheck(credential=credential, group=resolved.group, price=resolved.image_model.price)
+            reservation_precheck(
+                credential=credential, group=resolved.group, price=resolved.image_model.price
+            )
 
         def upstream_request() -> ImageRequest:
             images, mask = cpu_bound(edit_uploads_decode, uploads=uploads) if uploads else ((), None)

@@ -17,7 +17,7 @@ from api.metering import metered_call
 from api.usage import usage_scope
 from billing.errors import InsufficientBalance, UsageLimitExceeded
 from billing.holds import hold_capture, hold_release, hold_reserve, holds_release_owner, holds_release_stale
-from billing.key_budgets import KeyBudget
+from billing.key_budgets import KeyBudget, key_budget_precheck
 from billing.models import Hold, KeyBudgetUsage, LedgerEntry, SubscriptionUsage, UsageRecord, Wallet
 from billing.selectors import api_key_budget_window_get, ledger_check
 from billing.subscriptions import subscription_hold_reserve
@@ -133,6 +133,29 @@ def test_it_refuses_a_call_over_the_budget_with_retry_after_until_the_window_end
         "USAGE_LIMIT_EXCEEDED",
     )
     assert ledger_check() == []
+
+
+def test_the_precheck_refuses_what_the_window_has_no_room_for_and_counts_nothing(
+    alice, alpha_group, alpha_model
+):
+    api_key, credential = budget_key(alice, alpha_group, budget="0.30", period="monthly")
+    alpha_call(credential, alpha_group, FakeUpstream(), request_id="r0", now=WEDNESDAY_NOON)
+    window = {("month", date(2025, 1, 1)): Decimal("0.15")}
+
+    key_budget_precheck(key_budget=key_budget_of(api_key), amount=Decimal("0.15"), now=WEDNESDAY_NOON)
+    with pytest.raises(UsageLimitExceeded) as refused:
+        key_budget_precheck(key_budget=key_budget_of(api_key), amount=Decimal("0.16"), now=WEDNESDAY_NOON)
+
+    assert refused.value.message == (
+        "Usage limit exceeded: this call (¥0.16) would go over this API key's monthly budget of ¥0.30 "
+        "(¥0.15 used, resets at 2025-02-01T00:00:00+00:00)."
+    )
+    assert window_used(api_key) == window
+    # The next window is empty: the same amount fits there.
+    key_budget_precheck(
+        key_budget=key_budget_of(api_key), amount=Decimal("0.30"), now=datetime(2025, 2, 1, tzinfo=UTC)
+    )
+    assert window_used(api_key) == window
 
 
 def test_a_call_costing_more_than_the_whole_budget_is_refused_without_hope_of_a_reset(

@@ -453,6 +453,36 @@ def test_a_call_whose_output_limit_the_balance_cannot_cover_downloads_nothing(
     assert not upstream.calls
 
 
+@pytest.mark.parametrize(("budget", "status"), [("0.004", 429), ("1.00", 200)])
+def test_a_key_whose_budget_cannot_cover_the_output_limit_downloads_nothing(
+    client, upstream, images, loopback_allowed, gemini_model, tara, budget, status
+):
+    # The hold covers at least the output limit: 1,000 tokens at 8.00 per million, 0.008.
+    key = api_key_create(
+        account=tara,
+        group=gemini_model.group,
+        label="budgeted",
+        limits=ApiKeyLimitsInput(budget=Decimal(budget), budget_period="daily"),
+    )[1]
+    link = images.serve("/a.png", picture("PNG"))
+    upstream.post(GENERATE, json=ANSWER)
+    before = balance(tara)
+
+    response = post(client, "/v1/chat/completions", {"model": "alpha-gemini", **chat_body(link)}, key)
+
+    assert response.status_code == status, response.content
+    if status == 429:
+        assert response.json()["error"]["code"] == "USAGE_LIMIT_EXCEEDED"
+        assert "daily budget" in response.json()["error"]["message"]
+        assert images.received == []
+        assert not Hold.objects.exists()
+        assert balance(tara) == before
+    else:
+        assert images.received == ["/a.png"]
+        assert balance(tara) == before - COST
+    assert ledger_check() == []
+
+
 # --- refusals -----------------------------------------------------------------------------------------
 
 
