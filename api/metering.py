@@ -83,13 +83,25 @@ def subscription_resolve_for_call(
     return subscription
 
 
-def reservation_precheck(*, credential: Credential, group: GroupSnapshot, price: Decimal) -> None:
-    """Refuse now a call its reservation would refuse for its price, for calls with expensive work
-    before their reservation (decoding uploads, downloading image links): 429 USAGE_LIMIT_EXCEEDED
-    when the API key's budget window has no room for it, 403 INSUFFICIENT_BALANCE when a
-    wallet-billed call's price is more than the account's available balance. A read each, and none
-    for a key without a budget. Only a pre-check: the reservation in `metered_begin` is the guarantee;
-    a subscription's caps are checked by it alone."""
+def reservation_precheck(
+    *, credential: Credential, group: GroupSnapshot, price: Decimal, tokens: int | None = None
+) -> None:
+    """Refuse now a call `metered_begin` would refuse for its price (and, for a text call, its
+    `tokens`), for calls with expensive work before it (decoding uploads, downloading image links):
+    429 `rate_limit_exceeded` when a tokens-per-minute window has no room for `tokens`, 429
+    USAGE_LIMIT_EXCEEDED when the API key's budget window has none for the price, 403
+    INSUFFICIENT_BALANCE when a wallet-billed call's price is more than the account's available
+    balance. A read each, none for a limit not set, and nothing counted. Only a pre-check:
+    `metered_begin` is the guarantee; a subscription's caps are checked by it alone."""
+    if tokens is not None:
+        token_window_take(
+            limit_key=credential.limit_key,
+            group_tpm=group.tpm,
+            api_key_id=credential.api_key_id,
+            key_tpm=credential.limits.tpm,
+            tokens=tokens,
+            count=False,
+        )
     amount = money_parse(price)
     key_budget_precheck(
         key_budget=key_budget_for(

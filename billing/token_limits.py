@@ -92,18 +92,17 @@ class _LocalWindows:
         self._lock = threading.Lock()
         self._windows: dict[str, tuple[int, float]] = {}
 
-    def take(self, keys: list[str], limits: list[int], tokens: int, ends_at: float) -> int:
+    def take(self, keys: list[str], limits: list[int], tokens: int, ends_at: float, *, count: bool) -> int:
         now = time.time()
         with self._lock:
             if len(self._windows) > 10_000:
                 self._windows = {key: held for key, held in self._windows.items() if held[1] > now}
             used = [self._used(key, now) for key in keys]
-            for index, (count, limit) in enumerate(zip(used, limits, strict=True), start=1):
-                if count + tokens > limit:
-                    return index
-            for key, count in zip(keys, used, strict=True):
-                self._windows[key] = (count + tokens, ends_at)
-            return 0
+            refused_at = _first_full(used=used, limits=limits, tokens=tokens)
+            if count and not refused_at:
+                for key, held in zip(keys, used, strict=True):
+                    self._windows[key] = (held + tokens, ends_at)
+            return refused_at
 
     def give_back(self, keys: tuple[str, ...], tokens: int) -> None:
         now = time.time()
@@ -119,6 +118,14 @@ class _LocalWindows:
 
 
 _local_windows = _LocalWindows()
+
+
+def _first_full(*, used: list[int], limits: list[int], tokens: int) -> int:
+    """The index (from 1) of the first window that has no room for `tokens`, else 0 (as the script)."""
+    for index, (held, limit) in enumerate(zip(used, limits, strict=True), start=1):
+        if held + tokens > limit:
+            return index
+    return 0
 
 
 def _limits_of(
@@ -155,11 +162,14 @@ def token_window_take(
     key_tpm: int | None,
     tokens: int,
     now: float | None = None,
+    count: bool = True,
 ) -> TokenWindowTake | None:
     """Admit a text call of at most `tokens` (input + output) against the group's `tpm` (per
     credential `limit_key`; 0 = unlimited) and the API key's own (None = none): add them to the
     current minute of each, or raise 429 `rate_limit_exceeded` with Retry-After and add to none.
-    None when no limit applies (nothing to settle)."""
+    None when no limit applies (nothing to settle). `count=False` adds nothing, returns None, and
+    refuses when a window already has no room for `tokens`: a pre-check, for calls with expensive
+    work before the take that counts them."""
     limits = _limits_of(limit_key=limit_key, group_tpm=group_tpm, api_key_id=api_key_id, key_tpm=key_tpm)
     if not limits:
         return None
@@ -175,13 +185,16 @@ def token_window_take(
     refused_at: int
     local = True
     if client is None:
-        refused_at = _local_windows.take(names, tpms, tokens, window_end)
+        refused_at = _local_windows.take(names, tpms, tokens, window_end, count=count)
     else:
         keys = [cache.make_key(name) for name in names]
         # Kept a second past the minute: a correction at its very end still finds the window.
         lifetime_ms = (seconds_left + 1) * 1000
 
         def take() -> int:
+            if not count:
+                used = [int(held or 0) for held in client.mget(keys)]
+                return _first_full(used=used, limits=tpms, tokens=tokens)
             script = client.register_script(_TAKE_SCRIPT)
             return int(script(keys=keys, args=[tokens, lifetime_ms, *tpms]))
 
@@ -190,11 +203,13 @@ def token_window_take(
         except RedisUnavailable:
             if not redis_fail_open():
                 raise limits_unavailable() from None
-            refused_at = _local_windows.take(names, tpms, tokens, window_end)
+            refused_at = _local_windows.take(names, tpms, tokens, window_end, count=count)
         else:
             names = keys
     if refused_at:
         raise _refused(limit=limits[refused_at - 1], tokens=tokens, seconds_left=seconds_left)
+    if not count:
+        return None
     return TokenWindowTake(keys=tuple(names), tokens=tokens, local=local)
 
 

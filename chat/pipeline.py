@@ -146,7 +146,8 @@ def text_call_run(
             if _downloads_image_links(parsed=parsed, resolved=resolved, family=family):
                 # Downloading takes seconds and the links' servers' bytes: a call its rate limits,
                 # its key's budget or its balance refuse already is refused first, counting nothing
-                # (metered_begin counts). Its hold is at least its output limit's price.
+                # (metered_begin counts). Its ceiling is at least its output limit, and its hold
+                # that limit's price.
                 request_rate_limits_hit(credential=credential, group=resolved.group, count=False)
                 reservation_precheck(
                     credential=credential,
@@ -154,6 +155,7 @@ def text_call_run(
                     price=text_call_ceiling(
                         text_model=text_model, input_tokens=0, output_tokens=output_limit
                     ),
+                    tokens=output_limit,
                 )
             return _priced(routes=routed(), text_model=text_model, output_limit=output_limit)
 

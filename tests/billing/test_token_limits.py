@@ -71,7 +71,7 @@ def limit_key() -> str:
     return f"api_key:tpm-{uuid.uuid4().hex}"
 
 
-def take(key: str, tokens: int, *, group_tpm: int = 0, api_key_id=None, key_tpm=None, now=None):
+def take(key: str, tokens: int, *, group_tpm: int = 0, api_key_id=None, key_tpm=None, now=None, count=True):
     return token_window_take(
         limit_key=key,
         group_tpm=group_tpm,
@@ -79,6 +79,7 @@ def take(key: str, tokens: int, *, group_tpm: int = 0, api_key_id=None, key_tpm=
         key_tpm=key_tpm,
         tokens=tokens,
         now=NOW if now is None else now,
+        count=count,
     )
 
 
@@ -146,6 +147,24 @@ def test_the_group_and_the_key_count_apart_and_a_refusal_adds_to_neither(where):
     with pytest.raises(RateLimitExceeded) as refused:
         take(key, 1, group_tpm=1000)
     assert "the group allows this key 1000 tokens" in refused.value.message
+
+
+def test_a_check_without_counting_refuses_only_a_window_without_room_and_adds_nothing(where):
+    key, api_key_id = limit_key(), uuid.uuid4().int % 10**9
+    limits = {"group_tpm": 1000, "api_key_id": api_key_id, "key_tpm": 800}
+    assert take(key, 600, **limits) is not None
+    for _ in range(3):
+        assert take(key, 200, **limits, count=False) is None
+
+    with pytest.raises(RateLimitExceeded) as refused:
+        take(key, 201, **limits, count=False)
+
+    assert "this API key's own limit allows 800 tokens" in refused.value.message
+    assert api_error_for(refused.value).headers["Retry-After"] == "50"
+    # The checks added nothing: the 200 they let pass still fit, once.
+    assert take(key, 200, **limits) is not None
+    with pytest.raises(RateLimitExceeded):
+        take(key, 1, **limits, count=False)
 
 
 def test_a_new_minute_starts_an_empty_window(where):

@@ -483,6 +483,27 @@ def test_a_key_whose_budget_cannot_cover_the_output_limit_downloads_nothing(
     assert ledger_check() == []
 
 
+def test_a_key_whose_tpm_window_has_no_room_for_the_output_limit_downloads_nothing(
+    client, upstream, images, loopback_allowed, gemini_model, tara
+):
+    cache.clear()  # key ids repeat from test to test: no earlier test's window may remain
+    key = api_key_create(
+        account=tara, group=gemini_model.group, label="agent", limits=ApiKeyLimitsInput(tpm=900)
+    )[1]
+    link = images.serve("/a.png", picture("PNG"))
+    before = balance(tara)
+
+    response = post(client, "/v1/chat/completions", {"model": "alpha-gemini", **chat_body(link)}, key)
+
+    assert response.status_code == 429, response.content
+    assert response.json()["error"]["code"] == "rate_limit_exceeded"
+    assert "may use up to 1000 tokens" in response.json()["error"]["message"]  # its output limit
+    assert images.received == []
+    assert not Hold.objects.exists()
+    assert balance(tara) == before
+    assert not upstream.calls
+
+
 # --- refusals -----------------------------------------------------------------------------------------
 
 
