@@ -112,7 +112,11 @@ class RequestLimitsMiddleware:
     answer (JSON under /v1 and /files) rather than gunicorn's HTML error page: 431 when one header
     line is over GATEWAY_MAX_HEADER_FIELD_BYTES or all of them together over GATEWAY_MAX_HEADER_BYTES,
     414 when the path and query are over GATEWAY_MAX_REQUEST_LINE_BYTES. gunicorn.conf.py sets its
-    limits above these (README, "Production"); only a head over gunicorn's limits gets its page."""
+    limits above these (README, "Production"); only a head over gunicorn's limits gets its page.
+
+    Also 400 for a NUL character in the path or the query (`%00`): no route or parameter takes one,
+    and PostgreSQL can neither store nor compare it (a view or an admin filter passing it on to a
+    query would fail with a 500)."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
         self.get_response = get_response
@@ -128,7 +132,16 @@ class RequestLimitsMiddleware:
 
 def _head_refusal(request: HttpRequest) -> ApiError | None:
     meta = request.META
-    target = len(meta.get("PATH_INFO", "")) + len(meta.get("QUERY_STRING", "")) + 1
+    path, query = meta.get("PATH_INFO", ""), meta.get("QUERY_STRING", "")
+    if "\x00" in path or "%00" in query:
+        return ApiError(
+            "The request's path or query string holds a NUL character (%00), which no route or "
+            "parameter accepts.",
+            status=400,
+            type="invalid_request_error",
+            code="invalid_request_target",
+        )
+    target = len(path) + len(query) + 1
     if target > settings.GATEWAY_MAX_REQUEST_LINE_BYTES:
         return ApiError(
             f"The request's path and query string are longer than the "

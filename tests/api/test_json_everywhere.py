@@ -47,6 +47,9 @@ CASES = [
     ("431 files", "get", FILE, {"HTTP_X_PADDING": BIG_HEADER}, 431),
     ("414 v1", "get", "/v1/models?" + "q=" + "x" * 6000, {}, 414),
     ("414 files", "get", FILE + "?" + "q=" + "x" * 6000, {}, 414),
+    ("400 v1 NUL in path", "get", "/v1/models/a%00b", {}, 400),
+    ("400 v1 NUL in query", "get", "/v1/models?q=a%00b", {}, 400),
+    ("400 files NUL in path", "get", FILE + "%00", {}, 400),
     (
         "413 v1",
         "post",
@@ -110,6 +113,20 @@ def test_a_console_page_with_an_oversized_header_is_refused_431_in_plain_text(cl
 
     assert response.status_code == 431
     assert response["Content-Type"].startswith("text/plain")
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/console/playground/chat/usage/a%00b/", "/admin/groups/group/?billing__exact=%00"],
+    ids=["console path", "admin filter"],
+)
+def test_a_nul_in_a_browser_pages_path_or_query_is_refused_400_in_plain_text(staff_client, path):
+    """Passed on to a query, PostgreSQL would refuse the NUL: a 500."""
+    response = staff_client.get(path)
+
+    assert response.status_code == 400
+    assert response["Content-Type"].startswith("text/plain")
+    assert b"NUL character" in response.content
 
 
 @pytest.mark.postgres
