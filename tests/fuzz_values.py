@@ -5,7 +5,9 @@ code (unpaired surrogates, NUL, a line separator, 40 digits)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Any
+from urllib.parse import quote
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -42,4 +44,12 @@ def json_values(keys_and_strings: st.SearchStrategy[str], *, max_leaves: int) ->
             st.lists(children, max_size=4) | st.dictionaries(keys_and_strings, children, max_size=4)
         ),
         max_leaves=max_leaves,
+    )
+
+
+def form_encoded(pairs: Iterable[tuple[str, str]]) -> str:
+    """A form body or query written by hand from any text: an unpaired surrogate goes as its bytes."""
+    return "&".join(
+        f"{quote(name.encode('utf-8', 'surrogatepass'))}={quote(value.encode('utf-8', 'surrogatepass'))}"
+        for name, value in pairs
     )

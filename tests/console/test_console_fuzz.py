@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from billing.selectors import ledger_check
 from keys.services import api_key_create
 from tests.factories import text_model_make
-from tests.fuzz_values import fuzz_settings, texts
+from tests.fuzz_values import form_encoded, fuzz_settings, texts
 
 pytestmark = pytest.mark.django_db
 
@@ -89,14 +89,6 @@ def form_body(valid: dict[str, str], values: dict[str, Any]) -> dict[str, str]:
     return body
 
 
-def encoded(fields: dict[str, str]) -> str:
-    """A form body written by hand: an unpaired surrogate goes as its bytes."""
-    return "&".join(
-        f"{quote(name.encode('utf-8', 'surrogatepass'))}={quote(value.encode('utf-8', 'surrogatepass'))}"
-        for name, value in fields.items()
-    )
-
-
 def assert_served(response) -> None:
     assert response.status_code < 500, response.content[:500]
     if response.streaming:
@@ -110,7 +102,9 @@ def test_any_text_in_a_console_form_is_answered_without_a_server_error(console, 
     client, fill = console
     body = form_body({name: fill(value) for name, value in valid.items()}, drawn.draw(field_values(fields)))
 
-    response = client.post(fill(path), data=encoded(body), content_type="application/x-www-form-urlencoded")
+    response = client.post(
+        fill(path), data=form_encoded(body.items()), content_type="application/x-www-form-urlencoded"
+    )
 
     assert_served(response)
     assert ledger_check() == []
@@ -124,7 +118,25 @@ def test_any_text_in_a_console_query_is_answered_without_a_server_error(console,
     values = drawn.draw(field_values(fields))
     query = {name: value for name, value in values.items() if isinstance(value, str)}
 
-    response = client.get(f"{path}?{encoded(query)}")
+    response = client.get(f"{path}?{form_encoded(query.items())}")
+
+    assert_served(response)
+
+
+RESULT_PAGES = [
+    "/console/playground/result/",
+    "/console/playground/chat/result/",
+    "/console/playground/chat/usage/",
+]
+
+
+@pytest.mark.parametrize("page", RESULT_PAGES)
+@FUZZ
+@given(request_id=TEXTS)
+def test_any_text_as_a_result_pages_request_id_is_answered_without_a_server_error(console, page, request_id):
+    client, _fill = console
+
+    response = client.get(f"{page}{quote(request_id.encode('utf-8', 'surrogatepass'), safe='')}/")
 
     assert_served(response)
 
@@ -143,7 +155,9 @@ def test_any_text_in_a_sign_in_form_is_answered_without_a_server_error(
 ):
     body = form_body(valid, drawn.draw(field_values(fields)))
 
-    response = client.post(path, data=encoded(body), content_type="application/x-www-form-urlencoded")
+    response = client.post(
+        path, data=form_encoded(body.items()), content_type="application/x-www-form-urlencoded"
+    )
 
     assert_served(response)
 
