@@ -3,6 +3,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from billing.holds import holds_release_stale
+from core.commands import BATCH_SIZE_MAX, bounded_int
 
 
 class Command(BaseCommand):
@@ -12,8 +13,8 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--batch-size", type=int, default=500)
+        parser.add_argument("--batch-size", type=bounded_int(1, BATCH_SIZE_MAX), default=500)
 
     def handle(self, *args: Any, batch_size: Any, **options: Any) -> None:
-        released = holds_release_stale(batch_size=max(1, batch_size))
+        released = holds_release_stale(batch_size=batch_size)
         self.stdout.write(f"Released {released} stale hold(s).")

@@ -5,6 +5,7 @@ from django.utils import timezone
 
 from accounts.models import Account
 from accounts.selectors import account_get_by_username
+from core.commands import DAYS_MAX, bounded_int
 from groups.models import Group
 from keys.errors import KeyLimitsInvalid
 from keys.models import ApiKey
@@ -42,7 +43,7 @@ class Command(BaseCommand):
         parser.add_argument("username")
         parser.add_argument("--group", required=True, help="Group name the key is bound to.")
         parser.add_argument("--label", default="")
-        parser.add_argument("--expires-in-days", type=int, default=None)
+        parser.add_argument("--expires-in-days", type=bounded_int(1, DAYS_MAX), default=None)
         parser.add_argument(
             "--budget", default=None, help='The most the key may spend per period, e.g. "5.00".'
         )
@@ -69,8 +70,6 @@ class Command(BaseCommand):
             bound_group = Group.objects.get(name=group)
         except Group.DoesNotExist:
             raise CommandError(f"no group named {group!r}") from None
-        if expires_in_days is not None and expires_in_days < 1:
-            raise CommandError("--expires-in-days must be at least 1")
         expires_at = timezone.now() + timedelta(days=expires_in_days) if expires_in_days else None
         limits = ApiKeyLimitsInput(
             budget=options["budget"],

@@ -2,6 +2,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from accounts.models import Account
 from accounts.selectors import account_get_by_username
+from core.commands import DAYS_MAX, bounded_int
 from keys.credentials import SCOPES
 from keys.services import oauth_token_create
 
@@ -21,7 +22,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--expires-in-seconds",
-            type=int,
+            type=bounded_int(1, DAYS_MAX * 86_400),
             default=None,
             help="Lifetime; default: the OAuth access token lifetime (OAUTH_ACCESS_TOKEN_EXPIRE_SECONDS).",
         )
@@ -34,8 +35,6 @@ class Command(BaseCommand):
         wanted = scopes.split()
         if not wanted:
             raise CommandError(f"--scopes needs at least one scope, from: {', '.join(SCOPES)}")
-        if expires_in_seconds is not None and expires_in_seconds < 1:
-            raise CommandError("--expires-in-seconds must be at least 1")
         try:
             access_token, secret = oauth_token_create(
                 account=account, scopes=wanted, expires_in_seconds=expires_in_seconds

@@ -5,6 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import close_old_connections
 
+from core.commands import BATCH_SIZE_MAX, bounded_int
 from notifications.delivery import notifications_deliver_due
 
 
@@ -18,14 +19,14 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--once", action="store_true", help="one round, then exit (cron, tests)")
         parser.add_argument("--interval", type=float, default=5.0, help="seconds between rounds")
-        parser.add_argument("--batch-size", type=int, default=50)
+        parser.add_argument("--batch-size", type=bounded_int(1, BATCH_SIZE_MAX), default=50)
 
     def handle(self, *args: Any, once: bool, interval: float, batch_size: int, **options: Any) -> None:
         stop = threading.Event()
         if not once:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, lambda *_: stop.set())
-        limit = max(1, batch_size)
+        limit = batch_size
         while True:
             counts = notifications_deliver_due(limit=limit, stopping=stop.is_set)
             if once:

@@ -1,7 +1,8 @@
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 
+from core.commands import BATCH_SIZE_MAX, DAYS_MAX, bounded_int
 from notifications.services import NOTIFICATION_RETENTION_DAYS, notifications_purge
 
 
@@ -12,11 +13,9 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--days", type=int, default=NOTIFICATION_RETENTION_DAYS)
-        parser.add_argument("--batch-size", type=int, default=5000)
+        parser.add_argument("--days", type=bounded_int(1, DAYS_MAX), default=NOTIFICATION_RETENTION_DAYS)
+        parser.add_argument("--batch-size", type=bounded_int(1, BATCH_SIZE_MAX), default=5000)
 
     def handle(self, *args: Any, days: Any, batch_size: Any, **options: Any) -> None:
-        if days < 1:
-            raise CommandError("--days must be at least 1")
-        deleted = notifications_purge(older_than_days=days, batch_size=max(1, batch_size))
+        deleted = notifications_purge(older_than_days=days, batch_size=batch_size)
         self.stdout.write(f"Deleted {deleted} settled notification(s) older than {days} days.")

@@ -1,0 +1,53 @@
+"""The management commands' whole-number options: a value out of range, or not a number, is the
+command's usage error naming the option, before anything runs; the range's ends are taken."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+from oauth2_provider.models import AccessToken
+
+from core.commands import BATCH_SIZE_MAX, DAYS_MAX
+from keys.models import ApiKey
+
+pytestmark = pytest.mark.django_db
+
+# command, its other arguments, the option, its lowest and highest values
+OPTIONS = [
+    ("purge_usage", [], "--days", 1, DAYS_MAX),
+    ("purge_usage", [], "--batch-size", 1, BATCH_SIZE_MAX),
+    ("purge_notifications", [], "--days", 1, DAYS_MAX),
+    ("purge_notifications", [], "--batch-size", 1, BATCH_SIZE_MAX),
+    ("purge_images", [], "--older-than-hours", 0, DAYS_MAX * 24),
+    ("purge_images", [], "--batch-size", 1, BATCH_SIZE_MAX),
+    ("release_stale_holds", [], "--batch-size", 1, BATCH_SIZE_MAX),
+    ("deliver_notifications", ["--once"], "--batch-size", 1, BATCH_SIZE_MAX),
+    ("createapikey", ["alice", "--group", "Alpha-Image"], "--expires-in-days", 1, DAYS_MAX),
+    ("createtoken", ["alice", "--scopes", "profile:read"], "--expires-in-seconds", 1, DAYS_MAX * 86_400),
+]
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "option", "low", "high"), OPTIONS, ids=[f"{o[0]} {o[2]}" for o in OPTIONS]
+)
+@pytest.mark.parametrize("given", ["below", "above", "1" + "0" * 30, "1.5", "x"])
+def test_an_option_out_of_its_range_is_a_usage_error_naming_it(
+    alice, command, args, option, low, high, given
+):
+    value = {"below": str(low - 1), "above": str(high + 1)}.get(given, given)
+
+    with pytest.raises(CommandError, match=f"argument {option}: "):
+        call_command(command, *args, option, value, stdout=StringIO(), stderr=StringIO())
+
+    assert not ApiKey.objects.exists()
+    assert not AccessToken.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "option", "low", "high"), OPTIONS, ids=[f"{o[0]} {o[2]}" for o in OPTIONS]
+)
+def test_an_option_at_either_end_of_its_range_is_taken(alice, alpha_group, command, args, option, low, high):
+    for value in (low, high):
+        call_command(command, *args, option, str(value), stdout=StringIO(), stderr=StringIO())
