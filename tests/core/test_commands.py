@@ -51,3 +51,11 @@ def test_an_option_out_of_its_range_is_a_usage_error_naming_it(
 def test_an_option_at_either_end_of_its_range_is_taken(alice, alpha_group, command, args, option, low, high):
     for value in (low, high):
         call_command(command, *args, option, str(value), stdout=StringIO(), stderr=StringIO())
+
+
+@pytest.mark.parametrize("given", ["0.05", "3601", "inf", "nan", "x"])
+def test_the_delivery_interval_takes_a_finite_number_of_seconds_in_its_range(given):
+    with pytest.raises(CommandError, match="argument --interval: "):
+        call_command("deliver_notifications", "--once", "--interval", given, stdout=StringIO())
+
+    call_command("deliver_notifications", "--once", "--interval", "0.1", stdout=StringIO())

@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import close_old_connections
 
-from core.commands import BATCH_SIZE_MAX, bounded_int
+from core.commands import BATCH_SIZE_MAX, bounded_float, bounded_int
 from notifications.delivery import notifications_deliver_due
 
 
@@ -18,7 +18,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--once", action="store_true", help="one round, then exit (cron, tests)")
-        parser.add_argument("--interval", type=float, default=5.0, help="seconds between rounds")
+        parser.add_argument(
+            "--interval", type=bounded_float(0.1, 3600), default=5.0, help="seconds between rounds"
+        )
         parser.add_argument("--batch-size", type=bounded_int(1, BATCH_SIZE_MAX), default=50)
 
     def handle(self, *args: Any, once: bool, interval: float, batch_size: int, **options: Any) -> None:
@@ -38,5 +40,5 @@ class Command(BaseCommand):
             # A full batch: more may be due at once; otherwise wait for the next round.
             busy = counts.delivered + counts.retried + counts.failed + counts.skipped >= limit
             close_old_connections()  # a worker lives long: give back a connection the server dropped
-            if stop.wait(0 if busy else max(0.1, interval)):
+            if stop.wait(0 if busy else interval):
                 return
