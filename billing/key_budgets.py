@@ -112,10 +112,8 @@ def key_budget_precheck(*, key_budget: KeyBudget | None, amount: Decimal, now: d
     reservation's conditional update is the guarantee."""
     if key_budget is None:
         return
-    if (
-        _window_used(key_budget=key_budget, start=key_budget.window_start(now=now)) + amount
-        > key_budget.budget
-    ):
+    used = _window_used(key_budget=key_budget, start=key_budget.window_start(now=now))
+    if used + amount > key_budget.budget:
         raise key_budget_refusal(key_budget=key_budget, amount=amount, now=now)
 
 
