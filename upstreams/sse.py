@@ -121,7 +121,7 @@ class SSEParser:
         if len(buffer) > SSE_EVENT_MAX_BYTES and buffer.find(_BLANK, self.searched) < 0:
             raise UpstreamError(
                 f"upstream sent an event of more than {SSE_EVENT_MAX_BYTES} bytes",
-                status=None,
+                status=502,
                 retryable=False,
                 outcome_unknown=True,
             )

@@ -161,6 +161,25 @@ def test_a_stream_whose_event_outgrows_the_bound_is_cut_and_not_charged(
     assert ledger_check() == []
 
 
+def test_a_first_event_that_outgrows_the_bound_is_the_upstreams_bad_answer_and_not_charged(
+    client, upstream, chat_model, tara, tara_key
+):
+    endless = "data: " + "x" * (SSE_EVENT_MAX_BYTES + 2**20) + "\n\ndata: [DONE]\n\n"
+    upstream.post(CHAT_URL, body=endless, content_type="text/event-stream")
+    body = {"model": "alpha-chat", "stream": True, "messages": [{"role": "user", "content": "Hi"}]}
+
+    response = post(client, "/v1/chat/completions", body, tara_key)
+
+    # It reached the provider, which answered wrongly: not "could not reach", and not retried.
+    assert response.status_code == 502, response.content
+    assert response.json()["error"]["code"] == "upstream_error"
+    assert len(upstream.calls) == 1
+    assert balance(tara) == Decimal("1.00")
+    record = UsageRecord.objects.get(endpoint="chat.completions")
+    assert (record.status, record.amount) == (502, 0)
+    assert Hold.objects.get(reference=record.request_id).status == "released"
+
+
 def test_an_answer_over_the_size_bound_is_the_upstreams_failure_and_not_charged(
     client, upstream, chat_model, tara, tara_key, settings
 ):

@@ -160,7 +160,7 @@ def test_an_event_that_does_not_end_within_the_bound_is_the_upstreams_failure(op
     ):
         seen.extend(sse_events(reply))
     assert seen == [SSEEvent(event="", data="[1]")]
-    assert failed.value.outcome_unknown and failed.value.status is None
+    assert failed.value.outcome_unknown and failed.value.status == 502  # it answered, wrongly
     assert str(SSE_EVENT_MAX_BYTES) in failed.value.message
 
 
