@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -48,9 +48,9 @@ class TokenCounts:
     cache_write_1h: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("input", "cached", "cache_write", "output", "cache_write_1h"):
-            if getattr(self, name) > TOKEN_COUNT_MAX:
-                object.__setattr__(self, name, TOKEN_COUNT_MAX)
+        for count in fields(self):
+            if getattr(self, count.name) > TOKEN_COUNT_MAX:
+                object.__setattr__(self, count.name, TOKEN_COUNT_MAX)
 
 
 def usage_record_build(
