@@ -28,9 +28,8 @@ class Command(BaseCommand):
         if not once:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, lambda *_: stop.set())
-        limit = batch_size
         while True:
-            counts = notifications_deliver_due(limit=limit, stopping=stop.is_set)
+            counts = notifications_deliver_due(limit=batch_size, stopping=stop.is_set)
             if once:
                 self.stdout.write(
                     f"Delivered {counts.delivered}, retrying {counts.retried}, failed {counts.failed}, "
@@ -38,7 +37,7 @@ class Command(BaseCommand):
                 )
                 return
             # A full batch: more may be due at once; otherwise wait for the next round.
-            busy = counts.delivered + counts.retried + counts.failed + counts.skipped >= limit
+            busy = counts.delivered + counts.retried + counts.failed + counts.skipped >= batch_size
             close_old_connections()  # a worker lives long: give back a connection the server dropped
             if stop.wait(0 if busy else interval):
                 return
