@@ -50,6 +50,7 @@ from core.errors import InvalidRequest, UpstreamFailed
 from core.metrics import stream_counted
 from keys.credentials import Credential
 from translators import TranslatedCall, TranslationRefused, Translator
+from translators.values import json_bytes
 from upstreams.providers import adapter_for
 from upstreams.providers.base import TextReply, TextRequest
 from upstreams.snapshots import UpstreamSnapshot
@@ -294,7 +295,7 @@ def _routes(
                     inlined.append(image_links_inlined(body=parsed.body, family=family))
                 given = inlined[0]
             sent = _translated_body(translator=translator, body=given)
-            body = json.dumps(sent, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+            body = json_bytes(sent)
         request = TextRequest(
             operation=translation.upstream_family.operation,
             body=body,
@@ -392,7 +393,7 @@ def _answer(reply: TextReply, route: Route, upstream: UpstreamSnapshot, *, famil
     translated = translator.response_body(payload)
     return StoredResponse(
         status=reply.status,
-        body=json.dumps(translated, ensure_ascii=False, separators=(",", ":")).encode("utf-8"),
+        body=json_bytes(translated),
         content_type="application/json",
         headers={},
     )

@@ -5,12 +5,11 @@ from every pair."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from translators import TranslatedTokens
-from translators.values import count, obj
+from translators.values import count, json_bytes, obj
 
 
 def chat_tokens(usage: Any) -> TranslatedTokens | None:
@@ -46,7 +45,7 @@ def chat_usage(tokens: TranslatedTokens | None) -> dict[str, Any]:
 
 def sse_data(payload: Mapping[str, Any]) -> bytes:
     """One `data:` event of a Chat Completions stream."""
-    return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+    return b"data: " + json_bytes(payload) + b"\n\n"
 
 
 class ChatChunks:

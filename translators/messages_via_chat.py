@@ -43,7 +43,15 @@ from typing import Any
 
 from translators import TranslatedCall, TranslatedTokens, TranslationRefused
 from translators.chat_wire import chat_tokens
-from translators.values import arguments_parsed, error_message, event_object, obj, string, text_joined
+from translators.values import (
+    arguments_parsed,
+    error_message,
+    event_object,
+    json_bytes,
+    obj,
+    string,
+    text_joined,
+)
 
 # Anthropic's error types by status (https://docs.anthropic.com/en/api/errors).
 _ERROR_TYPE = {
@@ -269,8 +277,7 @@ def _usage_body(tokens: TranslatedTokens | None) -> dict[str, int]:
 
 
 def _event(name: str, payload: Mapping[str, Any]) -> bytes:
-    data = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
-    return f"event: {name}\ndata: {data}\n\n".encode()
+    return b"event: " + name.encode() + b"\ndata: " + json_bytes(payload) + b"\n\n"
 
 
 class MessagesViaChat:

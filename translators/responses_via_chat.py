@@ -39,7 +39,7 @@ from typing import Any
 
 from translators import TranslatedCall, TranslatedTokens, TranslationRefused
 from translators.chat_wire import chat_tokens
-from translators.values import error_message, event_object, obj, string
+from translators.values import error_message, event_object, json_bytes, obj, string
 
 _DROPPED_ITEMS = frozenset({"reasoning"})
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
@@ -391,13 +391,9 @@ class ResponsesViaChat:
         }
 
     def _event(self, name: str, payload: Mapping[str, Any]) -> bytes:
-        data = json.dumps(
-            {"type": name, "sequence_number": self._sequence, **payload},
-            ensure_ascii=False,
-            separators=(",", ":"),
-        )
+        data = json_bytes({"type": name, "sequence_number": self._sequence, **payload})
         self._sequence += 1
-        return f"event: {name}\ndata: {data}\n\n".encode()
+        return b"event: " + name.encode() + b"\ndata: " + data + b"\n\n"
 
     def _start(self) -> bytes:
         if self._started:

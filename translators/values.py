@@ -24,6 +24,16 @@ def event_object(data: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def json_bytes(value: Any) -> bytes:
+    """`value` as compact JSON in UTF-8, for what a translator writes. A string holding half of a
+    surrogate pair (an upstream may send one as a `\\udXXX` escape) has no UTF-8: the text then goes
+    out with every non-ASCII character escaped, as the same JSON value."""
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    except UnicodeEncodeError:
+        return json.dumps(value, separators=(",", ":")).encode()
+
+
 def string(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
