@@ -14,7 +14,7 @@ from billing.usage import TokenCounts
 from chat.access import ResolvedTextModel
 from chat.families import Family
 from chat.pricing import text_call_cost
-from core.errors import ApiError, PassthroughError
+from core.errors import ApiError, PassthroughError, Shape
 from translators import Translator
 from upstreams.errors import UpstreamError
 from upstreams.providers.base import TextReply
@@ -23,6 +23,12 @@ from upstreams.snapshots import UpstreamSnapshot
 logger = logging.getLogger("gateway.text")
 
 ERROR_BODY_LIMIT = 64 * 1024
+# The shapes of an upstream's error body each family's callers get as it is (docs/text.md).
+_PASSED_SHAPES: dict[Shape, frozenset[Shape]] = {
+    "compatible": frozenset({"compatible", "google"}),
+    "native": frozenset({"native"}),
+    "google": frozenset({"google"}),
+}
 
 
 def refusal_passthrough(*, reply: TextReply, upstream: UpstreamSnapshot) -> ApiError:
@@ -46,11 +52,17 @@ def refusal_passthrough(*, reply: TextReply, upstream: UpstreamSnapshot) -> ApiE
 def refusal_for_caller(
     *, reply: TextReply, upstream: UpstreamSnapshot, translator: Translator | None, family: Family
 ) -> ApiError:
-    """`refusal_passthrough`, in the caller's family's shape when a translator stands between them:
-    the upstream's status and (scrubbed) message kept, the body the translator's."""
+    """`refusal_passthrough`, in the caller's family's shape: the upstream's status and (scrubbed)
+    message kept. A translator writes the body; without one, the upstream's body passes as it is when
+    its shape is one the family's callers read (their own, or Google's on the compatible endpoints),
+    and is rebuilt in the family's shape otherwise (an Anthropic upstream answering OpenAI's)."""
     error = refusal_passthrough(reply=reply, upstream=upstream)
-    if translator is None or not isinstance(error, PassthroughError):
+    if not isinstance(error, PassthroughError):
         return error
+    if translator is None:
+        if error.shape in _PASSED_SHAPES[family.shape]:
+            return error
+        return ApiError(error.message, status=error.status, type=error.type, code=error.code)
     body = json.loads(translator.error_body(error.status, json.dumps(error.body).encode("utf-8")))
     return PassthroughError(
         status=error.status, body=body, message=error.message, shape=family.shape, code=error.code

@@ -358,6 +358,52 @@ def test_an_anthropic_refusal_passes_through_in_anthropics_shape(
     assert (record.status, record.error_code) == (400, "invalid_request_error")  # Anthropic's error type
 
 
+def test_an_anthropic_upstreams_refusal_in_openais_shape_reaches_a_messages_caller_in_anthropics(
+    client, upstream, claude_model, tara, tara_key
+):
+    # An Anthropic-compatible server may answer its errors in OpenAI's shape; the anthropic SDK and
+    # the agents built on it read Anthropic's.
+    upstream.post(
+        MESSAGES_URL,
+        status=400,
+        json={
+            "error": {"message": "Bad model.", "type": "invalid_request_error", "param": None, "code": "bad"}
+        },
+    )
+    response = post(client, "/v1/messages", {"model": "alpha-claude", "max_tokens": 5}, tara_key)
+
+    assert response.status_code == 400
+    assert response.json() == {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "message": f"bad: Bad model. (request id: {response['x-request-id']})",
+        },
+    }
+    assert response["x-error-code"] == "bad"
+    record = UsageRecord.objects.get()
+    assert (record.status, record.error_code, record.amount) == (400, "bad", 0)
+    assert balance(tara) == Decimal("1.00")
+
+
+def test_an_openai_upstreams_refusal_in_anthropics_shape_reaches_a_chat_caller_in_openais(
+    client, upstream, chat_model, tara, tara_key
+):
+    upstream.post(
+        CHAT_URL,
+        status=422,
+        json={"type": "error", "error": {"type": "invalid_request_error", "message": "Bad messages."}},
+    )
+    response = post(client, "/v1/chat/completions", {"model": "alpha-chat", "messages": []}, tara_key)
+
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["message"] == f"Bad messages. (request id: {response['x-request-id']})"
+    assert (error["type"], error["code"]) == ("invalid_request_error", "invalid_request_error")
+    assert "type" not in response.json()
+    assert UsageRecord.objects.get().error_code == "invalid_request_error"
+
+
 def test_upstream_rate_limit_headers_are_not_passed_to_the_caller(
     client, upstream, chat_model, tara, tara_key
 ):
