@@ -14,7 +14,7 @@ import responses
 from django.core.cache import cache
 from PIL import Image
 
-from billing.models import LedgerEntry, Wallet
+from billing.models import Hold, LedgerEntry, Wallet
 from keys.services import api_key_create
 from tests.images.test_images_api import model_upsert
 from upstreams.providers.gemini import aspect_ratio_for
@@ -122,6 +122,52 @@ def test_it_converts_to_the_requested_output_format(client, key, gemini_model):
     item = response.json()["data"][0]
     assert Image.open(io.BytesIO(base64.b64decode(item["b64_json"]))).format == "JPEG"
     assert "revised_prompt" not in item or item["revised_prompt"] is None
+
+
+def _odd(where: str, value):
+    """`answer()` with `value` in one place the adapter reads."""
+    good = answer()
+    candidate = good["candidates"][0]
+    places = {
+        "candidates": lambda: good.update(candidates=value),
+        "candidate": lambda: good.update(candidates=[value, candidate]),
+        "content": lambda: candidate.update(content=value),
+        "parts": lambda: candidate["content"].update(parts=value),
+        "part": lambda: candidate["content"]["parts"].insert(0, value),
+        "inlineData": lambda: candidate["content"]["parts"].insert(0, {"inlineData": value}),
+        "data": lambda: candidate["content"]["parts"].insert(0, {"inlineData": {"data": value}}),
+        "usageMetadata": lambda: good.update(usageMetadata=value),
+    }
+    places[where]()
+    return good
+
+
+@pytest.mark.django_db
+@responses.activate
+@pytest.mark.parametrize("value", [None, "x", 7, ["x"], {"a": 1}], ids=repr)
+@pytest.mark.parametrize(
+    "where", ["candidates", "candidate", "content", "parts", "part", "inlineData", "data", "usageMetadata"]
+)
+def test_a_value_of_another_type_in_an_answer_is_skipped_as_absent(
+    client, alice, key, gemini_model, settings, where, value
+):
+    settings.GATEWAY_RETRY = {**settings.GATEWAY_RETRY, "base_delay": 0.001, "max_wait": 0.005}
+    responses.post(URL, json=_odd(where, value))
+
+    response = post(client, key, {"model": "alpha-gemini", "prompt": "a fox"})
+
+    # The image the answer still holds is served and charged. With none left, or with image data
+    # that is not an image, the upstream failed.
+    left = where not in ("candidates", "content", "parts") and (where, value) != ("data", "x")
+    if left:
+        assert response.status_code == 200, response.content
+        assert len(response.json()["data"]) == 1
+        assert Wallet.objects.get(account=alice).balance == Decimal("9.85")
+    else:
+        assert response.status_code == 502, response.content
+        assert response.json()["error"]["type"] == "upstream_error"
+        assert Wallet.objects.get(account=alice).balance == Decimal("10.00")
+    assert not Hold.objects.filter(status=Hold.Status.OPEN).exists()
 
 
 @pytest.mark.django_db

@@ -118,8 +118,9 @@ class GeminiAdapter(Adapter):
         for _ in range(request.n):
             answer = self._call(request.upstream_model, payload)
             items.extend(self._items(answer, request.output_format))
-            for key, value in (answer.get("usageMetadata") or {}).items():
-                if isinstance(value, int):
+            reported = answer.get("usageMetadata")
+            for key, value in reported.items() if isinstance(reported, dict) else ():
+                if isinstance(value, int) and not isinstance(value, bool):
                     usage[key] = usage.get(key, 0) + value
         if not items:
             raise UpstreamError("the upstream answered without an image", status=502, retryable=True)
@@ -154,21 +155,31 @@ class GeminiAdapter(Adapter):
 
     @staticmethod
     def _items(answer: dict[str, Any], output_format: str | None) -> list[ImageItem]:
+        """The images of an answer's candidates, each with the candidates' text as its revised
+        prompt. A part or field of another type than the API's is skipped, as absent."""
         items: list[ImageItem] = []
-        for candidate in answer.get("candidates") or []:
-            parts = (candidate.get("content") or {}).get("parts") or []
+        for candidate in _dicts(answer.get("candidates")):
+            content = candidate.get("content")
+            parts = _dicts(content.get("parts") if isinstance(content, dict) else None)
             text = " ".join(p["text"] for p in parts if isinstance(p.get("text"), str)).strip() or None
             for part in parts:
                 inline = part.get("inlineData") or part.get("inline_data")
-                if not inline or not inline.get("data"):
+                if not isinstance(inline, dict):
+                    continue
+                data = inline.get("data")
+                if not isinstance(data, str) or not data:
                     continue
                 mime = inline.get("mimeType") or inline.get("mime_type") or "image/png"
-                data = inline["data"]
                 wanted = MIME_FOR_FORMAT.get(output_format or "")
                 if wanted and wanted != mime:
                     data = _reencode(data, wanted)
                 items.append(ImageItem(b64_json=data, revised_prompt=text))
         return items
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    """The JSON objects of a list; none for anything that is not a list."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
 def _reencode(b64_data: str, mime: str) -> str:
