@@ -166,7 +166,9 @@ def text_call_run(
             request_rate_limits_hit(credential=credential, group=resolved.group)
             if resolved.counted_locally:
                 return _counted_locally(body=parsed.body, resolved=resolved)
-            return _answer(*_call(usage=usage, resolved=resolved, routes=routed()), family=family)
+            answer = _answer(*_call(usage=usage, resolved=resolved, routes=routed()), family=family)
+            _json_object(answer.body)
+            return answer
         if parsed.stream:
             if idempotency_key is not None:
                 raise stream_idempotency_refused()
@@ -384,19 +386,27 @@ def _answer(reply: TextReply, route: Route, upstream: UpstreamSnapshot, *, famil
             content_type=reply.content_type or "application/json",
             headers={},
         )
-    try:
-        payload = json.loads(reply.body)
-    except ValueError:
-        raise UpstreamFailed(
-            "The model's provider answered without a valid JSON body.", code="upstream_error"
-        ) from None
-    translated = translator.response_body(payload)
+    translated = translator.response_body(_json_object(reply.body))
     return StoredResponse(
         status=reply.status,
         body=json_bytes(translated),
         content_type="application/json",
         headers={},
     )
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    """A successful answer's body as the JSON object every text API answers; anything else is the
+    upstream's failure."""
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        payload = None
+    if not isinstance(payload, dict):
+        raise UpstreamFailed(
+            "The model's provider answered without a valid JSON body.", code="upstream_error"
+        )
+    return payload
 
 
 def _produce(
@@ -417,14 +427,7 @@ def _produce(
         return _answer(reply, route, upstream, family=family)
 
     def charge(answer: StoredResponse) -> Decimal | None:
-        try:
-            payload = json.loads(answer.body)
-        except ValueError:
-            payload = None
-        if not isinstance(payload, dict):
-            raise UpstreamFailed(
-                "The model's provider answered without a valid JSON body.", code="upstream_error"
-            )
+        payload = _json_object(answer.body)
         translator = answered[-1].translator if answered else None
         if translator is not None:
             # The usage as the upstream reported it, every bucket kept: the caller's family may have

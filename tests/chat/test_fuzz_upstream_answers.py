@@ -54,6 +54,7 @@ COUNT_URL = f"{ANTHROPIC_BASE}/messages/count_tokens"
 GEMINI_BASE = "https://generativelanguage.test/v1beta"
 GEMINI_GENERATE = f"{GEMINI_BASE}/models/gemini-2.5-flash:generateContent"
 GEMINI_STREAM = f"{GEMINI_BASE}/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+GEMINI_COUNT = f"{GEMINI_BASE}/models/gemini-2.5-flash:countTokens"
 
 CHAT_ANSWER = {
     "id": "chatcmpl-1",
@@ -224,6 +225,8 @@ ANSWERS: dict[str, tuple[str, dict[str, Any], str, list[tuple[str, Any]]]] = {
     "responses": (RESPONSES_URL, RESPONSES_ANSWER, RESPONSES_URL, RESPONSES_EVENTS),
     "messages": (MESSAGES_URL, MESSAGES_ANSWER, MESSAGES_URL, MESSAGES_EVENTS),
     "gemini": (GEMINI_GENERATE, GEMINI_ANSWER, GEMINI_STREAM, GEMINI_EVENTS),
+    "count": (COUNT_URL, {"input_tokens": 42}, COUNT_URL, []),
+    "gemini count": (GEMINI_COUNT, {"totalTokens": 42}, GEMINI_COUNT, []),
 }
 # (the caller's endpoint, the model) -> the error shape, and the upstream's API it is sent to.
 CALLS = {
@@ -237,10 +240,17 @@ CALLS = {
     ("/v1/messages", "alpha-chat"): ("native", "chat"),
     ("/v1/messages", "alpha-gemini"): ("native", "gemini"),
 }
+# count_tokens, where the upstream counts (a model on a Chat Completions upstream is counted here):
+# free, and never streamed.
+COUNTS = {
+    ("/v1/messages/count_tokens", "alpha-claude"): ("native", "count"),
+    ("/v1/messages/count_tokens", "alpha-gemini"): ("native", "gemini count"),
+}
 BODIES = {
     "/v1/chat/completions": {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 500},
     "/v1/responses": {"input": "Hi", "max_output_tokens": 500},
     "/v1/messages": {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 500},
+    "/v1/messages/count_tokens": {"messages": [{"role": "user", "content": "Hi"}]},
 }
 
 
@@ -289,8 +299,9 @@ def fuzzed(client, upstream, chat_model, claude_model, chat_group, tara, tara_ke
         cache.clear()  # the circuit a run of bad answers opens, the rate windows
         upstream.reset()
         upstream.post(url, body=answer, content_type=content_type, status=status)
-        upstream.post(COUNT_URL, json={"input_tokens": 42})
-        body = {**BODIES[path], "model": model, "stream": stream}
+        body = {**BODIES[path], "model": model}
+        if stream:
+            body["stream"] = True
         return client.post(
             path, data=json.dumps(body), content_type="application/json", headers={"x-api-key": tara_key}
         )
@@ -330,13 +341,13 @@ def assert_answered_well(
     assert ledger_check() == []
 
 
-@pytest.mark.parametrize(("path", "model"), list(CALLS))
+@pytest.mark.parametrize(("path", "model"), [*CALLS, *COUNTS])
 @FUZZ
 @given(data=st.data(), value=JSON_VALUES)
 def test_any_json_in_a_whole_answer_is_the_answer_or_the_upstreams_failure(
     fuzzed, tara, path, model, data, value
 ):
-    shape, api = CALLS[(path, model)]
+    shape, api = {**CALLS, **COUNTS}[(path, model)]
     url, answer, _, _ = ANSWERS[api]
     at = data.draw(st.sampled_from(places(answer)))
     before = LedgerEntry.objects.filter(kind="charge").count()
@@ -344,6 +355,8 @@ def test_any_json_in_a_whole_answer_is_the_answer_or_the_upstreams_failure(
     response = fuzzed(path, model, False, url, json.dumps(replaced(answer, at, value)), "application/json")
 
     assert_answered_well(response, shape, tara, before)
+    if at == () and not isinstance(value, dict):
+        assert response.status_code == 502  # every text API answers an object
 
 
 @pytest.mark.parametrize(("path", "model"), list(CALLS))

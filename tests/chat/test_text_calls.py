@@ -198,6 +198,34 @@ def test_an_answer_over_the_size_bound_is_the_upstreams_failure_and_not_charged(
     assert Hold.objects.get(reference=record.request_id).status == "released"
 
 
+@pytest.mark.parametrize("answer", ["null", "[1]", '"x"', "7", "{not json"])
+@pytest.mark.parametrize(
+    ("path", "model", "url"),
+    [
+        ("/v1/chat/completions", "alpha-chat", CHAT_URL),
+        ("/v1/chat/completions", "alpha-claude", MESSAGES_URL),
+        ("/v1/messages", "alpha-chat", CHAT_URL),
+        ("/v1/messages/count_tokens", "alpha-claude", COUNT_URL),
+    ],
+    ids=["native", "translated", "translated-messages", "count_tokens"],
+)
+def test_an_answer_that_is_not_a_json_object_is_the_upstreams_failure_and_not_charged(
+    client, upstream, chat_model, claude_model, tara, tara_key, path, model, url, answer
+):
+    upstream.post(url, body=answer, content_type="application/json")
+    body = {"model": model, "max_tokens": 50, "messages": [{"role": "user", "content": "Hi"}]}
+
+    response = post(client, path, body, tara_key)
+
+    assert response.status_code == 502, response.content
+    assert "without a valid JSON body" in response.json()["error"]["message"]
+    assert balance(tara) == Decimal("1.00")
+    assert not LedgerEntry.objects.filter(kind="charge").exists()
+    record = UsageRecord.objects.get()
+    assert (record.status, record.amount) == (502, 0)
+    assert ledger_check() == []
+
+
 def test_responses_are_billed_from_their_usage(client, upstream, chat_model, tara, tara_key):
     upstream.post(
         RESPONSES_URL,
