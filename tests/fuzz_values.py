@@ -4,6 +4,7 @@ code (unpaired surrogates, NUL, a line separator, 40 digits)."""
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -53,3 +54,29 @@ def form_encoded(pairs: Iterable[tuple[str, str]]) -> str:
         f"{quote(name.encode('utf-8', 'surrogatepass'))}={quote(value.encode('utf-8', 'surrogatepass'))}"
         for name, value in pairs
     )
+
+
+def json_places(value: Any, *, added: str, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every place in a JSON value, as paths of keys and indexes: the value itself, each item and key
+    below it, and in each object the key `added` (new there, or the one it has)."""
+    found = [at]
+    if isinstance(value, dict):
+        found.append((*at, added))
+        for key, item in value.items():
+            found.extend(json_places(item, added=added, at=(*at, key)))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found.extend(json_places(item, added=added, at=(*at, index)))
+    return found
+
+
+def json_replaced(document: Any, at: tuple[Any, ...], value: Any) -> Any:
+    """A copy of `document` with `value` at the place `at` (from json_places)."""
+    if not at:
+        return value
+    document = copy.deepcopy(document)
+    holder = document
+    for step in at[:-1]:
+        holder = holder[step]
+    holder[at[-1]] = value
+    return document

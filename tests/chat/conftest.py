@@ -12,6 +12,7 @@ from django.core.cache import cache
 
 from accounts.services import account_create, account_set_groups
 from billing.ledger import wallet_top_up
+from billing.models import Hold
 from keys.services import api_key_create
 from tests.factories import text_model_make, upstream_make
 
@@ -103,3 +104,20 @@ def sse_body(*events: tuple[str, Any]) -> str:
         text = data if isinstance(data, str) else json.dumps(data)
         out.append((f"event: {name}\n" if name else "") + f"data: {text}\n\n")
     return "".join(out)
+
+
+def assert_in_family_shape(response, shape: str) -> None:
+    """An error in the endpoint's error shape, or an event stream, or a JSON object; no hold open."""
+    if response.status_code >= 400:
+        payload = response.json()
+        if shape == "native":
+            assert payload["type"] == "error"
+        error = payload["error"]
+        assert isinstance(error["type"], str) and error["type"]
+        assert isinstance(error["message"], str) and error["message"]
+    elif response.streaming:
+        stream = b"".join(response.streaming_content)
+        assert stream.startswith(b"data: ") or stream.startswith(b"event: "), stream[:200]
+    else:
+        assert isinstance(response.json(), dict)
+    assert not Hold.objects.filter(status=Hold.Status.OPEN).exists()

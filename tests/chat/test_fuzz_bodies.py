@@ -18,8 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from billing.ledger import wallet_top_up
-from billing.models import Hold
 from billing.selectors import ledger_check
+from tests.chat.conftest import assert_in_family_shape
 from tests.factories import text_model_make
 from tests.fuzz_values import fuzz_settings, json_values, texts
 
@@ -133,19 +133,7 @@ def placed(body: dict[str, Any], where: tuple[Any, ...], value: Any) -> dict[str
 
 def assert_answered_well(response, shape: str) -> None:
     assert response.status_code < 500, response.content[:500]
-    if response.status_code >= 400:
-        payload = response.json()
-        if shape == "native":
-            assert payload["type"] == "error"
-        error = payload["error"]
-        assert isinstance(error["type"], str) and error["type"]
-        assert isinstance(error["message"], str) and error["message"]
-    elif response.streaming:
-        stream = b"".join(response.streaming_content)
-        assert stream.startswith(b"data: ") or stream.startswith(b"event: "), stream[:200]
-    else:
-        assert isinstance(response.json(), dict)
-    assert not Hold.objects.filter(status=Hold.Status.OPEN).exists()
+    assert_in_family_shape(response, shape)
 
 
 @pytest.mark.parametrize("path", list(FAMILIES))

@@ -11,7 +11,6 @@ endpoint is sent to both kinds of upstream, natively and through the translators
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
@@ -23,9 +22,9 @@ from hypothesis import strategies as st
 from billing.ledger import wallet_top_up
 from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
 from billing.selectors import ledger_check
-from tests.chat.conftest import ANTHROPIC_BASE, KEY_ENV, OPENAI_BASE, sse_body
+from tests.chat.conftest import ANTHROPIC_BASE, KEY_ENV, OPENAI_BASE, assert_in_family_shape, sse_body
 from tests.factories import text_model_make, upstream_make
-from tests.fuzz_values import fuzz_settings, json_values, texts
+from tests.fuzz_values import fuzz_settings, json_places, json_replaced, json_values, texts
 
 pytestmark = pytest.mark.django_db
 
@@ -254,30 +253,6 @@ BODIES = {
 }
 
 
-def places(value: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Every place in a JSON value: the value itself, each item and key below it, and a new key."""
-    found = [at]
-    if isinstance(value, dict):
-        found.append((*at, "usage"))
-        for key, item in value.items():
-            found.extend(places(item, (*at, key)))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            found.extend(places(item, (*at, index)))
-    return found
-
-
-def replaced(document: Any, at: tuple[Any, ...], value: Any) -> Any:
-    if not at:
-        return value
-    document = copy.deepcopy(document)
-    holder = document
-    for step in at[:-1]:
-        holder = holder[step]
-    holder[at[-1]] = value
-    return document
-
-
 @pytest.fixture
 def fuzzed(client, upstream, chat_model, claude_model, chat_group, tara, tara_key, settings):
     settings.GATEWAY_RETRY = {**settings.GATEWAY_RETRY, "base_delay": 0.001, "max_wait": 0.005}
@@ -317,17 +292,7 @@ def assert_answered_well(
     status = response.status_code
     if not refused:
         assert status == 200 or status in (502, 503, 504), (status, response.content[:500])
-    if status != 200:
-        payload = response.json()
-        if shape == "native":
-            assert payload["type"] == "error"
-        assert isinstance(payload["error"]["message"], str) and payload["error"]["message"]
-    elif response.streaming:
-        stream = b"".join(response.streaming_content)
-        assert stream.startswith(b"data: ") or stream.startswith(b"event: "), stream[:200]
-    else:
-        assert isinstance(response.json(), dict)
-    assert not Hold.objects.filter(status=Hold.Status.OPEN).exists()
+    assert_in_family_shape(response, shape)
     record = UsageRecord.objects.latest("id")
     charges = list(LedgerEntry.objects.filter(kind="charge").order_by("id")[charges_before:])
     assert len(charges) <= 1
@@ -349,10 +314,11 @@ def test_any_json_in_a_whole_answer_is_the_answer_or_the_upstreams_failure(
 ):
     shape, api = {**CALLS, **COUNTS}[(path, model)]
     url, answer, _, _ = ANSWERS[api]
-    at = data.draw(st.sampled_from(places(answer)))
+    at = data.draw(st.sampled_from(json_places(answer, added="usage")))
     before = LedgerEntry.objects.filter(kind="charge").count()
+    fuzzed_answer = json.dumps(json_replaced(answer, at, value))
 
-    response = fuzzed(path, model, False, url, json.dumps(replaced(answer, at, value)), "application/json")
+    response = fuzzed(path, model, False, url, fuzzed_answer, "application/json")
 
     assert_answered_well(response, shape, tara, before)
     if at == () and not isinstance(value, dict):
@@ -372,7 +338,7 @@ def test_any_json_in_a_streamed_event_is_the_stream_or_the_upstreams_failure(
     if isinstance(value, str) and data.draw(st.booleans()):
         event = value  # the event's data as any text, JSON or not
     else:
-        event = replaced(event, data.draw(st.sampled_from(places(event))), value)
+        event = json_replaced(event, data.draw(st.sampled_from(json_places(event, added="usage"))), value)
     # On the wire as bytes: half of a surrogate pair in the text goes as the three bytes that encode
     # it, which are not UTF-8.
     stream = sse_body(*events[:index], (name, event), *events[index + 1 :]).encode("utf-8", "surrogatepass")
@@ -401,7 +367,8 @@ def test_any_json_in_an_upstream_refusal_is_passed_on_or_the_upstreams_failure(
     shape, api = CALLS[(path, model)]
     url, _, stream_url, _ = ANSWERS[api]
     stream = data.draw(st.booleans())
-    refusal = replaced(ERROR_BODY, data.draw(st.sampled_from(places(ERROR_BODY))), value)
+    at = data.draw(st.sampled_from(json_places(ERROR_BODY, added="usage")))
+    refusal = json_replaced(ERROR_BODY, at, value)
     before = LedgerEntry.objects.filter(kind="charge").count()
 
     response = fuzzed(

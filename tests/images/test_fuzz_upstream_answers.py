@@ -11,7 +11,6 @@ which answers the image, so a fuzzed answer reaches the download too.
 from __future__ import annotations
 
 import base64
-import copy
 import json
 from decimal import Decimal
 from typing import Any
@@ -26,7 +25,7 @@ from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
 from billing.selectors import ledger_check
 from keys.services import api_key_create
 from tests.factories import image_model_make, upstream_make
-from tests.fuzz_values import fuzz_settings, json_values, texts
+from tests.fuzz_values import fuzz_settings, json_places, json_replaced, json_values, texts
 from tests.images.conftest import OPENAI_BASE, OPENAI_KEY_ENV, image_bytes
 
 pytestmark = pytest.mark.django_db
@@ -79,30 +78,6 @@ WHOLE = {
     "url": ("alpha-openai", GENERATIONS, URL_ANSWER),
     "gemini": ("alpha-gemini", GEMINI_GENERATE, GEMINI_ANSWER),
 }
-
-
-def places(value: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Every place in a JSON value: the value itself, each item and key below it, and a new key."""
-    found = [at]
-    if isinstance(value, dict):
-        found.append((*at, "error"))
-        for key, item in value.items():
-            found.extend(places(item, (*at, key)))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            found.extend(places(item, (*at, index)))
-    return found
-
-
-def replaced(document: Any, at: tuple[Any, ...], value: Any) -> Any:
-    if not at:
-        return value
-    document = copy.deepcopy(document)
-    holder = document
-    for step in at[:-1]:
-        holder = holder[step]
-    holder[at[-1]] = value
-    return document
 
 
 @pytest.fixture
@@ -177,10 +152,10 @@ def assert_answered_well(response, account, charges_before: int) -> None:
 @given(data=st.data(), value=JSON_VALUES)
 def test_any_json_in_an_image_answer_is_images_or_the_upstreams_failure(fuzzed, alice, kind, data, value):
     model, url, answer = WHOLE[kind]
-    at = data.draw(st.sampled_from(places(answer)))
+    at = data.draw(st.sampled_from(json_places(answer, added="error")))
     before = LedgerEntry.objects.filter(kind="charge").count()
 
-    response = fuzzed(model, url, json.dumps(replaced(answer, at, value)).encode(), "application/json")
+    response = fuzzed(model, url, json.dumps(json_replaced(answer, at, value)).encode(), "application/json")
 
     assert_answered_well(response, alice, before)
 
@@ -196,7 +171,8 @@ def test_any_json_in_an_image_streams_event_is_the_stream_or_the_upstreams_failu
     if isinstance(value, str) and data.draw(st.booleans()):
         events[index] = (name, value)  # the event's data as any text, JSON or not
     else:
-        events[index] = (name, replaced(event, data.draw(st.sampled_from(places(event))), value))
+        at = data.draw(st.sampled_from(json_places(event, added="error")))
+        events[index] = (name, json_replaced(event, at, value))
     wire = "".join(
         f"event: {name}\ndata: {data if isinstance(data, str) else json.dumps(data)}\n\n"
         for name, data in events
