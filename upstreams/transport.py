@@ -25,6 +25,7 @@ from requests.structures import CaseInsensitiveDict
 from requests.utils import get_encoding_from_headers, get_environ_proxies
 from urllib3.exceptions import (
     ConnectTimeoutError,
+    DecodeError,
     MaxRetryError,
     NameResolutionError,
     NewConnectionError,
@@ -405,6 +406,13 @@ def _classified(exc: Exception) -> UpstreamError:
     if isinstance(exc, requests.ConnectionError) and connection_never_made(exc):
         # Refused or unreachable: the request never went out, so another attempt is safe.
         return UpstreamError("upstream connection failed", status=None, retryable=True)
+    if isinstance(exc, DecodeError | requests.exceptions.ContentDecodingError):
+        return UpstreamError(
+            "upstream answered a body its Content-Encoding does not decode",
+            status=502,
+            retryable=False,
+            outcome_unknown=True,
+        )
     if isinstance(exc, requests.ConnectionError):
         return UpstreamError(
             "upstream closed the connection without answering",

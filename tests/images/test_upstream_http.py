@@ -42,6 +42,23 @@ def test_it_reads_a_gzip_encoded_answer(openai_upstream, mocked):
     assert adapter_for(openai_upstream).image_call(REQUEST).items[0].b64_json == LARGE_B64
 
 
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_a_body_its_content_encoding_does_not_decode_is_a_502_named_for_it(openai_upstream, mocked, encoding):
+    answer = json.dumps({"created": 7, "data": [{"b64_json": "iVBORw0KGgo="}]}).encode()
+    mocked.post(
+        GENERATIONS, body=answer, content_type="application/json", headers={"Content-Encoding": encoding}
+    )
+
+    with pytest.raises(UpstreamError) as info:
+        adapter_for(openai_upstream).image_call(REQUEST)
+
+    error = info.value
+    assert error.message == "upstream answered a body its Content-Encoding does not decode"
+    assert (error.status, error.retryable, error.outcome_unknown) == (502, False, True)
+    api_error = upstream_error_to_api_error(error=error, upstream=openai_upstream)
+    assert (api_error.status, api_error.code) == (502, "upstream_error")
+
+
 def test_it_reads_a_utf8_answer_with_a_byte_order_mark(openai_upstream, mocked):
     answer = json.dumps({"created": 7, "data": [{"url": "https://api.provider.test/a.png"}]})
     mocked.post(GENERATIONS, body=b"\xef\xbb\xbf" + answer.encode(), content_type="application/json")
