@@ -1,8 +1,11 @@
-"""What the management commands share: number options with the range they may take.
+"""What the management commands share: number options with the range they may take, and text
+arguments that must be text.
 
-A number outside it (a retention of 10^30 days, a batch of 2^63 rows) would otherwise fail deep
-inside as a traceback: a date out of range, an integer the database cannot take. Checked by argparse
-instead, it is the command's usage error, naming the option (exit 2; CommandError from call_command).
+A number outside its range (a retention of 10^30 days, a batch of 2^63 rows) would otherwise fail
+deep inside as a traceback: a date out of range, an integer the database cannot take. An argument
+whose bytes are not UTF-8 reaches Python holding lone surrogates, which neither the database nor the
+command's output can take. Checked by argparse instead, each is the command's usage error, naming
+the argument (exit 2; CommandError from call_command).
 """
 
 from __future__ import annotations
@@ -37,3 +40,12 @@ def _bounded(kind: Callable[[str], N], name: str, low: N, high: N) -> Callable[[
         return value
 
     return parse
+
+
+def text(value: str) -> str:
+    """An argparse `type` for an argument kept or shown (a username, a label, a note): valid UTF-8."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError("is not valid UTF-8 text") from None
+    return value

@@ -3,16 +3,23 @@ command's usage error naming the option, before anything runs; the range's ends 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from io import StringIO
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
 from oauth2_provider.models import AccessToken
 
+from accounts.models import Account
+from billing.models import LedgerEntry
 from core.commands import BATCH_SIZE_MAX, DAYS_MAX
 from keys.models import ApiKey
 
 pytestmark = pytest.mark.django_db
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # command, its other arguments, the option, its lowest and highest values
 OPTIONS = [
@@ -59,3 +66,55 @@ def test_the_delivery_interval_takes_a_finite_number_of_seconds_in_its_range(giv
         call_command("deliver_notifications", "--once", "--interval", given, stdout=StringIO())
 
     call_command("deliver_notifications", "--once", "--interval", "0.1", stdout=StringIO())
+
+
+# command, its arguments with {} where the text goes, and the argument's name in the usage error
+TEXTS = [
+    ("createaccount", ["{}", "--groups", "Alpha-Image"], "username"),
+    ("createaccount", ["dora", "--groups", "{}"], "--groups"),
+    ("createaccount", ["dora", "--groups", "Alpha-Image", "--current", "{}"], "--current"),
+    ("createaccount", ["dora", "--groups", "Alpha-Image", "--email", "{}"], "--email"),
+    ("topup", ["{}", "1.00"], "username"),
+    ("topup", ["alice", "{}"], "amount"),
+    ("topup", ["alice", "1.00", "--note", "{}"], "--note"),
+    ("worker_gone", ["{}"], "owner"),
+    ("signin_unlock", ["{}"], "username"),
+    ("signin_unlock", ["--address", "{}"], "--address"),
+    ("createapikey", ["{}", "--group", "Alpha-Image"], "username"),
+    ("createapikey", ["alice", "--group", "{}"], "--group"),
+    ("createapikey", ["alice", "--group", "Alpha-Image", "--label", "{}"], "--label"),
+    ("createapikey", ["alice", "--group", "Alpha-Image", "--budget", "{}"], "--budget"),
+    ("createapikey", ["alice", "--group", "Alpha-Image", "--budget-period", "{}"], "--budget-period"),
+    ("createapikey", ["alice", "--group", "Alpha-Image", "--models", "{}"], "--models"),
+    ("createapikey", ["alice", "--group", "Alpha-Image", "--allowed-ips", "{}"], "--allowed-ips"),
+    ("createtoken", ["{}", "--scopes", "profile:read"], "username"),
+    ("createtoken", ["alice", "--scopes", "{}"], "--scopes"),
+]
+
+
+@pytest.mark.parametrize(("command", "args", "name"), TEXTS, ids=[f"{t[0]} {t[2]}" for t in TEXTS])
+def test_an_argument_that_is_not_utf8_is_a_usage_error_naming_it(alice, command, args, name):
+    # A command line's bytes that are not UTF-8 reach Python as lone surrogates (PEP 383).
+    given = [b"\xffdora".decode("utf-8", "surrogateescape") if arg == "{}" else arg for arg in args]
+
+    with pytest.raises(CommandError, match=f"argument {name}: is not valid UTF-8 text"):
+        call_command(command, *given, stdout=StringIO(), stderr=StringIO())
+
+    assert Account.objects.count() == 1  # alice
+    assert not ApiKey.objects.exists()
+    assert not AccessToken.objects.exists()
+    assert LedgerEntry.objects.filter(kind="top_up").count() == 1  # alice's fixture
+
+
+def test_a_command_line_that_is_not_utf8_is_answered_with_usage_not_a_traceback():
+    result = subprocess.run(
+        [sys.executable, "manage.py", "createaccount", b"\xffdora", "--groups", "Alpha-Image"],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert result.returncode == 2
+    assert b"argument username: is not valid UTF-8 text" in result.stderr
+    assert b"Traceback" not in result.stderr

@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from accounts.services import AccountExists, AccountGroupInactive, account_open
+from core.commands import text
 from groups.models import Group
 from groups.selectors import group_get_by_reference
 
@@ -12,14 +13,22 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("username")
+        parser.add_argument("username", type=text)
         parser.add_argument(
-            "--groups", nargs="+", required=True, metavar="GROUP", help="Allowed groups, by name or id."
+            "--groups",
+            nargs="+",
+            required=True,
+            type=text,
+            metavar="GROUP",
+            help="Allowed groups, by name or id.",
         )
         parser.add_argument(
-            "--current", metavar="GROUP", help="The current group (default: the first of --groups)."
+            "--current",
+            type=text,
+            metavar="GROUP",
+            help="The current group (default: the first of --groups).",
         )
-        parser.add_argument("--email", default="")
+        parser.add_argument("--email", type=text, default="")
 
     def handle(self, *args, username, groups, current, email, **options):
         try:

@@ -6,15 +6,16 @@ from accounts.models import Account
 from accounts.selectors import account_get_by_username
 from billing.ledger import wallet_top_up
 from billing.money import MoneyError, money_display
+from core.commands import text
 
 
 class Command(BaseCommand):
     help = "Credit USERNAME's wallet with AMOUNT (e.g. 10.00), writing a ledger entry."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("username")
-        parser.add_argument("amount")
-        parser.add_argument("--note", default="")
+        parser.add_argument("username", type=text)
+        parser.add_argument("amount", type=text)
+        parser.add_argument("--note", type=text, default="")
 
     def handle(self, *args: Any, username: Any, amount: Any, note: Any, **options: Any) -> None:
         try:

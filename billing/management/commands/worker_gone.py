@@ -4,6 +4,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from billing.holds import holds_release_owner
 from billing.limits import concurrency_slots_release_owner
+from core.commands import text
 
 
 class Command(BaseCommand):
@@ -14,7 +15,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("owner")
+        parser.add_argument("owner", type=text)
 
     def handle(self, *args: Any, owner: Any, **options: Any) -> None:
         slots = concurrency_slots_release_owner(owner=owner)

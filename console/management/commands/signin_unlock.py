@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from console.signin import signin_unlock
+from core.commands import text
 
 
 class Command(BaseCommand):
@@ -10,8 +11,10 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("username", nargs="?", default="")
-        parser.add_argument("--address", default="", help="A client address (as REMOTE_ADDR has it).")
+        parser.add_argument("username", nargs="?", type=text, default="")
+        parser.add_argument(
+            "--address", type=text, default="", help="A client address (as REMOTE_ADDR has it)."
+        )
 
     def handle(self, *args, username, address, **options):
         if not username and not address:

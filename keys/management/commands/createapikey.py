@@ -5,7 +5,7 @@ from django.utils import timezone
 
 from accounts.models import Account
 from accounts.selectors import account_get_by_username
-from core.commands import DAYS_MAX, bounded_int
+from core.commands import DAYS_MAX, bounded_int, text
 from groups.models import Group
 from keys.errors import KeyLimitsInvalid
 from keys.models import ApiKey
@@ -40,25 +40,32 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("username")
-        parser.add_argument("--group", required=True, help="Group name the key is bound to.")
-        parser.add_argument("--label", default="")
+        parser.add_argument("username", type=text)
+        parser.add_argument("--group", type=text, required=True, help="Group name the key is bound to.")
+        parser.add_argument("--label", type=text, default="")
         parser.add_argument("--expires-in-days", type=bounded_int(1, DAYS_MAX), default=None)
         parser.add_argument(
-            "--budget", default=None, help='The most the key may spend per period, e.g. "5.00".'
+            "--budget", type=text, default=None, help='The most the key may spend per period, e.g. "5.00".'
         )
         parser.add_argument(
             "--budget-period",
+            type=text,
             default="",
             help=f"The budget's window: {', '.join(ApiKey.BudgetPeriod.values)}.",
         )
         parser.add_argument(
-            "--models", default=None, help="Comma-separated model ids of the group the key may call."
+            "--models",
+            type=text,
+            default=None,
+            help="Comma-separated model ids of the group the key may call.",
         )
         parser.add_argument("--rpm", type=int, default=None, help="Requests per minute.")
         parser.add_argument("--tpm", type=int, default=None, help="Tokens per minute of text calls.")
         parser.add_argument(
-            "--allowed-ips", default=None, help="Comma-separated CIDR networks the caller must call from."
+            "--allowed-ips",
+            type=text,
+            default=None,
+            help="Comma-separated CIDR networks the caller must call from.",
         )
 
     def handle(self, *args, username, group, label, expires_in_days, **options):

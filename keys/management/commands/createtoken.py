@@ -2,7 +2,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from accounts.models import Account
 from accounts.selectors import account_get_by_username
-from core.commands import DAYS_MAX, bounded_int
+from core.commands import DAYS_MAX, bounded_int, text
 from keys.credentials import SCOPES
 from keys.services import oauth_token_create
 
@@ -14,9 +14,10 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("username")
+        parser.add_argument("username", type=text)
         parser.add_argument(
             "--scopes",
+            type=text,
             required=True,
             help=f"Space-separated scopes, from: {', '.join(SCOPES)}.",
         )
