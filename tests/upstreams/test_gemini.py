@@ -242,9 +242,11 @@ def test_resource_exhausted_and_5xx_go_through_the_retry_rules(client, key, gemi
 
 @pytest.mark.django_db(transaction=True)
 def test_the_openai_sdk_works_against_a_gemini_upstream(live_server, alice, key, gemini_model):
-    with responses.RequestsMock() as mocked:
+    with (
+        responses.RequestsMock() as mocked,
+        openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=key, max_retries=0) as client,
+    ):
         mocked.post(URL, json=answer())
-        client = openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=key, max_retries=0)
         result = client.images.generate(model="alpha-gemini", prompt="a fox", size="1024x1024")
     assert result.data[0].revised_prompt == "A red fox, photographed at dawn."
     assert base64.b64decode(result.data[0].b64_json) == png()
