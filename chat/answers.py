@@ -12,9 +12,9 @@ from api.upstream_errors import upstream_error_to_api_error
 from api.usage import UsageScope
 from billing.usage import TokenCounts
 from chat.access import ResolvedTextModel
-from chat.families import Family
+from chat.families import PASSED_ERROR_SHAPES, Family
 from chat.pricing import text_call_cost
-from core.errors import ApiError, PassthroughError, Shape
+from core.errors import ApiError, PassthroughError
 from translators import Translator
 from upstreams.errors import UpstreamError
 from upstreams.providers.base import TextReply
@@ -23,12 +23,6 @@ from upstreams.snapshots import UpstreamSnapshot
 logger = logging.getLogger("gateway.text")
 
 ERROR_BODY_LIMIT = 64 * 1024
-# The shapes of an upstream's error body each family's callers get as it is (docs/text.md).
-_PASSED_SHAPES: dict[Shape, frozenset[Shape]] = {
-    "compatible": frozenset({"compatible", "google"}),
-    "native": frozenset({"native"}),
-    "google": frozenset({"google"}),
-}
 
 
 def refusal_passthrough(*, reply: TextReply, upstream: UpstreamSnapshot) -> ApiError:
@@ -60,7 +54,7 @@ def refusal_for_caller(
     if not isinstance(error, PassthroughError):
         return error
     if translator is None:
-        if error.shape in _PASSED_SHAPES[family.shape]:
+        if error.shape == family.shape or error.shape in PASSED_ERROR_SHAPES[family.shape]:
             return error
         return ApiError(error.message, status=error.status, type=error.type, code=error.code)
     body = json.loads(translator.error_body(error.status, json.dumps(error.body).encode("utf-8")))

@@ -318,6 +318,11 @@ class GeminiTracker(StreamTracker):
         return True
 
 
+# The other shapes of an upstream's 4xx body that a family's callers get as it is, besides their own
+# (a compatible provider may answer Google's); any other shape is rebuilt in the family's.
+PASSED_ERROR_SHAPES: dict[Shape, tuple[Shape, ...]] = {"compatible": ("google",), "native": (), "google": ()}
+
+
 @dataclass(frozen=True)
 class Family:
     """One text endpoint."""

@@ -20,7 +20,7 @@ from api.openapi import (
     error_responses,
     free_form,
 )
-from chat.families import CHAT, COUNT_TOKENS, MESSAGES_FAMILY, RESPONSES_FAMILY, Family
+from chat.families import CHAT, COUNT_TOKENS, MESSAGES_FAMILY, PASSED_ERROR_SHAPES, RESPONSES_FAMILY, Family
 from core.errors import Shape
 
 _LIMIT = {
@@ -111,8 +111,8 @@ def _text_schema(
             response=EVENT_STREAM, description="With `stream: true`: the upstream's events"
         )
     # The upstream's own 4xx about the request passes through in its shape (OpenAI's is the
-    # compatible one; a compatible provider may answer Google's).
-    passthrough: tuple[Shape, ...] = ("google",) if shape == "compatible" else ()
+    # compatible one).
+    passthrough = PASSED_ERROR_SHAPES[shape]
     # A class decorator (the four views share TextView.post): per method, as drf-spectacular wants it.
     return extend_schema_view(
         post=extend_schema(
