@@ -8,7 +8,9 @@ Request (Chat Completions → generateContent):
   downloads a caller's http(s) image links and gives this translator a body with their bytes as
   `data:` URLs, chat/image_links.py, so a link that reaches it is refused); the assistant's
   `tool_calls` `functionCall` parts (ids kept) and each `tool` message a `functionResponse` part
-  named after the call it answers.
+  named after the call it answers. Gemini 3 refuses a history whose function calls lack the thought
+  signatures it gave them, which a Chat Completions history cannot carry: for a model not named as
+  1.x or 2.x, the first call of each model turn carries Google's placeholder signature instead.
 - `tools` (functions) become `functionDeclarations` with the parameters as `parametersJsonSchema`;
   `tool_choice` none/auto/required/a named function becomes the calling mode NONE/AUTO/ANY/ANY with
   that function allowed.
@@ -31,7 +33,9 @@ arrives, then the finish chunk, the usage chunk when asked, and `[DONE]`.
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 import secrets
 from collections.abc import Mapping
 from typing import Any
@@ -43,6 +47,9 @@ from translators.values import arguments_parsed, count, error_message, event_obj
 _FINISH = {"STOP": "stop", "MAX_TOKENS": "length"}
 _FILTERED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY"})
 _EFFORT_BUDGET = {"minimal": 512, "low": 1024, "medium": 8192, "high": 24576}
+# Google's placeholder thought signature for function calls the model did not make (a history from
+# another model or client), base64 as the API's bytes fields are (ai.google.dev, "Thought signatures").
+FOREIGN_CALL_SIGNATURE = base64.b64encode(b"skip_thought_signature_validator").decode()
 
 
 def _image_part(part: Mapping[str, Any], *, param: str) -> dict[str, Any]:
@@ -156,6 +163,25 @@ def _contents(messages: Any) -> tuple[str, list[dict[str, Any]]]:
     return "\n\n".join(system), contents
 
 
+def _validates_signatures(upstream_model: str) -> bool:
+    """Whether the model refuses a function call of its own without its thought signature: Gemini 3
+    and later (and any model its name does not date, such as a `-latest` alias); 1.x and 2.x do not."""
+    generation = re.search(r"gemini-(\d+)", upstream_model)
+    return generation is None or int(generation.group(1)) >= 3
+
+
+def _sign_calls(contents: list[dict[str, Any]]) -> None:
+    """Give the first function call of each model turn the signature Google documents for calls the
+    model did not make itself: the caller's history cannot carry the one Gemini gave (as Gemini signs
+    them, only the first of parallel calls)."""
+    for content in contents:
+        if content["role"] == "model":
+            for part in content["parts"]:
+                if "functionCall" in part:
+                    part["thoughtSignature"] = FOREIGN_CALL_SIGNATURE
+                    break
+
+
 def _declarations(tools: Any) -> list[dict[str, Any]]:
     if not isinstance(tools, list):
         raise TranslationRefused("`tools` must be a list.", param="tools")
@@ -209,6 +235,7 @@ class ChatViaGemini:
     def __init__(self, call: TranslatedCall) -> None:
         self.model = call.model
         self.created = call.created
+        self._signed = _validates_signatures(call.upstream_model)
         self.tokens: TranslatedTokens | None = None
         self._usage_asked = False
         self._chunks = ChatChunks(
@@ -227,6 +254,8 @@ class ChatViaGemini:
             if refused:
                 raise TranslationRefused(f"`{field}` cannot be served by this model.", param=field)
         system, contents = _contents(body.get("messages"))
+        if self._signed:
+            _sign_calls(contents)
         out: dict[str, Any] = {"contents": contents}
         if system:
             out["systemInstruction"] = {"parts": [{"text": system}]}

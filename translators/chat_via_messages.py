@@ -18,8 +18,10 @@ Request (Chat Completions → Messages):
   the answer: its arguments come back as the message's text, so the caller gets JSON content as
   Chat Completions gives it.
 - `reasoning_effort` low/medium/high becomes `thinking` with a budget of 1,024/8,192/24,576 tokens,
-  kept under `max_tokens`; dropped when it does not fit (Anthropic's minimum budget is 1,024) or when
-  a tool is forced (Anthropic refuses thinking with a forced tool).
+  kept under `max_tokens`; dropped when it does not fit (Anthropic's minimum budget is 1,024), when
+  a tool is forced (Anthropic refuses thinking with a forced tool), and while a tool loop is open
+  (the last assistant turn called a tool: Anthropic refuses thinking unless that turn starts with
+  the signed thinking block it answered, which a Chat Completions history does not carry).
 - Dropped, as hints Messages has no use for: `frequency_penalty`, `presence_penalty`, `seed`,
   `logit_bias`, `store`, `metadata`, `service_tier`, `prediction`, `stream_options` (the usage chunk
   is made from the upstream's usage when the caller asks for it), `strict` on a function.
@@ -245,6 +247,15 @@ def _json_tool(response_format: Any) -> dict[str, Any] | None:
     return {"name": JSON_TOOL, "description": "Give the answer as this JSON.", "input_schema": schema}
 
 
+def _tool_loop_open(turns: list[dict[str, Any]]) -> bool:
+    """Whether the last assistant turn called a tool: with thinking on, Anthropic then wants that turn
+    to start with the thinking block it signed, which a Chat Completions history cannot carry."""
+    for turn in reversed(turns):
+        if turn["role"] == "assistant":
+            return any(block["type"] == "tool_use" for block in turn["content"])
+    return False
+
+
 class ChatViaMessages:
     """One `/v1/chat/completions` call on a Messages upstream."""
 
@@ -311,7 +322,7 @@ class ChatViaMessages:
         effort = body.get("reasoning_effort")
         budget = _EFFORT_BUDGET.get(effort) if isinstance(effort, str) else None
         forced = choice is not None and choice["type"] in ("any", "tool")
-        if budget is not None and not forced:
+        if budget is not None and not forced and not _tool_loop_open(turns):
             budget = min(budget, max_tokens - 1)
             if budget >= _MIN_BUDGET:
                 out["thinking"] = {"type": "enabled", "budget_tokens": budget}

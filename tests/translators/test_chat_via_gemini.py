@@ -29,9 +29,9 @@ WEATHER = {
 }
 
 
-def translator() -> ChatViaGemini:
+def translator(upstream_model: str = "gemini-2.5-flash") -> ChatViaGemini:
     return ChatViaGemini(
-        TranslatedCall("gpt-via-gemini", "gemini-2.5-flash", "gemini", max_tokens=4096, created=1700000000)
+        TranslatedCall("gpt-via-gemini", upstream_model, "gemini", max_tokens=4096, created=1700000000)
     )
 
 
@@ -126,6 +126,53 @@ def test_it_translates_a_chat_request_into_generate_content():
         ],
         "toolConfig": {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["get_weather"]}},
     }
+
+
+def call(call_id: str, city: str) -> dict[str, Any]:
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": f'{{"city":"{city}"}}'},
+    }
+
+
+TOOL_LOOP = [
+    {"role": "user", "content": "Weather in Oslo and Bergen, then Rome?"},
+    {
+        "role": "assistant",
+        "content": "Looking.",
+        "tool_calls": [call("call_1", "Oslo"), call("call_2", "Bergen")],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": "12C"},
+    {"role": "tool", "tool_call_id": "call_2", "content": "10C"},
+    {"role": "assistant", "content": None, "tool_calls": [call("call_3", "Rome")]},
+    {"role": "tool", "tool_call_id": "call_3", "content": "20C"},
+]
+SIGNATURE = "c2tpcF90aG91Z2h0X3NpZ25hdHVyZV92YWxpZGF0b3I="  # base64 of skip_thought_signature_validator
+
+
+@pytest.mark.parametrize(
+    "upstream_model",
+    ["gemini-3-pro-preview", "gemini-3.5-flash", "models/gemini-4-flash", "gemini-flash-latest"],
+)
+def test_a_model_that_checks_thought_signatures_gets_googles_placeholder_on_each_steps_first_call(
+    upstream_model,
+):
+    """Gemini 3 answers 400 to a history whose function calls lack the thought signature it gave them
+    ("Function call is missing a thought_signature"); as Gemini signs them, the first call of each
+    step carries one, here Google's documented placeholder."""
+    sent = translator(upstream_model).request_body({"messages": TOOL_LOOP, "tools": [WEATHER]})
+    model_turns = [content["parts"] for content in sent["contents"] if content["role"] == "model"]
+    assert [[part.get("thoughtSignature") for part in parts] for parts in model_turns] == [
+        [None, SIGNATURE, None],  # the text, then the two parallel calls: the first signed
+        [SIGNATURE],
+    ]
+
+
+@pytest.mark.parametrize("upstream_model", ["gemini-2.5-flash", "gemini-2.0-flash", "gemini-1.5-pro"])
+def test_a_model_before_gemini_3_gets_no_thought_signature(upstream_model):
+    sent = translator(upstream_model).request_body({"messages": TOOL_LOOP, "tools": [WEATHER]})
+    assert "thoughtSignature" not in json.dumps(sent)
 
 
 @pytest.mark.parametrize(

@@ -241,6 +241,43 @@ def test_a_reasoning_effort_becomes_a_thinking_budget_under_the_limit(effort, ma
         assert "temperature" not in sent
 
 
+CALLED = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+}
+ANSWERED = {"role": "tool", "tool_call_id": "call_1", "content": "12C"}
+
+
+@pytest.mark.parametrize(
+    ("history", "thinking"),
+    [
+        pytest.param([], True, id="no assistant turn yet"),
+        pytest.param([CALLED, ANSWERED], False, id="the last assistant turn called a tool"),
+        pytest.param(
+            [CALLED, ANSWERED, {"role": "user", "content": "and more?"}], False, id="a turn after the result"
+        ),
+        pytest.param(
+            [CALLED, ANSWERED, {"role": "assistant", "content": "12C."}, {"role": "user", "content": "ok"}],
+            True,
+            id="the loop ended in an answer",
+        ),
+    ],
+)
+def test_thinking_is_left_off_while_a_tool_loop_is_open(history, thinking):
+    """Anthropic answers 400 to thinking when the last assistant turn called a tool and does not start
+    with the signed thinking block it was given ("a final assistant message must start with a
+    thinking block"); a Chat Completions history has no such block to give back."""
+    body = {
+        "messages": [{"role": "user", "content": "weather?"}, *history],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+        "reasoning_effort": "low",
+        "max_tokens": 4000,
+    }
+    sent = translator().request_body(body)
+    assert ("thinking" in sent) is thinking
+
+
 @pytest.mark.parametrize(
     ("body", "param"),
     [
