@@ -1,5 +1,6 @@
 """Chat Completions, the hub format, as the translators read and write it: its usage object both ways,
-and the chunks of a stream written for a Chat Completions caller (`ChatChunks`). Each translator
+a tool's output that holds images (`ToolOutput`), and the chunks of a stream written for a Chat
+Completions caller (`ChatChunks`). Each translator
 whose one side is Chat Completions uses these, so the usage and the stream grammar come out the same
 from every pair."""
 
@@ -41,6 +42,40 @@ def chat_usage(tokens: TranslatedTokens | None) -> dict[str, Any]:
         # and says nothing of how much, which 0 would misstate.
         usage["completion_tokens_details"] = {"reasoning_tokens": tokens.reasoning}
     return usage
+
+
+# What a tool message says in place of an image its tool returned.
+IMAGE_MOVED = "[image: in the next message]"
+
+
+class ToolOutput:
+    """The tool messages answering one assistant turn's calls, and the images their tools returned.
+
+    Chat Completions takes images only in user messages: OpenAI answers 400 to one in a tool message
+    ("Image URLs are only allowed for messages with role 'user'"), and the tool messages must follow
+    the calls with nothing between them. So each image is `IMAGE_MOVED` in its tool message's text,
+    and the images go, in the calls' order, at the head of the user message that follows them."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self.images: list[dict[str, Any]] = []
+
+    def add(self, call_id: str, parts: list[dict[str, Any]]) -> None:
+        """One call's output as text and `image_url` parts."""
+        texts = [IMAGE_MOVED if part["type"] == "image_url" else part["text"] for part in parts]
+        self.images.extend(part for part in parts if part["type"] == "image_url")
+        self.messages.append({"role": "tool", "tool_call_id": call_id, "content": "\n".join(texts)})
+
+    def placed(self, user_parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The tool messages, then the user message of the images and `user_parts` (if any); emptied."""
+        out, parts = self.messages, [*self.images, *user_parts]
+        self.messages, self.images = [], []
+        if parts:
+            only_text = all(part["type"] == "text" for part in parts)
+            out.append(
+                {"role": "user", "content": "\n".join(p["text"] for p in parts) if only_text else parts}
+            )
+        return out
 
 
 def sse_data(payload: Mapping[str, Any]) -> bytes:

@@ -7,7 +7,8 @@ Request (Messages → Chat Completions):
   text and image blocks become content parts (an image's base64 source a `data:` URL, a URL source
   as it is); `tool_use` blocks become the assistant's `tool_calls` and `tool_result` blocks `tool`
   messages with the same call id, placed before the rest of their user turn, as Chat Completions
-  wants them right after the calls.
+  wants them right after the calls; an image a tool returned goes at the head of that user turn,
+  Chat Completions taking images only from the user (chat_wire.ToolOutput).
 - `tools` become functions (their `input_schema` the parameters); `tool_choice` auto/any/tool/none
   becomes auto/required/the named function/none, `disable_parallel_tool_use` `parallel_tool_calls:
   false`.
@@ -42,7 +43,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from translators import TranslatedCall, TranslatedTokens, TranslationRefused
-from translators.chat_wire import chat_tokens
+from translators.chat_wire import ToolOutput, chat_tokens
 from translators.values import (
     arguments_parsed,
     error_message,
@@ -90,27 +91,33 @@ def _image_part(block: Mapping[str, Any], *, param: str) -> dict[str, Any]:
     )
 
 
-def _tool_result_content(value: Any, *, param: str) -> str | list[dict[str, Any]]:
-    if value is None:
-        return ""
+def _tool_result_parts(block: Mapping[str, Any], *, param: str) -> list[dict[str, Any]]:
+    """A tool_result's content as text and `image_url` parts, "Error: " before the text of an error."""
+    value = block.get("content")
+    parts: list[dict[str, Any]] = []
     if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        parts: list[dict[str, Any]] = []
-        for index, block in enumerate(value):
-            where = f"{param}[{index}]"
-            kind = obj(block).get("type")
-            if kind == "text" and isinstance(block.get("text"), str):
-                parts.append({"type": "text", "text": block["text"]})
+        parts.append({"type": "text", "text": value})
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            where = f"{param}.content[{index}]"
+            kind = obj(item).get("type")
+            if kind == "text" and isinstance(item.get("text"), str):
+                parts.append({"type": "text", "text": item["text"]})
             elif kind == "image":
-                parts.append(_image_part(block, param=where))
+                parts.append(_image_part(item, param=where))
             else:
                 raise TranslationRefused("A tool result can hold text and images on this model.", param=where)
-        # A text-only result as one string: compatible servers often take nothing else in a tool message.
-        if all(part["type"] == "text" for part in parts):
-            return "\n".join(part["text"] for part in parts)
-        return parts
-    raise TranslationRefused("A tool result's content is a string or a list of blocks.", param=param)
+    elif value is not None:
+        raise TranslationRefused(
+            "A tool result's content is a string or a list of blocks.", param=f"{param}.content"
+        )
+    if block.get("is_error") is True:
+        if parts and parts[0]["type"] == "text":
+            text = parts.pop(0)["text"]
+            parts.insert(0, {"type": "text", "text": f"Error: {text}" if text else "Error"})
+        else:
+            parts.insert(0, {"type": "text", "text": "Error"})
+    return parts
 
 
 def _arguments_of(value: Any) -> str:
@@ -141,7 +148,7 @@ def _messages_of(messages: Any) -> list[dict[str, Any]]:
             )
         parts: list[dict[str, Any]] = []
         tool_calls: list[dict[str, Any]] = []
-        tool_messages: list[dict[str, Any]] = []
+        tool_output = ToolOutput()
         for position, block in enumerate(content):
             at = f"{where}.content[{position}]"
             kind = obj(block).get("type")
@@ -162,19 +169,13 @@ def _messages_of(messages: Any) -> list[dict[str, Any]]:
             elif kind == "tool_result" and role == "user":
                 if not isinstance(block.get("tool_use_id"), str):
                     raise TranslationRefused("A tool_result block needs a string tool_use_id.", param=at)
-                result = _tool_result_content(block.get("content"), param=f"{at}.content")
-                if block.get("is_error") is True and isinstance(result, str):
-                    result = f"Error: {result}" if result else "Error"
-                tool_messages.append(
-                    {"role": "tool", "tool_call_id": block["tool_use_id"], "content": result}
-                )
+                tool_output.add(block["tool_use_id"], _tool_result_parts(block, param=at))
             elif isinstance(kind, str) and kind in _DROPPED_BLOCKS and role == "assistant":
                 continue
             else:
                 raise TranslationRefused(
                     f"A {kind!r} block in a {role} message cannot be sent to this model.", param=at
                 )
-        out.extend(tool_messages)
         if role == "assistant":
             text = "\n".join(p["text"] for p in parts)
             assistant: dict[str, Any] = {"role": "assistant", "content": text or None}
@@ -182,11 +183,8 @@ def _messages_of(messages: Any) -> list[dict[str, Any]]:
                 assistant["tool_calls"] = tool_calls
             if assistant["content"] is not None or tool_calls:
                 out.append(assistant)
-        elif parts:
-            only_text = all(part["type"] == "text" for part in parts)
-            out.append(
-                {"role": "user", "content": "\n".join(p["text"] for p in parts) if only_text else parts}
-            )
+        else:
+            out.extend(tool_output.placed(parts))
     return out
 
 

@@ -6,8 +6,9 @@ Request (Responses → Chat Completions):
   a message item (with or without `"type": "message"`; roles user, assistant, system, developer)
   with its `input_text`/`output_text` parts as text and `input_image` parts as `image_url`;
   consecutive `function_call` items one assistant message with those `tool_calls` (call ids kept);
-  a `function_call_output` a `tool` message. Reasoning items are dropped (their encrypted content
-  means something to OpenAI only).
+  a `function_call_output` a `tool` message (an image in its output, as Codex's view_image gives,
+  goes in a user message after the run of tool messages: chat_wire.ToolOutput). Reasoning items
+  are dropped (their encrypted content means something to OpenAI only).
 - `tools` of type function become functions (a `namespace` of functions, as Codex groups some, is
   flattened into its functions); `tool_choice` and `parallel_tool_calls` as they are (a named
   function's form changed); `max_output_tokens` `max_tokens`; `temperature`, `top_p`, `user`
@@ -38,7 +39,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from translators import TranslatedCall, TranslatedTokens, TranslationRefused
-from translators.chat_wire import chat_tokens
+from translators.chat_wire import ToolOutput, chat_tokens
 from translators.values import error_message, event_object, json_bytes, obj, string
 
 _DROPPED_ITEMS = frozenset({"reasoning"})
@@ -61,13 +62,7 @@ def _message_content(content: Any, *, role: str, param: str) -> str | list[dict[
         elif kind == "refusal" and string(obj(part).get("refusal")) is not None:
             parts.append({"type": "text", "text": obj(part)["refusal"]})
         elif kind == "input_image" and role == "user":
-            url = string(obj(part).get("image_url"))
-            if not url:
-                raise TranslationRefused("An input_image part needs an image_url on this model.", param=at)
-            image: dict[str, Any] = {"url": url}
-            if string(obj(part).get("detail")):
-                image["detail"] = obj(part)["detail"]
-            parts.append({"type": "image_url", "image_url": image})
+            parts.append(_image_part(part, param=at))
         else:
             raise TranslationRefused(f"A {kind!r} part cannot be sent to this model.", param=at)
     if all(part["type"] == "text" for part in parts):
@@ -75,13 +70,29 @@ def _message_content(content: Any, *, role: str, param: str) -> str | list[dict[
     return parts
 
 
-def _output_text(value: Any) -> str:
-    """A function call's output: a string, or the text of its parts."""
+def _image_part(part: Mapping[str, Any], *, param: str) -> dict[str, Any]:
+    url = string(part.get("image_url"))
+    if not url:
+        raise TranslationRefused("An input_image part needs an image_url on this model.", param=param)
+    image: dict[str, Any] = {"url": url}
+    if string(part.get("detail")):
+        image["detail"] = part["detail"]
+    return {"type": "image_url", "image_url": image}
+
+
+def _output_parts(value: Any, *, param: str) -> list[dict[str, Any]]:
+    """A function call's output as text and `image_url` parts: a string, its parts' text and images
+    (what Codex's view_image returns), or any other JSON as its text."""
     if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        return "\n".join(string(obj(part).get("text")) or "" for part in value)
-    return json.dumps(value)
+        return [{"type": "text", "text": value}]
+    if not isinstance(value, list):
+        return [{"type": "text", "text": json.dumps(value)}]
+    return [
+        _image_part(part, param=f"{param}[{index}]")
+        if obj(part).get("type") == "input_image"
+        else {"type": "text", "text": string(obj(part).get("text")) or ""}
+        for index, part in enumerate(value)
+    ]
 
 
 def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -95,11 +106,14 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
         return messages
     if not isinstance(items, list):
         raise TranslationRefused("`input` is a string or a list of items.", param="input")
+    outputs = ToolOutput()  # the function call outputs since the last other item
     for index, item in enumerate(items):
         where = f"input[{index}]"
         if not isinstance(item, dict):
             raise TranslationRefused("Each input item is an object.", param=where)
         kind = item.get("type", "message")
+        if kind != "function_call_output" and not (isinstance(kind, str) and kind in _DROPPED_ITEMS):
+            messages.extend(outputs.placed([]))
         if kind == "message":
             role = item.get("role")
             if role not in ("user", "assistant", "system", "developer"):
@@ -123,15 +137,14 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
             call_id = string(item.get("call_id"))
             if not call_id:
                 raise TranslationRefused("A function_call_output item needs a call_id.", param=where)
-            messages.append(
-                {"role": "tool", "tool_call_id": call_id, "content": _output_text(item.get("output"))}
-            )
+            outputs.add(call_id, _output_parts(item.get("output"), param=f"{where}.output"))
         elif isinstance(kind, str) and kind in _DROPPED_ITEMS:
             continue
         else:
             raise TranslationRefused(
                 f"An input item of type {kind!r} cannot be sent to this model.", param=where
             )
+    messages.extend(outputs.placed([]))
     return messages
 
 

@@ -226,6 +226,87 @@ REQUESTS = [
         },
         id="images by base64 and URL, a named tool, an error result, a stream that asks for usage",
     ),
+    pytest.param(
+        {
+            "model": "m",
+            "max_tokens": 10,
+            "messages": [
+                {"role": "user", "content": "Compare the two screenshots."},
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "tool_use", "id": "call_1", "name": "Read", "input": {"file_path": "a.png"}},
+                        {"type": "tool_use", "id": "call_2", "name": "Read", "input": {"file_path": "b.png"}},
+                    ],
+                },
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": "call_1",
+                            "content": [
+                                {"type": "text", "text": "a.png, 2 KB"},
+                                {
+                                    "type": "image",
+                                    "source": {"type": "base64", "media_type": "image/png", "data": "iVBORa"},
+                                },
+                            ],
+                        },
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": "call_2",
+                            "content": [
+                                {
+                                    "type": "image",
+                                    "source": {"type": "base64", "media_type": "image/png", "data": "iVBORb"},
+                                }
+                            ],
+                        },
+                        {"type": "text", "text": "Which is newer?"},
+                    ],
+                },
+            ],
+        },
+        {
+            "model": "deepseek-chat",
+            "messages": [
+                {"role": "user", "content": "Compare the two screenshots."},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "Read", "arguments": '{"file_path":"a.png"}'},
+                        },
+                        {
+                            "id": "call_2",
+                            "type": "function",
+                            "function": {"name": "Read", "arguments": '{"file_path":"b.png"}'},
+                        },
+                    ],
+                },
+                {
+                    "role": "tool",
+                    "tool_call_id": "call_1",
+                    "content": "a.png, 2 KB\n[image: in the next message]",
+                },
+                {"role": "tool", "tool_call_id": "call_2", "content": "[image: in the next message]"},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORa"}},
+                        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORb"}},
+                        {"type": "text", "text": "Which is newer?"},
+                    ],
+                },
+            ],
+            "max_tokens": 10,
+        },
+        id="images a tool returned move to the user message after the tool messages (Claude Code's Read)",
+    ),
 ]
 
 

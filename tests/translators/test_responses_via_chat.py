@@ -181,6 +181,63 @@ REQUESTS = [
         },
         id="an image, a JSON schema, a namespace of functions flattened",
     ),
+    pytest.param(
+        {
+            "model": "m",
+            "input": [
+                {"role": "user", "content": [{"type": "input_text", "text": "What is in shot.png?"}]},
+                {
+                    "type": "function_call",
+                    "call_id": "call_1",
+                    "name": "view_image",
+                    "arguments": '{"path":"shot.png"}',
+                },
+                {
+                    "type": "function_call",
+                    "call_id": "call_2",
+                    "name": "shell",
+                    "arguments": '{"command":["ls"]}',
+                },
+                {
+                    "type": "function_call_output",
+                    "call_id": "call_1",
+                    "output": [{"type": "input_image", "image_url": "data:image/png;base64,iVBOR"}],
+                },
+                {"type": "function_call_output", "call_id": "call_2", "output": "shot.png"},
+                {"role": "user", "content": [{"type": "input_text", "text": "And now?"}]},
+            ],
+        },
+        {
+            "model": "deepseek-chat",
+            "messages": [
+                {"role": "user", "content": "What is in shot.png?"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "view_image", "arguments": '{"path":"shot.png"}'},
+                        },
+                        {
+                            "id": "call_2",
+                            "type": "function",
+                            "function": {"name": "shell", "arguments": '{"command":["ls"]}'},
+                        },
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "call_1", "content": "[image: in the next message]"},
+                {"role": "tool", "tool_call_id": "call_2", "content": "shot.png"},
+                {
+                    "role": "user",
+                    "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBOR"}}],
+                },
+                {"role": "user", "content": "And now?"},
+            ],
+        },
+        id="an image a call returned (Codex's view_image) in a user message after the tool messages",
+    ),
 ]
 
 

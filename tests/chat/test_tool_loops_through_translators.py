@@ -1,6 +1,7 @@
-"""The second step of a tool loop, recorded from real clients (tests/clients/corpus), on models that sign
-their reasoning and check the signature when a history comes back: through a translator the history
-cannot carry it, so the gateway must send what the provider accepts instead.
+"""The second step of a tool loop, recorded from real clients (tests/clients/corpus), through the
+translators to providers that check what a history carries: what a Chat Completions history cannot
+carry (a signature), or carries where the provider does not take it (a tool's image), must be sent as
+the provider accepts it.
 
 The providers behind `responses` answer as their documentation says they do:
 - Gemini 3 refuses a history whose function calls lack their thought signature, 400 INVALID_ARGUMENT
@@ -8,7 +9,10 @@ The providers behind `responses` answer as their documentation says they do:
   placeholder Google documents for calls it did not make;
 - Anthropic refuses `thinking` when the last assistant turn called a tool without starting with its
   signed thinking block, 400 invalid_request_error (docs.claude.com, "Extended thinking": "a final
-  assistant message must start with a thinking block").
+  assistant message must start with a thinking block");
+- OpenAI's Chat Completions refuses an image in a tool message, 400 invalid_value ("Image URLs are
+  only allowed for messages with role 'user'"), and tool messages that do not answer every call
+  right after it.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import responses as responses_lib
 from billing.ledger import wallet_top_up
 from billing.models import Hold, UsageRecord
 from billing.selectors import ledger_check
-from tests.chat.conftest import ANTHROPIC_BASE, KEY_ENV, PROVIDER_KEY
+from tests.chat.conftest import ANTHROPIC_BASE, KEY_ENV, OPENAI_BASE, PROVIDER_KEY
 from tests.clients.conftest import corpus_body, corpus_index
 from tests.factories import text_model_make, upstream_make
 
@@ -35,6 +39,16 @@ PLACEHOLDERS = {b"skip_thought_signature_validator", b"context_engineering_is_th
 GEMINI_ANSWER = {
     "candidates": [{"content": {"role": "model", "parts": [{"text": "It is 12C."}]}, "finishReason": "STOP"}],
     "usageMetadata": {"promptTokenCount": 40, "candidatesTokenCount": 5},
+}
+CHAT_ANSWER = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "created": 1700000000,
+    "model": "gpt-5.1",
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "It is 12C."}, "finish_reason": "stop"}
+    ],
+    "usage": {"prompt_tokens": 40, "completion_tokens": 5, "total_tokens": 45},
 }
 CLAUDE_ANSWER = {
     "id": "msg_1",
@@ -111,9 +125,52 @@ def anthropic_checks_thinking(request) -> tuple[int, dict, str]:
     return 200, {}, json.dumps(CLAUDE_ANSWER)
 
 
+def openai_checks_tool_messages(request) -> tuple[int, dict, str]:
+    """Chat Completions: tool messages answer each call right after it, and hold no image."""
+    messages = json.loads(request.body)["messages"]
+    for position, message in enumerate(messages):
+        content = message.get("content")
+        if (
+            message["role"] == "tool"
+            and isinstance(content, list)
+            and any(part.get("type") == "image_url" for part in content)
+        ):
+            error = {
+                "message": (
+                    f"Invalid 'messages[{position}]'. Image URLs are only allowed for messages with role "
+                    "'user', but this message with role 'tool' contains an image URL."
+                ),
+                "type": "invalid_request_error",
+                "param": f"messages[{position}]",
+                "code": "invalid_value",
+            }
+            return 400, {}, json.dumps({"error": error})
+        if message.get("tool_calls"):
+            following = []
+            for after in messages[position + 1 :]:
+                if after["role"] != "tool":
+                    break
+                following.append(after["tool_call_id"])
+            missing = [call["id"] for call in message["tool_calls"] if call["id"] not in following]
+            if missing:
+                error = {
+                    "message": (
+                        "An assistant message with 'tool_calls' must be followed by tool messages "
+                        "responding to each 'tool_call_id'. The following tool_call_ids did not have "
+                        f"response messages: {', '.join(missing)}"
+                    ),
+                    "type": "invalid_request_error",
+                    "param": f"messages.[{position + 1}].role",
+                    "code": None,
+                }
+                return 400, {}, json.dumps({"error": error})
+    return 200, {}, json.dumps(CHAT_ANSWER)
+
+
 @pytest.fixture
 def signing_models(chat_group, tara, monkeypatch):
-    """A Gemini 3 model and a Claude model; tara with enough for a long recorded history."""
+    """A Gemini 3 model, a Claude model, an OpenAI model and a Chat Completions server's model; tara
+    with enough for a long recorded history."""
     wallet_top_up(account=tara, amount="100.00", reference="tool loops")
     monkeypatch.setenv(KEY_ENV, PROVIDER_KEY)
     gemini = upstream_make(name="gemini", base_url=GEMINI_BASE, api_key_env=KEY_ENV, kind="gemini")
@@ -134,6 +191,15 @@ def signing_models(chat_group, tara, monkeypatch):
         upstream_model="claude-sonnet-4-5",
         max_output_tokens=32000,
     )
+    for kind, model_id in (("openai", "alpha-gpt"), ("openai-compatible", "alpha-compatible")):
+        server = upstream_make(name=kind, base_url=OPENAI_BASE, api_key_env=KEY_ENV, kind=kind)
+        text_model_make(
+            model_id=model_id,
+            group=chat_group,
+            upstreams=[server],
+            upstream_model="gpt-5.1",
+            max_output_tokens=32000,
+        )
 
 
 def post(client, path: str, body: dict[str, Any], key: str):
@@ -226,3 +292,78 @@ def test_the_first_step_of_a_tool_loop_on_a_claude_model_still_thinks(
         "type": "enabled",
         "budget_tokens": 1024,
     }
+
+
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGP4z8DwHwAFAAH/iZk9HQAAAABJRU5ErkJggg=="
+
+
+def claude_code_read_an_image() -> dict[str, Any]:
+    """Claude Code's recorded second step, its tool having read an image (what its Read tool gives)."""
+    body = corpus_body({"file": "claude-code--tool--2-messages.json"})
+    result = body["messages"][-1]["content"][0]
+    result["content"] = [
+        {"type": "text", "text": "shot.png"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}},
+    ]
+    return body
+
+
+def codex_viewed_an_image() -> dict[str, Any]:
+    """Codex's recorded second step, the call answered as its view_image tool answers."""
+    body = corpus_body({"file": "codex--tool--2-responses.json"})
+    output = next(item for item in body["input"] if item.get("type") == "function_call_output")
+    output["output"] = [{"type": "input_image", "image_url": f"data:image/png;base64,{PNG}"}]
+    body["tools"] = [tool for tool in body["tools"] if tool.get("type") == "function"]
+    return body
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "model"),
+    [
+        ("/v1/messages", claude_code_read_an_image, "alpha-gpt"),
+        ("/v1/messages", claude_code_read_an_image, "alpha-compatible"),
+        ("/v1/responses", codex_viewed_an_image, "alpha-compatible"),
+    ],
+    ids=["claude-code-on-openai", "claude-code-on-a-compatible-server", "codex-on-a-compatible-server"],
+)
+def test_an_image_a_tool_returned_reaches_a_chat_completions_model_in_a_user_message(
+    client, upstream, signing_models, tara, tara_key, path, body, model
+):
+    upstream.add_callback(
+        responses_lib.POST, f"{OPENAI_BASE}/chat/completions", callback=openai_checks_tool_messages
+    )
+
+    response = post(client, path, {**body(), "model": model, "stream": False}, tara_key)
+
+    assert_answered_and_charged_once(response)
+    sent = json.loads(upstream.calls[0].request.body)["messages"]
+    images = [
+        (message["role"], part["image_url"]["url"])
+        for message in sent
+        if isinstance(message.get("content"), list)
+        for part in message["content"]
+        if part.get("type") == "image_url"
+    ]
+    assert images == [("user", f"data:image/png;base64,{PNG}")]
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [("/v1/messages", claude_code_read_an_image), ("/v1/responses", codex_viewed_an_image)],
+    ids=["claude-code", "codex"],
+)
+def test_an_image_a_tool_returned_reaches_a_gemini_model(
+    client, upstream, signing_models, tara, tara_key, path, body
+):
+    upstream.add_callback(
+        responses_lib.POST,
+        f"{GEMINI_BASE}/models/{GEMINI_MODEL}:generateContent",
+        callback=gemini_checks_signatures,
+    )
+
+    response = post(client, path, {**body(), "model": "alpha-gemini-3", "stream": False}, tara_key)
+
+    assert_answered_and_charged_once(response)
+    contents = json.loads(upstream.calls[0].request.body)["contents"]
+    assert {"inlineData": {"mimeType": "image/png", "data": PNG}} in contents[-1]["parts"]
+    assert contents[-1]["role"] == "user"
