@@ -14,9 +14,10 @@ Request (Messages → Chat Completions):
   false`.
 - `max_tokens` becomes the upstream's output limit (`max_completion_tokens` for OpenAI itself,
   `max_tokens` for compatible servers); `stop_sequences` `stop`; `temperature`, `top_p` as they are;
-  `metadata.user_id` `user`; `thinking` (enabled with a budget, or adaptive) `reasoning_effort` for
-  an OpenAI upstream (low under 4,096 budget tokens, medium under 16,384, high above; adaptive is
-  medium), dropped for a compatible server, which may not know the field.
+  `metadata.user_id` `user` (its SHA-256 hex digest when longer than OpenAI's 64 characters);
+  `thinking` (enabled with a budget, or adaptive) `reasoning_effort` for an OpenAI upstream (low
+  under 4,096 budget tokens, medium under 16,384, high above; adaptive is medium), dropped for a
+  compatible server, which may not know the field.
 - Dropped, as hints the upstream cannot use without changing the answer: `top_k`, `cache_control`
   on any block, `context_management`, `service_tier`, `container`, `mcp_servers`, and thinking blocks
   in the history (their signatures mean something to Anthropic only).
@@ -37,6 +38,7 @@ the usage, and `message_stop`. The upstream is always asked for its usage chunk
 
 from __future__ import annotations
 
+import hashlib
 import json
 import secrets
 from collections.abc import Mapping
@@ -75,6 +77,7 @@ _STOP_REASON = {
 }
 # Anthropic's thinking budget as an OpenAI reasoning effort: the budgets at which effort goes up.
 _EFFORT_BUDGETS = ((4096, "low"), (16384, "medium"))
+_USER_MAX = 64  # characters of `user` OpenAI takes
 _DROPPED_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 
 
@@ -118,6 +121,15 @@ def _tool_result_parts(block: Mapping[str, Any], *, param: str) -> list[dict[str
         else:
             parts.insert(0, {"type": "text", "text": "Error"})
     return parts
+
+
+def _user_of(user_id: str) -> str:
+    """`metadata.user_id` as Chat Completions' `user`, which OpenAI refuses past `_USER_MAX`
+    characters ("Invalid 'user': string too long"): a longer one (Claude Code sends a JSON object of
+    about 150) as its SHA-256 hex digest, 64 characters that still tell one caller from another."""
+    if len(user_id) <= _USER_MAX:
+        return user_id
+    return hashlib.sha256(user_id.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _arguments_of(value: Any) -> str:
@@ -327,7 +339,7 @@ class MessagesViaChat:
                 out["parallel_tool_calls"] = parallel
         metadata = body.get("metadata")
         if isinstance(metadata, dict) and isinstance(metadata.get("user_id"), str):
-            out["user"] = metadata["user_id"]
+            out["user"] = _user_of(metadata["user_id"])
         response_format = _response_format_of(body)
         if response_format is not None:
             out["response_format"] = response_format

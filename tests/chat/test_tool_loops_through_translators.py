@@ -11,8 +11,8 @@ The providers behind `responses` answer as their documentation says they do:
   signed thinking block, 400 invalid_request_error (docs.claude.com, "Extended thinking": "a final
   assistant message must start with a thinking block");
 - OpenAI's Chat Completions refuses an image in a tool message, 400 invalid_value ("Image URLs are
-  only allowed for messages with role 'user'"), and tool messages that do not answer every call
-  right after it.
+  only allowed for messages with role 'user'"), tool messages that do not answer every call right
+  after it, and a `user` longer than 64 characters (string_above_max_length).
 """
 
 from __future__ import annotations
@@ -125,9 +125,23 @@ def anthropic_checks_thinking(request) -> tuple[int, dict, str]:
     return 200, {}, json.dumps(CLAUDE_ANSWER)
 
 
-def openai_checks_tool_messages(request) -> tuple[int, dict, str]:
-    """Chat Completions: tool messages answer each call right after it, and hold no image."""
-    messages = json.loads(request.body)["messages"]
+def openai_checks(request) -> tuple[int, dict, str]:
+    """Chat Completions: a `user` of at most 64 characters; tool messages answer each call right
+    after it, and hold no image."""
+    body = json.loads(request.body)
+    user = body.get("user")
+    if isinstance(user, str) and len(user) > 64:
+        error = {
+            "message": (
+                "Invalid 'user': string too long. Expected a string with maximum length 64, but got a "
+                f"string with length {len(user)} instead."
+            ),
+            "type": "invalid_request_error",
+            "param": "user",
+            "code": "string_above_max_length",
+        }
+        return 400, {}, json.dumps({"error": error})
+    messages = body["messages"]
     for position, message in enumerate(messages):
         content = message.get("content")
         if (
@@ -329,9 +343,7 @@ def codex_viewed_an_image() -> dict[str, Any]:
 def test_an_image_a_tool_returned_reaches_a_chat_completions_model_in_a_user_message(
     client, upstream, signing_models, tara, tara_key, path, body, model
 ):
-    upstream.add_callback(
-        responses_lib.POST, f"{OPENAI_BASE}/chat/completions", callback=openai_checks_tool_messages
-    )
+    upstream.add_callback(responses_lib.POST, f"{OPENAI_BASE}/chat/completions", callback=openai_checks)
 
     response = post(client, path, {**body(), "model": model, "stream": False}, tara_key)
 
@@ -367,3 +379,23 @@ def test_an_image_a_tool_returned_reaches_a_gemini_model(
     contents = json.loads(upstream.calls[0].request.body)["contents"]
     assert {"inlineData": {"mimeType": "image/png", "data": PNG}} in contents[-1]["parts"]
     assert contents[-1]["role"] == "user"
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [entry for entry in corpus_index() if entry["endpoint"] == "/v1/messages"],
+    ids=lambda entry: entry["file"].removesuffix(".json"),
+)
+def test_every_recorded_messages_body_is_taken_by_an_openai_model(
+    client, upstream, signing_models, tara, tara_key, entry
+):
+    """Claude Code's `metadata.user_id` is a JSON object of about 150 characters: sent as `user` as it
+    is, OpenAI refused every call."""
+    upstream.add_callback(responses_lib.POST, f"{OPENAI_BASE}/chat/completions", callback=openai_checks)
+    body = {**corpus_body(entry), "model": "alpha-gpt", "stream": False}
+
+    response = post(client, entry["endpoint"], body, tara_key)
+
+    assert_answered_and_charged_once(response)
+    user = json.loads(upstream.calls[0].request.body).get("user")
+    assert user is None or len(user) <= 64

@@ -7,6 +7,7 @@ MockTransport, the SDK's own boundary); any JSON anywhere gives a body or a Tran
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -800,3 +801,34 @@ def test_every_recorded_messages_body_translates(name):
     assert sent["model"] == "deepseek-chat"
     assert {m["role"] for m in sent["messages"]} <= {"system", "user", "assistant", "tool"}
     assert len(sent["messages"]) >= len([m for m in body["messages"] if m["role"] != "system"])
+
+
+@pytest.mark.parametrize(
+    "user_id",
+    [
+        '{"device_id":"'
+        + "0" * 64
+        + '","account_uuid":"","session_id":"0da04fc8-5a34-47e3-ba02-8ab4279c5796"}',
+        "u" * 65,
+        "\udfff" * 70,
+    ],
+    ids=["claude-code's", "65 characters", "lone surrogates"],
+)
+def test_a_user_id_longer_than_openai_takes_goes_as_its_digest(user_id):
+    body = {
+        "max_tokens": 10,
+        "messages": [{"role": "user", "content": "x"}],
+        "metadata": {"user_id": user_id},
+    }
+    sent = translator().request_body(body)
+    assert sent["user"] == hashlib.sha256(user_id.encode("utf-8", "surrogatepass")).hexdigest()
+    assert len(sent["user"]) == 64
+
+
+def test_a_user_id_openai_takes_goes_as_it_is():
+    body = {
+        "max_tokens": 10,
+        "messages": [{"role": "user", "content": "x"}],
+        "metadata": {"user_id": "u" * 64},
+    }
+    assert translator().request_body(body)["user"] == "u" * 64
