@@ -10,7 +10,8 @@ Request (Chat Completions → Messages):
   block of a user turn, ids kept.
 - `max_completion_tokens` or `max_tokens` becomes `max_tokens` (the model's limit when neither is
   given: Messages requires one); `stop` `stop_sequences`; `temperature` (capped at 1, Anthropic's
-  top), `top_p` as they are; `user` `metadata.user_id`.
+  top), `top_p` as they are, but `top_p` only without `temperature` (Claude 4.5 and later answer
+  400 to both: "cannot both be specified for this model"); `user` `metadata.user_id`.
 - `tools` (functions) become tools with the parameters as `input_schema`; `tool_choice`
   none/auto/required/a named function becomes none/auto/any/tool; `parallel_tool_calls: false`
   `disable_parallel_tool_use`.
@@ -296,8 +297,9 @@ class ChatViaMessages:
         temperature = body.get("temperature")
         if isinstance(temperature, (int, float)) and not isinstance(temperature, bool):
             out["temperature"] = min(temperature, 1)
-        if isinstance(body.get("top_p"), (int, float)) and not isinstance(body.get("top_p"), bool):
-            out["top_p"] = body["top_p"]
+        top_p = body.get("top_p")
+        if isinstance(top_p, (int, float)) and not isinstance(top_p, bool) and "temperature" not in out:
+            out["top_p"] = top_p
         stop = body.get("stop")
         if isinstance(stop, str) and stop:
             out["stop_sequences"] = [stop]

@@ -9,7 +9,8 @@ The providers behind `responses` answer as their documentation says they do:
   placeholder Google documents for calls it did not make;
 - Anthropic refuses `thinking` when the last assistant turn called a tool without starting with its
   signed thinking block, 400 invalid_request_error (docs.claude.com, "Extended thinking": "a final
-  assistant message must start with a thinking block");
+  assistant message must start with a thinking block"), and, from Claude 4.5, `temperature` with
+  `top_p`;
 - OpenAI's Chat Completions refuses an image in a tool message, 400 invalid_value ("Image URLs are
   only allowed for messages with role 'user'"), tool messages that do not answer every call right
   after it, and a `user` longer than 64 characters (string_above_max_length).
@@ -103,9 +104,14 @@ def gemini_checks_signatures(request) -> tuple[int, dict, str]:
     return 200, {}, json.dumps(GEMINI_ANSWER)
 
 
-def anthropic_checks_thinking(request) -> tuple[int, dict, str]:
-    """Anthropic: with thinking on, a last assistant turn that called a tool starts with its thinking."""
+def anthropic_checks(request) -> tuple[int, dict, str]:
+    """Anthropic (Claude 4.5 and later): not both `temperature` and `top_p`; with thinking on, a last
+    assistant turn that called a tool starts with its thinking."""
     body = json.loads(request.body)
+    if "temperature" in body and "top_p" in body:
+        message = "`temperature` and `top_p` cannot both be specified for this model. Please use only one."
+        error = {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+        return 400, {}, json.dumps(error)
     if body.get("thinking", {}).get("type") == "enabled":
         last = [turn for turn in body["messages"] if turn["role"] == "assistant"][-1:]
         blocks = last[0]["content"] if last else []
@@ -266,9 +272,7 @@ def test_a_recorded_chat_tool_loop_with_reasoning_goes_on_on_a_claude_model(
 ):
     """The second step of a Chat Completions tool loop that asked for reasoning (what LangChain's
     ChatOpenAI or the OpenAI Agents SDK send with a reasoning effort) is served without thinking."""
-    upstream.add_callback(
-        responses_lib.POST, f"{ANTHROPIC_BASE}/messages", callback=anthropic_checks_thinking
-    )
+    upstream.add_callback(responses_lib.POST, f"{ANTHROPIC_BASE}/messages", callback=anthropic_checks)
     body = {
         **corpus_body(entry),
         "model": "alpha-claude-thinking",
@@ -287,9 +291,7 @@ def test_a_recorded_chat_tool_loop_with_reasoning_goes_on_on_a_claude_model(
 def test_the_first_step_of_a_tool_loop_on_a_claude_model_still_thinks(
     client, upstream, signing_models, tara, tara_key
 ):
-    upstream.add_callback(
-        responses_lib.POST, f"{ANTHROPIC_BASE}/messages", callback=anthropic_checks_thinking
-    )
+    upstream.add_callback(responses_lib.POST, f"{ANTHROPIC_BASE}/messages", callback=anthropic_checks)
     first = next(e for e in corpus_index() if e["file"] == "openai-agents--chat--1-chat.json")
     body = {
         **corpus_body(first),
@@ -399,3 +401,21 @@ def test_every_recorded_messages_body_is_taken_by_an_openai_model(
     assert_answered_and_charged_once(response)
     user = json.loads(upstream.calls[0].request.body).get("user")
     assert user is None or len(user) <= 64
+
+
+def test_a_chat_call_with_temperature_and_top_p_is_taken_by_a_claude_model(
+    client, upstream, signing_models, tara, tara_key
+):
+    upstream.add_callback(responses_lib.POST, f"{ANTHROPIC_BASE}/messages", callback=anthropic_checks)
+    body = {
+        "model": "alpha-claude-thinking",
+        "messages": [{"role": "user", "content": "Summarise."}],
+        "temperature": 0.2,
+        "top_p": 0.9,
+    }
+
+    response = post(client, "/v1/chat/completions", body, tara_key)
+
+    assert_answered_and_charged_once(response)
+    sent = json.loads(upstream.calls[0].request.body)
+    assert (sent["temperature"], "top_p" in sent) == (0.2, False)

@@ -108,11 +108,10 @@ REQUESTS = [
             ],
             "system": "A\n\nB",
             "temperature": 1,
-            "top_p": 0.9,
             "stop_sequences": ["END"],
             "metadata": {"user_id": "user-1"},
         },
-        id="images by URL and data URL, consecutive user turns merged, sampling capped, hints dropped",
+        id="images by URL and data URL, consecutive user turns merged, temperature capped, top_p dropped",
     ),
     pytest.param(
         {
@@ -593,3 +592,18 @@ def test_every_recorded_chat_body_translates(name):
     assert sent["model"] == "claude-sonnet-4-5" and sent["messages"]
     roles = [turn["role"] for turn in sent["messages"]]
     assert all(a != b for a, b in itertools.pairwise(roles))  # alternating, as Messages wants
+
+
+@pytest.mark.parametrize(
+    ("sampling", "sent"),
+    [
+        ({"temperature": 0.2, "top_p": 0.9}, {"temperature": 0.2}),
+        ({"top_p": 0.9}, {"top_p": 0.9}),
+        ({"temperature": 0.2}, {"temperature": 0.2}),
+    ],
+)
+def test_top_p_goes_only_without_temperature(sampling, sent):
+    """Claude 4.5 and later answer 400 "`temperature` and `top_p` cannot both be specified for this
+    model"; the temperature is the one kept."""
+    out = translator().request_body({"messages": [{"role": "user", "content": "x"}], **sampling})
+    assert {key: out[key] for key in ("temperature", "top_p") if key in out} == sent
