@@ -17,7 +17,8 @@ Request (Messages → Chat Completions):
   `metadata.user_id` `user` (its SHA-256 hex digest when longer than OpenAI's 64 characters);
   `thinking` (enabled with a budget, or adaptive) `reasoning_effort` for an OpenAI upstream (low
   under 4,096 budget tokens, medium under 16,384, high above; adaptive is medium), dropped for a
-  compatible server, which may not know the field.
+  compatible server, which may not know the field, and for OpenAI's models that do not reason
+  (named GPT-3.5, GPT-4 or ChatGPT's), which refuse it.
 - Dropped, as hints the upstream cannot use without changing the answer: `top_k`, `cache_control`
   on any block, `context_management`, `service_tier`, `container`, `mcp_servers`, and thinking blocks
   in the history (their signatures mean something to Anthropic only).
@@ -77,6 +78,7 @@ _STOP_REASON = {
 }
 # Anthropic's thinking budget as an OpenAI reasoning effort: the budgets at which effort goes up.
 _EFFORT_BUDGETS = ((4096, "low"), (16384, "medium"))
+_NOT_REASONING = ("gpt-3", "gpt-4", "chatgpt-")  # OpenAI's model names that take no reasoning_effort
 _USER_MAX = 64  # characters of `user` OpenAI takes
 _DROPPED_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 
@@ -255,6 +257,14 @@ def _effort_of(thinking: Any) -> str | None:
     return "high"
 
 
+def _reasons(upstream_model: str) -> bool:
+    """Whether an OpenAI model takes `reasoning_effort`: all but those named as GPT-3.5, GPT-4 (4o,
+    4.1, 4.5) or ChatGPT's, which answer 400 "Unsupported parameter: 'reasoning_effort'" (Claude
+    Code asks every model to think)."""
+    name = upstream_model.lower().rsplit("/", 1)[-1].removeprefix("ft:")
+    return not name.startswith(_NOT_REASONING)
+
+
 def _response_format_of(body: Mapping[str, Any]) -> dict[str, Any] | None:
     """Anthropic's structured output (`output_config.format`, or the earlier `output_format`) as a
     Chat Completions `response_format`: a JSON schema the answer must follow, strictly, as Anthropic
@@ -298,6 +308,7 @@ class MessagesViaChat:
         self.model = call.model
         self.upstream_model = call.upstream_model
         self.openai = call.upstream_kind == "openai"
+        self.reasons = self.openai and _reasons(call.upstream_model)
         self.tokens: TranslatedTokens | None = None
         # Stream state: the message started, the open block (kind and index), the calls seen.
         self._started = False
@@ -344,7 +355,7 @@ class MessagesViaChat:
         if response_format is not None:
             out["response_format"] = response_format
         effort = _effort_of(body.get("thinking"))
-        if effort is not None and self.openai:
+        if effort is not None and self.reasons:
             out["reasoning_effort"] = effort
         if body.get("stream") is True:
             out["stream"] = True

@@ -132,9 +132,17 @@ def anthropic_checks(request) -> tuple[int, dict, str]:
 
 
 def openai_checks(request) -> tuple[int, dict, str]:
-    """Chat Completions: a `user` of at most 64 characters; tool messages answer each call right
-    after it, and hold no image."""
+    """Chat Completions: no `reasoning_effort` for a GPT-4 model; a `user` of at most 64 characters;
+    tool messages answer each call right after it, and hold no image."""
     body = json.loads(request.body)
+    if "reasoning_effort" in body and body["model"].startswith("gpt-4"):
+        error = {
+            "message": "Unsupported parameter: 'reasoning_effort' is not supported with this model.",
+            "type": "invalid_request_error",
+            "param": "reasoning_effort",
+            "code": "unsupported_parameter",
+        }
+        return 400, {}, json.dumps({"error": error})
     user = body.get("user")
     if isinstance(user, str) and len(user) > 64:
         error = {
@@ -193,31 +201,20 @@ def signing_models(chat_group, tara, monkeypatch):
     with enough for a long recorded history."""
     wallet_top_up(account=tara, amount="100.00", reference="tool loops")
     monkeypatch.setenv(KEY_ENV, PROVIDER_KEY)
-    gemini = upstream_make(name="gemini", base_url=GEMINI_BASE, api_key_env=KEY_ENV, kind="gemini")
-    text_model_make(
-        model_id="alpha-gemini-3",
-        group=chat_group,
-        upstreams=[gemini],
-        upstream_model=GEMINI_MODEL,
-        max_output_tokens=32000,
-    )
-    anthropic = upstream_make(
-        name="anthropic", base_url=ANTHROPIC_BASE, api_key_env=KEY_ENV, kind="anthropic"
-    )
-    text_model_make(
-        model_id="alpha-claude-thinking",
-        group=chat_group,
-        upstreams=[anthropic],
-        upstream_model="claude-sonnet-4-5",
-        max_output_tokens=32000,
-    )
-    for kind, model_id in (("openai", "alpha-gpt"), ("openai-compatible", "alpha-compatible")):
-        server = upstream_make(name=kind, base_url=OPENAI_BASE, api_key_env=KEY_ENV, kind=kind)
+    models = [  # model id, upstream kind, upstream base URL, upstream model
+        ("alpha-gemini-3", "gemini", GEMINI_BASE, GEMINI_MODEL),
+        ("alpha-claude-thinking", "anthropic", ANTHROPIC_BASE, "claude-sonnet-4-5"),
+        ("alpha-gpt", "openai", OPENAI_BASE, "gpt-5.1"),
+        ("alpha-gpt-4o", "openai", OPENAI_BASE, "gpt-4o"),
+        ("alpha-compatible", "openai-compatible", OPENAI_BASE, "gpt-5.1"),
+    ]
+    for model_id, kind, base_url, upstream_model in models:
+        server = upstream_make(name=kind, base_url=base_url, api_key_env=KEY_ENV, kind=kind)
         text_model_make(
             model_id=model_id,
             group=chat_group,
             upstreams=[server],
-            upstream_model="gpt-5.1",
+            upstream_model=upstream_model,
             max_output_tokens=32000,
         )
 
@@ -383,18 +380,20 @@ def test_an_image_a_tool_returned_reaches_a_gemini_model(
     assert contents[-1]["role"] == "user"
 
 
+@pytest.mark.parametrize("model", ["alpha-gpt", "alpha-gpt-4o"])
 @pytest.mark.parametrize(
     "entry",
     [entry for entry in corpus_index() if entry["endpoint"] == "/v1/messages"],
     ids=lambda entry: entry["file"].removesuffix(".json"),
 )
 def test_every_recorded_messages_body_is_taken_by_an_openai_model(
-    client, upstream, signing_models, tara, tara_key, entry
+    client, upstream, signing_models, tara, tara_key, entry, model
 ):
-    """Claude Code's `metadata.user_id` is a JSON object of about 150 characters: sent as `user` as it
-    is, OpenAI refused every call."""
+    """Claude Code's `metadata.user_id` is a JSON object of about 150 characters, and it asks every
+    model for thinking: sent as they were, OpenAI refused every call (the user id), and a GPT-4
+    model every call of Claude Code and of the anthropic SDK's thinking example (the effort)."""
     upstream.add_callback(responses_lib.POST, f"{OPENAI_BASE}/chat/completions", callback=openai_checks)
-    body = {**corpus_body(entry), "model": "alpha-gpt", "stream": False}
+    body = {**corpus_body(entry), "model": model, "stream": False}
 
     response = post(client, entry["endpoint"], body, tara_key)
 

@@ -339,6 +339,26 @@ def test_thinking_becomes_a_reasoning_effort_for_openai_and_is_dropped_elsewhere
     assert "reasoning_effort" not in translator().request_body(body)
 
 
+@pytest.mark.parametrize(
+    ("upstream_model", "effort"),
+    [
+        ("gpt-5.1", "medium"),
+        ("o4-mini", "medium"),
+        ("gpt-4.1", None),
+        ("gpt-4o-2024-08-06", None),
+        ("ft:gpt-4o-mini:acme::abc123", None),
+        ("GPT-3.5-turbo", None),
+        ("chatgpt-4o-latest", None),
+    ],
+)
+def test_claude_codes_thinking_reaches_only_openai_models_that_reason(upstream_model, effort):
+    """Claude Code asks every model for adaptive thinking; OpenAI's models that do not reason answer
+    400 "Unsupported parameter: 'reasoning_effort' is not supported with this model"."""
+    call = TranslatedCall("claude-via-gpt", upstream_model, "openai", max_tokens=4096, created=0)
+    body = {"max_tokens": 5, "thinking": {"type": "adaptive"}, "messages": [{"role": "user", "content": "x"}]}
+    assert MessagesViaChat(call).request_body(body).get("reasoning_effort") == effort
+
+
 SCHEMA = {
     "type": "object",
     "properties": {"city": {"type": "string"}},
