@@ -20,8 +20,11 @@ Request (Messages → Chat Completions):
   compatible server, which may not know the field, and for OpenAI's models that do not reason
   (named GPT-3.5, GPT-4 or ChatGPT's), which refuse it.
 - Dropped, as hints the upstream cannot use without changing the answer: `top_k`, `cache_control`
-  on any block, `context_management`, `service_tier`, `container`, `mcp_servers`, and thinking blocks
-  in the history (their signatures mean something to Anthropic only).
+  on any block, `context_management`, `service_tier`, `container`, `mcp_servers`, and signed thinking
+  blocks in the history (their signatures mean something to Anthropic only). An unsigned one, what
+  this translator made of a compatible server's `reasoning_content`, goes back to a compatible
+  server as the turn's `reasoning_content`: DeepSeek's thinking mode answers 400 to a tool call
+  turn without it ("The reasoning_content in the thinking mode must be passed back").
 - Refused with a 400 naming the field: a document (PDF) or other block the upstream cannot read,
   a server tool (one without an `input_schema`, such as web search).
 
@@ -138,7 +141,10 @@ def _arguments_of(value: Any) -> str:
     return json.dumps(obj(value), ensure_ascii=False, separators=(",", ":"))
 
 
-def _messages_of(messages: Any) -> list[dict[str, Any]]:
+def _messages_of(messages: Any, *, reasoning_back: bool) -> list[dict[str, Any]]:
+    """The Chat Completions messages; with `reasoning_back`, the text of an assistant turn's unsigned
+    thinking blocks (what this translator made of an upstream's `reasoning_content`) goes back as
+    the message's `reasoning_content`."""
     if not isinstance(messages, list):
         raise TranslationRefused("`messages` must be a list.", param="messages")
     out: list[dict[str, Any]] = []
@@ -162,6 +168,7 @@ def _messages_of(messages: Any) -> list[dict[str, Any]]:
             )
         parts: list[dict[str, Any]] = []
         tool_calls: list[dict[str, Any]] = []
+        reasoning: list[str] = []
         tool_output = ToolOutput()
         for position, block in enumerate(content):
             at = f"{where}.content[{position}]"
@@ -184,6 +191,9 @@ def _messages_of(messages: Any) -> list[dict[str, Any]]:
                 if not isinstance(block.get("tool_use_id"), str):
                     raise TranslationRefused("A tool_result block needs a string tool_use_id.", param=at)
                 tool_output.add(block["tool_use_id"], _tool_result_parts(block, param=at))
+            elif kind == "thinking" and role == "assistant" and not block.get("signature"):
+                if isinstance(block.get("thinking"), str):
+                    reasoning.append(block["thinking"])
             elif isinstance(kind, str) and kind in _DROPPED_BLOCKS and role == "assistant":
                 continue
             else:
@@ -193,6 +203,8 @@ def _messages_of(messages: Any) -> list[dict[str, Any]]:
         if role == "assistant":
             text = "\n".join(p["text"] for p in parts)
             assistant: dict[str, Any] = {"role": "assistant", "content": text or None}
+            if reasoning and reasoning_back:
+                assistant["reasoning_content"] = "".join(reasoning)
             if tool_calls:
                 assistant["tool_calls"] = tool_calls
             if assistant["content"] is not None or tool_calls:
@@ -323,7 +335,7 @@ class MessagesViaChat:
 
     def request_body(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """The Chat Completions body for the caller's Messages body; raises TranslationRefused."""
-        messages = _messages_of(body.get("messages"))
+        messages = _messages_of(body.get("messages"), reasoning_back=not self.openai)
         if "system" in body and body["system"] is not None:
             system = text_joined(body["system"], param="system")
             if system:

@@ -7,8 +7,10 @@ Request (Responses → Chat Completions):
   with its `input_text`/`output_text` parts as text and `input_image` parts as `image_url`;
   consecutive `function_call` items one assistant message with those `tool_calls` (call ids kept);
   a `function_call_output` a `tool` message (an image in its output, as Codex's view_image gives,
-  goes in a user message after the run of tool messages: chat_wire.ToolOutput). Reasoning items
-  are dropped (their encrypted content means something to OpenAI only).
+  goes in a user message after the run of tool messages: chat_wire.ToolOutput). OpenAI's reasoning
+  items (with `encrypted_content`) are dropped, as meaning something to OpenAI only; the text of
+  one this translator made of a server's `reasoning_content` goes back as the next assistant
+  message's `reasoning_content`, which DeepSeek's thinking mode requires of a tool call turn.
 - `tools` of type function become functions (a `namespace` of functions, as Codex groups some, is
   flattened into its functions); `tool_choice` and `parallel_tool_calls` as they are (a named
   function's form changed); `max_output_tokens` `max_tokens`; `temperature`, `top_p`, `user`
@@ -42,7 +44,6 @@ from translators import TranslatedCall, TranslatedTokens, TranslationRefused
 from translators.chat_wire import ToolOutput, chat_tokens
 from translators.values import error_message, event_object, json_bytes, obj, string
 
-_DROPPED_ITEMS = frozenset({"reasoning"})
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 _REFUSED = ("previous_response_id", "conversation")
 
@@ -95,6 +96,23 @@ def _output_parts(value: Any, *, param: str) -> list[dict[str, Any]]:
     ]
 
 
+def _reasoning_text(item: Mapping[str, Any]) -> list[str]:
+    """The text of a reasoning item this translator made of a server's `reasoning_content` (its
+    summary; it has no `encrypted_content`); none for OpenAI's own, which mean something to OpenAI
+    only."""
+    if item.get("encrypted_content") is not None:
+        return []
+    summary, content = item.get("summary"), item.get("content")
+    return [
+        text
+        for part in [
+            *(summary if isinstance(summary, list) else ()),
+            *(content if isinstance(content, list) else ()),
+        ]
+        if (text := string(obj(part).get("text")))
+    ]
+
+
 def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     instructions = body.get("instructions")
@@ -107,12 +125,20 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     if not isinstance(items, list):
         raise TranslationRefused("`input` is a string or a list of items.", param="input")
     outputs = ToolOutput()  # the function call outputs since the last other item
+    reasoning: list[str] = []  # the text of reasoning items not yet given to an assistant message
+
+    def assistant(message: dict[str, Any]) -> dict[str, Any]:
+        if reasoning:
+            message["reasoning_content"] = message.get("reasoning_content", "") + "".join(reasoning)
+            reasoning.clear()
+        return message
+
     for index, item in enumerate(items):
         where = f"input[{index}]"
         if not isinstance(item, dict):
             raise TranslationRefused("Each input item is an object.", param=where)
         kind = item.get("type", "message")
-        if kind != "function_call_output" and not (isinstance(kind, str) and kind in _DROPPED_ITEMS):
+        if kind not in ("function_call_output", "reasoning"):
             messages.extend(outputs.placed([]))
         if kind == "message":
             role = item.get("role")
@@ -121,7 +147,8 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
                     "A message's role is user, assistant, system or developer.", param=f"{where}.role"
                 )
             content = _message_content(item.get("content"), role=role, param=f"{where}.content")
-            messages.append({"role": "system" if role == "developer" else role, "content": content})
+            message = {"role": "system" if role == "developer" else role, "content": content}
+            messages.append(assistant(message) if role == "assistant" else message)
         elif kind == "function_call":
             call_id, name = string(item.get("call_id")), string(item.get("name"))
             if not call_id or not name:
@@ -130,16 +157,16 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
             call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
             last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant" and "tool_calls" in last:
-                last["tool_calls"].append(call)
+                assistant(last)["tool_calls"].append(call)
             else:
-                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+                messages.append(assistant({"role": "assistant", "content": None, "tool_calls": [call]}))
         elif kind == "function_call_output":
             call_id = string(item.get("call_id"))
             if not call_id:
                 raise TranslationRefused("A function_call_output item needs a call_id.", param=where)
             outputs.add(call_id, _output_parts(item.get("output"), param=f"{where}.output"))
-        elif isinstance(kind, str) and kind in _DROPPED_ITEMS:
-            continue
+        elif kind == "reasoning":
+            reasoning.extend(_reasoning_text(item))
         else:
             raise TranslationRefused(
                 f"An input item of type {kind!r} cannot be sent to this model.", param=where

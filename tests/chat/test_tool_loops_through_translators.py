@@ -196,7 +196,7 @@ def openai_checks(request) -> tuple[int, dict, str]:
 
 
 @pytest.fixture
-def signing_models(chat_group, tara, monkeypatch):
+def translated_models(chat_group, tara, monkeypatch):
     """A Gemini 3 model, a Claude model, an OpenAI model and a Chat Completions server's model; tara
     with enough for a long recorded history."""
     wallet_top_up(account=tara, amount="100.00", reference="tool loops")
@@ -238,7 +238,7 @@ def assert_answered_and_charged_once(response) -> None:
 
 @pytest.mark.parametrize("entry", SECOND_STEPS, ids=lambda entry: entry["file"].removesuffix(".json"))
 def test_a_recorded_tool_loop_goes_on_on_a_gemini_model_that_checks_thought_signatures(
-    client, upstream, signing_models, tara, tara_key, entry
+    client, upstream, translated_models, tara, tara_key, entry
 ):
     upstream.add_callback(
         responses_lib.POST,
@@ -265,7 +265,7 @@ def test_a_recorded_tool_loop_goes_on_on_a_gemini_model_that_checks_thought_sign
     ids=lambda entry: entry["file"].removesuffix(".json"),
 )
 def test_a_recorded_chat_tool_loop_with_reasoning_goes_on_on_a_claude_model(
-    client, upstream, signing_models, tara, tara_key, entry
+    client, upstream, translated_models, tara, tara_key, entry
 ):
     """The second step of a Chat Completions tool loop that asked for reasoning (what LangChain's
     ChatOpenAI or the OpenAI Agents SDK send with a reasoning effort) is served without thinking."""
@@ -286,7 +286,7 @@ def test_a_recorded_chat_tool_loop_with_reasoning_goes_on_on_a_claude_model(
 
 
 def test_the_first_step_of_a_tool_loop_on_a_claude_model_still_thinks(
-    client, upstream, signing_models, tara, tara_key
+    client, upstream, translated_models, tara, tara_key
 ):
     upstream.add_callback(responses_lib.POST, f"{ANTHROPIC_BASE}/messages", callback=anthropic_checks)
     first = next(e for e in corpus_index() if e["file"] == "openai-agents--chat--1-chat.json")
@@ -340,7 +340,7 @@ def codex_viewed_an_image() -> dict[str, Any]:
     ids=["claude-code-on-openai", "claude-code-on-a-compatible-server", "codex-on-a-compatible-server"],
 )
 def test_an_image_a_tool_returned_reaches_a_chat_completions_model_in_a_user_message(
-    client, upstream, signing_models, tara, tara_key, path, body, model
+    client, upstream, translated_models, tara, tara_key, path, body, model
 ):
     upstream.add_callback(responses_lib.POST, f"{OPENAI_BASE}/chat/completions", callback=openai_checks)
 
@@ -364,7 +364,7 @@ def test_an_image_a_tool_returned_reaches_a_chat_completions_model_in_a_user_mes
     ids=["claude-code", "codex"],
 )
 def test_an_image_a_tool_returned_reaches_a_gemini_model(
-    client, upstream, signing_models, tara, tara_key, path, body
+    client, upstream, translated_models, tara, tara_key, path, body
 ):
     upstream.add_callback(
         responses_lib.POST,
@@ -387,7 +387,7 @@ def test_an_image_a_tool_returned_reaches_a_gemini_model(
     ids=lambda entry: entry["file"].removesuffix(".json"),
 )
 def test_every_recorded_messages_body_is_taken_by_an_openai_model(
-    client, upstream, signing_models, tara, tara_key, entry, model
+    client, upstream, translated_models, tara, tara_key, entry, model
 ):
     """Claude Code's `metadata.user_id` is a JSON object of about 150 characters, and it asks every
     model for thinking: sent as they were, OpenAI refused every call (the user id), and a GPT-4
@@ -403,7 +403,7 @@ def test_every_recorded_messages_body_is_taken_by_an_openai_model(
 
 
 def test_a_chat_call_with_temperature_and_top_p_is_taken_by_a_claude_model(
-    client, upstream, signing_models, tara, tara_key
+    client, upstream, translated_models, tara, tara_key
 ):
     upstream.add_callback(responses_lib.POST, f"{ANTHROPIC_BASE}/messages", callback=anthropic_checks)
     body = {
@@ -418,3 +418,122 @@ def test_a_chat_call_with_temperature_and_top_p_is_taken_by_a_claude_model(
     assert_answered_and_charged_once(response)
     sent = json.loads(upstream.calls[0].request.body)
     assert (sent["temperature"], "top_p" in sent) == (0.2, False)
+
+
+DEEPSEEK_BASE = "https://api.deepseek.test/v1"
+DEEPSEEK_CALL = {
+    "id": "chatcmpl-ds",
+    "object": "chat.completion",
+    "created": 1700000000,
+    "model": "deepseek-v4-pro",
+    "choices": [
+        {
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "content": "",
+                "reasoning_content": "The user wants the weather; I should call get_weather.",
+                "tool_calls": [
+                    {
+                        "id": "call_ds1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'},
+                    }
+                ],
+            },
+            "finish_reason": "tool_calls",
+        }
+    ],
+    "usage": {"prompt_tokens": 40, "completion_tokens": 12, "total_tokens": 52},
+}
+WEATHER_TOOL = {
+    "name": "get_weather",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+WEATHER_FUNCTION = {"type": "function", "name": "get_weather", "parameters": WEATHER_TOOL["input_schema"]}
+
+
+def deepseek_checks_reasoning(request) -> tuple[int, dict, str]:
+    """DeepSeek's thinking mode: an assistant message that called a tool carries its reasoning back."""
+    messages = json.loads(request.body)["messages"]
+    for position, message in enumerate(messages):
+        if (
+            message["role"] == "assistant"
+            and message.get("tool_calls")
+            and "reasoning_content" not in message
+        ):
+            error = {
+                "message": (
+                    f"Missing reasoning_content field in the assistant message at message index {position}. "
+                    "For more information, please refer to "
+                    "https://api-docs.deepseek.com/guides/thinking_mode#tool-calls"
+                ),
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "invalid_request_error",
+            }
+            return 400, {}, json.dumps({"error": error})
+    called = any(message["role"] == "assistant" for message in messages)
+    return 200, {}, json.dumps(CHAT_ANSWER if called else DEEPSEEK_CALL)
+
+
+@pytest.fixture
+def deepseek(chat_group, translated_models, upstream):
+    server = upstream_make(
+        name="deepseek", base_url=DEEPSEEK_BASE, api_key_env=KEY_ENV, kind="openai-compatible"
+    )
+    text_model_make(
+        model_id="alpha-deepseek", group=chat_group, upstreams=[server], upstream_model="deepseek-v4-pro"
+    )
+    upstream.add_callback(
+        responses_lib.POST, f"{DEEPSEEK_BASE}/chat/completions", callback=deepseek_checks_reasoning
+    )
+
+
+def test_an_anthropic_callers_tool_loop_goes_on_on_a_reasoning_deepseek_model(client, deepseek, tara_key):
+    """As the anthropic SDK's tool loop does: the answer's content appended whole, then the result."""
+    body = {
+        "model": "alpha-deepseek",
+        "max_tokens": 1000,
+        "tools": [WEATHER_TOOL],
+        "messages": [{"role": "user", "content": "Weather in Oslo?"}],
+    }
+    first = post(client, "/v1/messages", body, tara_key)
+    assert first.status_code == 200, first.content
+    content = first.json()["content"]
+    assert [block["type"] for block in content] == ["thinking", "tool_use"]
+
+    body["messages"] += [
+        {"role": "assistant", "content": content},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": content[1]["id"], "content": "12C"}],
+        },
+    ]
+    second = post(client, "/v1/messages", body, tara_key)
+
+    assert second.status_code == 200, second.content
+    assert second.json()["content"] == [{"type": "text", "text": "It is 12C."}]
+
+
+def test_a_responses_callers_tool_loop_goes_on_on_a_reasoning_deepseek_model(client, deepseek, tara_key):
+    """As Codex does with `store: false`: the answer's output items appended whole, then the output."""
+    body = {
+        "model": "alpha-deepseek",
+        "store": False,
+        "tools": [WEATHER_FUNCTION],
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": "Weather in Oslo?"}]}],
+    }
+    first = post(client, "/v1/responses", body, tara_key)
+    assert first.status_code == 200, first.content
+    output = first.json()["output"]
+    assert [item["type"] for item in output] == ["reasoning", "function_call"]
+
+    body["input"] += [
+        *output,
+        {"type": "function_call_output", "call_id": output[1]["call_id"], "output": "12C"},
+    ]
+    second = post(client, "/v1/responses", body, tara_key)
+
+    assert second.status_code == 200, second.content
+    assert second.json()["output"][-1]["content"][0]["text"] == "It is 12C."

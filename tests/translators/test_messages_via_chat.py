@@ -852,3 +852,37 @@ def test_a_user_id_openai_takes_goes_as_it_is():
         "metadata": {"user_id": "u" * 64},
     }
     assert translator().request_body(body)["user"] == "u" * 64
+
+
+@pytest.mark.parametrize(
+    ("signature", "openai", "reasoning"),
+    [
+        ("", False, "Call it."),
+        (None, False, "Call it."),
+        ("EqQBCgIYAhIM", False, None),
+        ("", True, None),
+    ],
+    ids=["unsigned", "no signature field", "signed by Anthropic", "to OpenAI itself"],
+)
+def test_unsigned_thinking_goes_back_to_a_compatible_server_as_reasoning_content(
+    signature, openai, reasoning
+):
+    """What this translator made of a server's `reasoning_content` comes back as an unsigned thinking
+    block; DeepSeek's thinking mode answers 400 to a tool call turn without it."""
+    thinking = {"type": "thinking", "thinking": "Call it."}
+    if signature is not None:
+        thinking["signature"] = signature
+    body = {
+        "max_tokens": 10,
+        "messages": [
+            {"role": "user", "content": "Weather?"},
+            {
+                "role": "assistant",
+                "content": [thinking, {"type": "tool_use", "id": "c1", "name": "w", "input": {}}],
+            },
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1", "content": "12C"}]},
+        ],
+    }
+    assistant = translator(openai=openai).request_body(body)["messages"][1]
+    assert assistant.get("reasoning_content") == reasoning
+    assert assistant["tool_calls"][0]["id"] == "c1"

@@ -532,3 +532,49 @@ def test_every_recorded_responses_body_translates_or_names_codexs_server_tool(na
         "assistant",
         "tool",
     }
+
+
+@pytest.mark.parametrize(
+    ("reasoning_item", "reasoning"),
+    [
+        (
+            {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Call it."}]},
+            "Call it.",
+        ),
+        (
+            {
+                "type": "reasoning",
+                "id": "rs_1",
+                "summary": [],
+                "content": [{"type": "reasoning_text", "text": "Hm."}],
+            },
+            "Hm.",
+        ),
+        (
+            {
+                "type": "reasoning",
+                "id": "rs_1",
+                "summary": [{"type": "summary_text", "text": "Call it."}],
+                "encrypted_content": "gAAAAB",
+            },
+            None,
+        ),
+    ],
+    ids=["a summary", "reasoning text", "OpenAI's encrypted reasoning"],
+)
+def test_a_reasoning_item_goes_back_as_the_next_assistant_messages_reasoning_content(
+    reasoning_item, reasoning
+):
+    """What this translator made of a server's `reasoning_content` comes back as a reasoning item;
+    DeepSeek's thinking mode answers 400 to a tool call turn without it."""
+    body = {
+        "input": [
+            {"role": "user", "content": "Weather?"},
+            reasoning_item,
+            {"type": "function_call", "call_id": "c1", "name": "w", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "12C"},
+        ]
+    }
+    assistant = translator().request_body(body)["messages"][1]
+    assert assistant.get("reasoning_content") == reasoning
+    assert assistant["tool_calls"][0]["id"] == "c1"
