@@ -13,7 +13,7 @@ Request (Responses → Chat Completions):
   message's `reasoning_content`, which DeepSeek's thinking mode requires of a tool call turn.
 - `tools` of type function become functions (a `namespace` of functions, as Codex groups some, is
   flattened into its functions); `tool_choice` and `parallel_tool_calls` as they are (a named
-  function's form changed); `max_output_tokens` `max_tokens`; `temperature`, `top_p`, `user`
+  function's form changed), only with tools; `max_output_tokens` `max_tokens`; `temperature`, `top_p`, `user`
   as they are; `text.format` json_object/json_schema `response_format`.
 - Dropped, as hints a Chat Completions server has no use for: `store`, `include`, `reasoning`,
   `prompt_cache_key`, `client_metadata`, `metadata`, `service_tier`, `truncation`,
@@ -276,17 +276,18 @@ class ResponsesViaChat:
         limit = body.get("max_output_tokens")
         if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
             out["max_completion_tokens" if self.openai else "max_tokens"] = limit
-        for name in ("temperature", "top_p", "user", "parallel_tool_calls"):
+        for name in ("temperature", "top_p", "user"):
             if body.get(name) is not None:
                 out[name] = body[name]
-        if body.get("tools") is not None:
-            tools = _tools(body["tools"])
-            if tools:
-                out["tools"] = tools
-            elif "parallel_tool_calls" in out:
-                del out["parallel_tool_calls"]
-        if body.get("tool_choice") is not None:
-            out["tool_choice"] = _tool_choice(body["tool_choice"])
+        tools = _tools(body["tools"]) if body.get("tools") is not None else []
+        if (
+            tools
+        ):  # Chat Completions refuses the other two without tools ("only allowed when tools are specified")
+            out["tools"] = tools
+            if body.get("parallel_tool_calls") is not None:
+                out["parallel_tool_calls"] = body["parallel_tool_calls"]
+            if body.get("tool_choice") is not None:
+                out["tool_choice"] = _tool_choice(body["tool_choice"])
         if body.get("text") is not None:
             response_format = _response_format(body["text"])
             if response_format is not None:

@@ -578,3 +578,13 @@ def test_a_reasoning_item_goes_back_as_the_next_assistant_messages_reasoning_con
     assistant = translator().request_body(body)["messages"][1]
     assert assistant.get("reasoning_content") == reasoning
     assert assistant["tool_calls"][0]["id"] == "c1"
+
+
+@pytest.mark.parametrize("tools", [None, []], ids=["absent", "empty"])
+def test_tool_choice_and_parallel_tool_calls_go_only_with_tools(tools):
+    """Chat Completions answers 400 "... is only allowed when 'tools' are specified"; the Responses API
+    takes both without tools."""
+    body: dict[str, Any] = {"input": "hi", "tool_choice": "auto", "parallel_tool_calls": False}
+    if tools is not None:
+        body["tools"] = tools
+    assert not {"tools", "tool_choice", "parallel_tool_calls"} & set(translator().request_body(body))
