@@ -1,7 +1,7 @@
 """Chat Completions, the hub format, as the translators read and write it: its usage object both ways,
-a tool's output that holds images (`ToolOutput`), and the chunks of a stream written for a Chat
-Completions caller (`ChatChunks`). Each translator
-whose one side is Chat Completions uses these, so the usage and the stream grammar come out the same
+the tool messages of a turn whose tools returned images (`ToolOutput`), and the chunks of a stream
+written for a Chat Completions caller (`ChatChunks`). Each translator whose one side is Chat
+Completions uses these, so the usage, the tool messages and the stream grammar come out the same
 from every pair."""
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ Request (Responses → Chat Completions):
   message's `reasoning_content`, which DeepSeek's thinking mode requires of a tool call turn.
 - `tools` of type function become functions (a `namespace` of functions, as Codex groups some, is
   flattened into its functions); `tool_choice` and `parallel_tool_calls` as they are (a named
-  function's form changed), only with tools; `max_output_tokens` `max_tokens`; `temperature`, `top_p`, `user`
-  as they are; `text.format` json_object/json_schema `response_format`.
+  function's form changed), only with tools; `max_output_tokens` `max_tokens`; `temperature`,
+  `top_p`, `user` as they are; `text.format` json_object/json_schema `response_format`.
 - Dropped, as hints a Chat Completions server has no use for: `store`, `include`, `reasoning`,
   `prompt_cache_key`, `client_metadata`, `metadata`, `service_tier`, `truncation`,
   `text.verbosity`, `safety_identifier`, `stream_options`.
