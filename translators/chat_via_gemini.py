@@ -6,7 +6,8 @@ Request (Chat Completions → generateContent):
   with roles user and model (consecutive turns of one role merged); text parts `text` parts, an
   image given as a `data:` URL an `inlineData` part (Gemini needs an image's bytes; the pipeline
   downloads a caller's http(s) image links and gives this translator a body with their bytes as
-  `data:` URLs, chat/image_links.py, so a link that reaches it is refused); the assistant's
+  `data:` URLs, chat/image_links.py, so a link that reaches it is refused), and so a `file` part
+  given by its bytes (`file_data`, a PDF as OpenAI takes one); the assistant's
   `tool_calls` `functionCall` parts (ids kept) and each `tool` message a `functionResponse` part
   named after the call it answers. Gemini 3 refuses a history whose function calls lack the thought
   signatures it gave them, which a Chat Completions history cannot carry: for a model not named as
@@ -20,8 +21,8 @@ Request (Chat Completions → generateContent):
   low/medium/high a thinking budget of 1,024/8,192/24,576 tokens, its thoughts included.
 - Dropped: `user`, `parallel_tool_calls`, `seed`, penalties, `logit_bias`, `store`, `metadata`,
   `service_tier`, `stream_options` (the usage chunk is made from Gemini's `usageMetadata` when asked).
-- Refused with a 400 naming the field: `n` > 1, `logprobs`, audio, files, an image URL that is not
-  a `data:` URL, tools that are not functions.
+- Refused with a 400 naming the field: `n` > 1, `logprobs`, audio, a file given by id, an image
+  URL that is not a `data:` URL, tools that are not functions.
 
 Answer (generateContent → Chat Completions): the first candidate's text parts as the content, its
 thought parts as `reasoning_content`, its `functionCall` parts as `tool_calls` (an id made when Gemini
@@ -59,10 +60,25 @@ def _image_part(part: Mapping[str, Any], *, param: str) -> dict[str, Any]:
             "Give images to this model as base64 data: URLs or as http(s) links.",
             param=f"{param}.image_url",
         )
+    return _inline(url, default_type="image/png", what="an image", param=f"{param}.image_url")
+
+
+def _file_part(part: Mapping[str, Any], *, param: str) -> dict[str, Any]:
+    """A file given by its bytes (`file_data`, as OpenAI takes a PDF); one given by id is refused."""
+    data = string(obj(part.get("file")).get("file_data"))
+    if not data or not data.startswith("data:"):
+        raise TranslationRefused("Give files to this model as base64 data: URLs.", param=f"{param}.file")
+    return _inline(data, default_type="application/pdf", what="a file", param=f"{param}.file.file_data")
+
+
+def _inline(url: str, *, default_type: str, what: str, param: str) -> dict[str, Any]:
+    """A base64 `data:` URL as an `inlineData` part."""
     head, _, data = url.partition(",")
     if ";base64" not in head or not data:
-        raise TranslationRefused("A data: URL of an image must be base64.", param=f"{param}.image_url")
-    return {"inlineData": {"mimeType": head.removeprefix("data:").split(";")[0] or "image/png", "data": data}}
+        raise TranslationRefused(f"A data: URL of {what} must be base64.", param=param)
+    return {
+        "inlineData": {"mimeType": head.removeprefix("data:").split(";")[0] or default_type, "data": data}
+    }
 
 
 def _user_parts(content: Any, *, param: str) -> list[dict[str, Any]]:
@@ -79,6 +95,8 @@ def _user_parts(content: Any, *, param: str) -> list[dict[str, Any]]:
             parts.append({"text": text})
         elif kind == "image_url":
             parts.append(_image_part(obj(part), param=at))
+        elif kind == "file":
+            parts.append(_file_part(obj(part), param=at))
         else:
             raise TranslationRefused(f"A {kind!r} part cannot be sent to this model.", param=at)
     return parts

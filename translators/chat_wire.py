@@ -1,8 +1,8 @@
 """Chat Completions, the hub format, as the translators read and write it: its usage object both ways,
-the tool messages of a turn whose tools returned images (`ToolOutput`), and the chunks of a stream
-written for a Chat Completions caller (`ChatChunks`). Each translator whose one side is Chat
-Completions uses these, so the usage, the tool messages and the stream grammar come out the same
-from every pair."""
+the tool messages of a turn whose tools returned images or documents (`ToolOutput`), and the chunks
+of a stream written for a Chat Completions caller (`ChatChunks`). Each translator whose one side is
+Chat Completions uses these, so the usage, the tool messages and the stream grammar come out the
+same from every pair."""
 
 from __future__ import annotations
 
@@ -44,32 +44,35 @@ def chat_usage(tokens: TranslatedTokens | None) -> dict[str, Any]:
     return usage
 
 
-# What a tool message says in place of an image its tool returned.
-IMAGE_MOVED = "[image: in the next message]"
+# What a tool message says in place of an image or a document its tool returned, by the part's type.
+MOVED = {"image_url": "[image: in the next message]", "file": "[document: in the next message]"}
 
 
 class ToolOutput:
-    """The tool messages answering one assistant turn's calls, and the images their tools returned.
+    """The tool messages answering one assistant turn's calls, and the images and documents their
+    tools returned.
 
-    Chat Completions takes images only in user messages: OpenAI answers 400 to one in a tool message
-    ("Image URLs are only allowed for messages with role 'user'"), and the tool messages must follow
-    the calls with nothing between them. So each image is `IMAGE_MOVED` in its tool message's text,
-    and the images go, in the calls' order, at the head of the user message that follows them."""
+    Chat Completions takes those only in user messages: OpenAI answers 400 to an image in a tool
+    message ("Image URLs are only allowed for messages with role 'user'") and takes only text there,
+    and the tool messages must follow the calls with nothing between them. So each is a `MOVED` line
+    in its tool message's text, and they go, in the calls' order, at the head of the user message
+    that follows them."""
 
     def __init__(self) -> None:
         self.messages: list[dict[str, Any]] = []
-        self.images: list[dict[str, Any]] = []
+        self.attachments: list[dict[str, Any]] = []
 
     def add(self, call_id: str, parts: list[dict[str, Any]]) -> None:
-        """One call's output as text and `image_url` parts."""
-        texts = [IMAGE_MOVED if part["type"] == "image_url" else part["text"] for part in parts]
-        self.images.extend(part for part in parts if part["type"] == "image_url")
+        """One call's output as text, `image_url` and `file` parts."""
+        texts = [MOVED.get(part["type"]) or part["text"] for part in parts]
+        self.attachments.extend(part for part in parts if part["type"] in MOVED)
         self.messages.append({"role": "tool", "tool_call_id": call_id, "content": "\n".join(texts)})
 
     def placed(self, user_parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The tool messages, then the user message of the images and `user_parts` (if any); emptied."""
-        out, parts = self.messages, [*self.images, *user_parts]
-        self.messages, self.images = [], []
+        """The tool messages, then the user message of the attachments and `user_parts` (if any);
+        emptied."""
+        out, parts = self.messages, [*self.attachments, *user_parts]
+        self.messages, self.attachments = [], []
         if parts:
             only_text = all(part["type"] == "text" for part in parts)
             out.append(

@@ -25,7 +25,10 @@ Request (Messages → Chat Completions):
   this translator made of a compatible server's `reasoning_content`, goes back to a compatible
   server as the turn's `reasoning_content`: DeepSeek's thinking mode answers 400 to a tool call
   turn without it ("The reasoning_content in the thinking mode must be passed back").
-- Refused with a 400 naming the field: a document (PDF) or other block the upstream cannot read,
+- A document (a PDF by its bytes) becomes a `file` part for an upstream that reads one (OpenAI, and
+  Gemini through the hub); in a tool result for one that does not, a line saying it cannot be
+  read, since an agent's history keeps the result and a refusal would refuse every later call.
+- Refused with a 400 naming the field: a document the upstream cannot read or other block,
   a server tool (one without an `input_schema`, such as web search).
 
 Answer (Chat Completions → Messages): the first choice's reasoning text (`reasoning_content`, which
@@ -82,6 +85,10 @@ _STOP_REASON = {
 # Anthropic's thinking budget as an OpenAI reasoning effort: the budgets at which effort goes up.
 _EFFORT_BUDGETS = ((4096, "low"), (16384, "medium"))
 _NOT_REASONING = ("gpt-3", "gpt-4", "chatgpt-")  # OpenAI's model names that take no reasoning_effort
+PDF = "application/pdf"
+READS_DOCUMENTS = frozenset({"openai", "gemini"})  # upstream kinds that read a PDF in a user message
+# A tool's PDF, in a tool result sent to a server that reads none.
+UNREAD_DOCUMENT = {"type": "text", "text": "[a PDF document: this model cannot read documents]"}
 _USER_MAX = 64  # characters of `user` OpenAI takes
 _DROPPED_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 
@@ -99,8 +106,29 @@ def _image_part(block: Mapping[str, Any], *, param: str) -> dict[str, Any]:
     )
 
 
-def _tool_result_parts(block: Mapping[str, Any], *, param: str) -> list[dict[str, Any]]:
-    """A tool_result's content as text and `image_url` parts, "Error: " before the text of an error."""
+def _document_part(block: Mapping[str, Any], *, param: str) -> dict[str, Any]:
+    """A PDF given by its bytes as a Chat Completions `file` part, which OpenAI reads (and Gemini,
+    through chat_via_gemini)."""
+    source = obj(block.get("source"))
+    if (
+        source.get("type") == "base64"
+        and source.get("media_type") == PDF
+        and isinstance(source.get("data"), str)
+    ):
+        title = string(block.get("title"))
+        return {
+            "type": "file",
+            "file": {"filename": title or "document.pdf", "file_data": f"data:{PDF};base64,{source['data']}"},
+        }
+    raise TranslationRefused(
+        "A document block needs a base64 PDF source on this model.", param=f"{param}.source"
+    )
+
+
+def _tool_result_parts(block: Mapping[str, Any], *, param: str, documents: bool) -> list[dict[str, Any]]:
+    """A tool_result's content as text, `image_url` and `file` parts, "Error: " before the text of an
+    error. Without `documents` (a server that reads no PDF), a document is a line saying so: the
+    agent's history keeps the result, and a refusal would refuse every later call of the session."""
     value = block.get("content")
     parts: list[dict[str, Any]] = []
     if isinstance(value, str):
@@ -113,8 +141,12 @@ def _tool_result_parts(block: Mapping[str, Any], *, param: str) -> list[dict[str
                 parts.append({"type": "text", "text": item["text"]})
             elif kind == "image":
                 parts.append(_image_part(item, param=where))
+            elif kind == "document":
+                parts.append(_document_part(item, param=where) if documents else UNREAD_DOCUMENT)
             else:
-                raise TranslationRefused("A tool result can hold text and images on this model.", param=where)
+                raise TranslationRefused(
+                    "A tool result can hold text, images and documents on this model.", param=where
+                )
     elif value is not None:
         raise TranslationRefused(
             "A tool result's content is a string or a list of blocks.", param=f"{param}.content"
@@ -141,10 +173,13 @@ def _arguments_of(value: Any) -> str:
     return json.dumps(obj(value), ensure_ascii=False, separators=(",", ":"))
 
 
-def _messages_of(messages: Any, *, reasoning_back: bool) -> list[dict[str, Any]]:
-    """The Chat Completions messages; with `reasoning_back`, the text of an assistant turn's unsigned
-    thinking blocks (what this translator made of an upstream's `reasoning_content`) goes back as
-    the message's `reasoning_content`."""
+def _messages_of(messages: Any, *, upstream_kind: str) -> list[dict[str, Any]]:
+    """The Chat Completions messages for an upstream of `upstream_kind`: PDFs as `file` parts where it
+    reads them (OpenAI, Gemini); for any but OpenAI itself, the text of an assistant turn's unsigned
+    thinking blocks (what this translator made of an upstream's `reasoning_content`) back as the
+    message's `reasoning_content`."""
+    documents = upstream_kind in READS_DOCUMENTS
+    reasoning_back = upstream_kind != "openai"
     if not isinstance(messages, list):
         raise TranslationRefused("`messages` must be a list.", param="messages")
     out: list[dict[str, Any]] = []
@@ -177,6 +212,8 @@ def _messages_of(messages: Any, *, reasoning_back: bool) -> list[dict[str, Any]]
                 parts.append({"type": "text", "text": block["text"]})
             elif kind == "image" and role == "user":
                 parts.append(_image_part(block, param=at))
+            elif kind == "document" and role == "user" and documents:
+                parts.append(_document_part(block, param=at))
             elif kind == "tool_use" and role == "assistant":
                 if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
                     raise TranslationRefused("A tool_use block needs a string id and name.", param=at)
@@ -190,7 +227,8 @@ def _messages_of(messages: Any, *, reasoning_back: bool) -> list[dict[str, Any]]
             elif kind == "tool_result" and role == "user":
                 if not isinstance(block.get("tool_use_id"), str):
                     raise TranslationRefused("A tool_result block needs a string tool_use_id.", param=at)
-                tool_output.add(block["tool_use_id"], _tool_result_parts(block, param=at))
+                parts_of_result = _tool_result_parts(block, param=at, documents=documents)
+                tool_output.add(block["tool_use_id"], parts_of_result)
             elif kind == "thinking" and role == "assistant" and not block.get("signature"):
                 if isinstance(block.get("thinking"), str):
                     reasoning.append(block["thinking"])
@@ -319,6 +357,7 @@ class MessagesViaChat:
     def __init__(self, call: TranslatedCall) -> None:
         self.model = call.model
         self.upstream_model = call.upstream_model
+        self.upstream_kind = call.upstream_kind
         self.openai = call.upstream_kind == "openai"
         self.reasons = self.openai and _reasons(call.upstream_model)
         self.tokens: TranslatedTokens | None = None
@@ -335,7 +374,7 @@ class MessagesViaChat:
 
     def request_body(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """The Chat Completions body for the caller's Messages body; raises TranslationRefused."""
-        messages = _messages_of(body.get("messages"), reasoning_back=not self.openai)
+        messages = _messages_of(body.get("messages"), upstream_kind=self.upstream_kind)
         if "system" in body and body["system"] is not None:
             system = text_joined(body["system"], param="system")
             if system:

@@ -537,3 +537,63 @@ def test_a_responses_callers_tool_loop_goes_on_on_a_reasoning_deepseek_model(cli
 
     assert second.status_code == 200, second.content
     assert second.json()["output"][-1]["content"][0]["text"] == "It is 12C."
+
+
+PDF = "JVBERi0xLjQKJcOkw7zDtsOfCg=="
+
+
+def claude_code_read_a_pdf() -> dict[str, Any]:
+    """Claude Code's recorded second step, its Read tool having read a PDF (as 2.1.332 answers)."""
+    body = corpus_body({"file": "claude-code--tool--2-messages.json"})
+    result = body["messages"][-1]["content"][0]
+    result["content"] = [
+        {"type": "text", "text": "PDF file read: spec.pdf (20 B)"},
+        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": PDF}},
+    ]
+    return body
+
+
+@pytest.mark.parametrize(
+    ("model", "sent_where"),
+    [("alpha-gpt", "user"), ("alpha-compatible", None)],
+    ids=["openai-reads-it", "a-compatible-server-is-told-it-cannot"],
+)
+def test_claude_codes_session_goes_on_after_it_reads_a_pdf_on_a_chat_completions_model(
+    client, upstream, translated_models, tara, tara_key, model, sent_where
+):
+    """The tool's result stays in Claude Code's history: a refusal would refuse every later call."""
+    upstream.add_callback(responses_lib.POST, f"{OPENAI_BASE}/chat/completions", callback=openai_checks)
+
+    response = post(
+        client, "/v1/messages", {**claude_code_read_a_pdf(), "model": model, "stream": False}, tara_key
+    )
+
+    assert_answered_and_charged_once(response)
+    sent = json.loads(upstream.calls[0].request.body)["messages"]
+    files = [
+        (message["role"], part["file"]["file_data"])
+        for message in sent
+        if isinstance(message.get("content"), list)
+        for part in message["content"]
+        if part.get("type") == "file"
+    ]
+    assert files == ([(sent_where, f"data:application/pdf;base64,{PDF}")] if sent_where else [])
+
+
+def test_claude_codes_pdf_reaches_a_gemini_model(client, upstream, translated_models, tara, tara_key):
+    upstream.add_callback(
+        responses_lib.POST,
+        f"{GEMINI_BASE}/models/{GEMINI_MODEL}:generateContent",
+        callback=gemini_checks_signatures,
+    )
+
+    response = post(
+        client,
+        "/v1/messages",
+        {**claude_code_read_a_pdf(), "model": "alpha-gemini-3", "stream": False},
+        tara_key,
+    )
+
+    assert_answered_and_charged_once(response)
+    contents = json.loads(upstream.calls[0].request.body)["contents"]
+    assert {"inlineData": {"mimeType": "application/pdf", "data": PDF}} in contents[-1]["parts"]

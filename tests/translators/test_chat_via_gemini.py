@@ -372,3 +372,21 @@ RECORDED = [
 def test_every_recorded_chat_body_translates(name):
     sent = translator().request_body(json.loads((CORPUS / name).read_text()))
     assert sent["contents"]
+
+
+def test_a_file_given_by_its_bytes_is_an_inline_part_and_one_given_by_id_is_refused():
+    pdf = {"type": "file", "file": {"filename": "a.pdf", "file_data": "data:application/pdf;base64,JVBERi0x"}}
+    body = {"messages": [{"role": "user", "content": [pdf, {"type": "text", "text": "Sum up"}]}]}
+    assert translator().request_body(body)["contents"] == [
+        {
+            "role": "user",
+            "parts": [
+                {"inlineData": {"mimeType": "application/pdf", "data": "JVBERi0x"}},
+                {"text": "Sum up"},
+            ],
+        }
+    ]
+    by_id = {"messages": [{"role": "user", "content": [{"type": "file", "file": {"file_id": "file-1"}}]}]}
+    with pytest.raises(TranslationRefused) as refused:
+        translator().request_body(by_id)
+    assert refused.value.param == "messages[0].content[0].file"

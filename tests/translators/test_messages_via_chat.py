@@ -886,3 +886,72 @@ def test_unsigned_thinking_goes_back_to_a_compatible_server_as_reasoning_content
     assistant = translator(openai=openai).request_body(body)["messages"][1]
     assert assistant.get("reasoning_content") == reasoning
     assert assistant["tool_calls"][0]["id"] == "c1"
+
+
+PDF_BLOCK = {
+    "type": "document",
+    "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x"},
+}
+PDF_FILE = {
+    "type": "file",
+    "file": {"filename": "document.pdf", "file_data": "data:application/pdf;base64,JVBERi0x"},
+}
+
+
+def claude_code_read_a_pdf() -> dict[str, Any]:
+    """Claude Code's Read of a PDF: a tool result of a text line and the document (as 2.1.332 sends)."""
+    return {
+        "max_tokens": 10,
+        "messages": [
+            {"role": "user", "content": "Summarise spec.pdf"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "c1", "name": "Read", "input": {}}]},
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "c1",
+                        "content": [{"type": "text", "text": "PDF file read: spec.pdf (8 B)"}, PDF_BLOCK],
+                    }
+                ],
+            },
+        ],
+    }
+
+
+@pytest.mark.parametrize("kind", ["openai", "gemini"])
+def test_a_pdf_a_tool_returned_goes_as_a_file_in_the_next_user_message_where_it_is_read(kind):
+    call = TranslatedCall("claude-via-gpt", "gpt-5.1", kind, max_tokens=4096, created=0)
+    messages = MessagesViaChat(call).request_body(claude_code_read_a_pdf())["messages"]
+    assert messages[2:] == [
+        {
+            "role": "tool",
+            "tool_call_id": "c1",
+            "content": "PDF file read: spec.pdf (8 B)\n[document: in the next message]",
+        },
+        {"role": "user", "content": [PDF_FILE]},
+    ]
+
+
+def test_a_pdf_a_tool_returned_is_a_line_for_a_server_that_reads_none():
+    """An agent keeps the tool's result in its history: refusing it would refuse every later call."""
+    messages = translator().request_body(claude_code_read_a_pdf())["messages"]
+    assert messages[2:] == [
+        {
+            "role": "tool",
+            "tool_call_id": "c1",
+            "content": "PDF file read: spec.pdf (8 B)\n[a PDF document: this model cannot read documents]",
+        }
+    ]
+
+
+def test_a_callers_own_pdf_goes_as_a_file_where_it_is_read_and_is_refused_elsewhere():
+    body = {
+        "max_tokens": 10,
+        "messages": [{"role": "user", "content": [PDF_BLOCK, {"type": "text", "text": "Sum up"}]}],
+    }
+    on_openai = translator(openai=True).request_body(body)["messages"]
+    assert on_openai == [{"role": "user", "content": [PDF_FILE, {"type": "text", "text": "Sum up"}]}]
+    with pytest.raises(TranslationRefused) as refused:
+        translator().request_body(body)
+    assert refused.value.param == "messages[0].content[0]"
