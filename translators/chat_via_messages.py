@@ -5,7 +5,8 @@ Request (Chat Completions → Messages):
 - `system` and `developer` messages become the top-level `system` (joined by a blank line, wherever
   they stood); user and assistant turns become messages, consecutive turns of one role merged (as
   Messages wants them alternating); text parts text blocks, `image_url` parts image blocks (a
-  `data:` URL as base64, any other URL by reference); the assistant's `tool_calls` `tool_use` blocks
+  `data:` URL as base64, any other URL by reference), a `file` part holding a PDF's bytes a document
+  block; the assistant's `tool_calls` `tool_use` blocks
   (arguments that are not JSON as `{"arguments": "<text>"}`) and each `tool` message a `tool_result`
   block of a user turn, ids kept.
 - `max_completion_tokens` or `max_tokens` becomes `max_tokens` (the model's limit when neither is
@@ -27,7 +28,7 @@ Request (Chat Completions → Messages):
   `logit_bias`, `store`, `metadata`, `service_tier`, `prediction`, `stream_options` (the usage chunk
   is made from the upstream's usage when the caller asks for it), `strict` on a function.
 - Refused with a 400 naming the field, as answers of another form: `n` > 1, `logprobs`, audio
-  (`modalities` with audio, `audio`, `input_audio` parts), file parts, tools that are not functions,
+  (`modalities` with audio, `audio`, `input_audio` parts), other file parts, tools that are not functions,
   the legacy `function` role.
 
 Answer (Messages → Chat Completions): text blocks joined as the content, `tool_use` blocks as
@@ -83,6 +84,24 @@ def _image_block(part: Mapping[str, Any], *, param: str) -> dict[str, Any]:
     return {"type": "image", "source": {"type": "url", "url": url}}
 
 
+def _document_block(part: Mapping[str, Any], *, param: str) -> dict[str, Any]:
+    """A `file` part holding a PDF's bytes (`file_data`) as a document block, which Claude reads."""
+    data = obj(part.get("file")).get("file_data")
+    head, _, payload = data.partition(",") if isinstance(data, str) else ("", "", "")
+    if not head.startswith("data:application/pdf") or ";base64" not in head or not payload:
+        raise TranslationRefused(
+            "Give files to this model as a PDF's base64 data: URL.", param=f"{param}.file.file_data"
+        )
+    document: dict[str, Any] = {
+        "type": "document",
+        "source": {"type": "base64", "media_type": "application/pdf", "data": payload},
+    }
+    filename = obj(part.get("file")).get("filename")
+    if isinstance(filename, str) and filename:
+        document["title"] = filename
+    return document
+
+
 def _user_blocks(content: Any, *, param: str) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}] if content else []
@@ -96,6 +115,8 @@ def _user_blocks(content: Any, *, param: str) -> list[dict[str, Any]]:
             blocks.append({"type": "text", "text": part["text"]})
         elif kind == "image_url":
             blocks.append(_image_block(part, param=at))
+        elif kind == "file":
+            blocks.append(_document_block(part, param=at))
         else:
             raise TranslationRefused(f"A {kind!r} part cannot be sent to this model.", param=at)
     return blocks

@@ -288,8 +288,8 @@ def test_thinking_is_left_off_while_a_tool_loop_is_open(history, thinking):
             "messages[0].content[0]",
         ),
         (
-            {"messages": [{"role": "user", "content": [{"type": "file", "file": {}}]}]},
-            "messages[0].content[0]",
+            {"messages": [{"role": "user", "content": [{"type": "file", "file": {"file_id": "file-1"}}]}]},
+            "messages[0].content[0].file.file_data",
         ),
         ({"messages": [{"role": "function", "name": "f", "content": "x"}]}, "messages[0].role"),
         ({"messages": [], "tools": [{"type": "web_search"}]}, "tools[0]"),
@@ -607,3 +607,24 @@ def test_top_p_goes_only_without_temperature(sampling, sent):
     model"; the temperature is the one kept."""
     out = translator().request_body({"messages": [{"role": "user", "content": "x"}], **sampling})
     assert {key: out[key] for key in ("temperature", "top_p") if key in out} == sent
+
+
+def test_a_pdf_given_by_its_bytes_is_a_document_block():
+    pdf = {
+        "type": "file",
+        "file": {"filename": "spec.pdf", "file_data": "data:application/pdf;base64,JVBERi0x"},
+    }
+    body = {"messages": [{"role": "user", "content": [pdf, {"type": "text", "text": "Sum up"}]}]}
+    assert translator().request_body(body)["messages"] == [
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "document",
+                    "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x"},
+                    "title": "spec.pdf",
+                },
+                {"type": "text", "text": "Sum up"},
+            ],
+        }
+    ]
