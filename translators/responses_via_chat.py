@@ -20,7 +20,8 @@ Request (Responses → Chat Completions):
   `text.verbosity`, `safety_identifier`, `stream_options`.
 - Refused with a 400 naming the field, as what only OpenAI's Responses API can do:
   `previous_response_id`, `conversation`, `background`, server tools (web search, file search,
-  code interpreter, computer use, image generation, MCP, custom tools), `input_file` and audio parts,
+  code interpreter, computer use, image generation, MCP, custom tools), an `input_file` given by id
+  or URL (one given by its bytes is a `file` part) and audio parts,
   and other item types.
 
 Answer (Chat Completions → Responses): a `response` object whose `output` holds a reasoning item for
@@ -64,6 +65,11 @@ def _message_content(content: Any, *, role: str, param: str) -> str | list[dict[
             parts.append({"type": "text", "text": obj(part)["refusal"]})
         elif kind == "input_image" and role == "user":
             parts.append(_image_part(part, param=at))
+        elif kind == "input_file" and role == "user" and string(obj(part).get("file_data")):
+            filename = string(obj(part).get("filename")) or "document.pdf"
+            parts.append(
+                {"type": "file", "file": {"filename": filename, "file_data": obj(part)["file_data"]}}
+            )
         else:
             raise TranslationRefused(f"A {kind!r} part cannot be sent to this model.", param=at)
     if all(part["type"] == "text" for part in parts):

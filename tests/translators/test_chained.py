@@ -297,3 +297,21 @@ def test_every_recorded_body_goes_through_each_hub_pair(name):
             continue
         sent = pair.request_body(body)
         assert sent.get("messages") or sent.get("contents")
+
+
+def test_a_responses_callers_pdf_reaches_claude_as_a_document_and_gemini_inline():
+    part = {"type": "input_file", "filename": "spec.pdf", "file_data": "data:application/pdf;base64,JVBERi0x"}
+    body = {
+        "model": "m",
+        "input": [{"role": "user", "content": [part, {"type": "input_text", "text": "Sum up"}]}],
+    }
+    claude = Chained(ResponsesViaChat, ChatViaMessages, TranslatedCall("m", "claude", "anthropic", 100, 0))
+    assert claude.request_body(body)["messages"][0]["content"][0] == {
+        "type": "document",
+        "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x"},
+        "title": "spec.pdf",
+    }
+    gemini = Chained(ResponsesViaChat, ChatViaGemini, TranslatedCall("m", "gemini-3-pro", "gemini", 100, 0))
+    assert gemini.request_body(body)["contents"][0]["parts"][0] == {
+        "inlineData": {"mimeType": "application/pdf", "data": "JVBERi0x"}
+    }

@@ -588,3 +588,20 @@ def test_tool_choice_and_parallel_tool_calls_go_only_with_tools(tools):
     if tools is not None:
         body["tools"] = tools
     assert not {"tools", "tool_choice", "parallel_tool_calls"} & set(translator().request_body(body))
+
+
+def test_a_file_given_by_its_bytes_is_a_chat_file_part():
+    part = {"type": "input_file", "filename": "spec.pdf", "file_data": "data:application/pdf;base64,JVBERi0x"}
+    body = {"input": [{"role": "user", "content": [part, {"type": "input_text", "text": "Sum up"}]}]}
+    assert translator().request_body(body)["messages"] == [
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "file",
+                    "file": {"filename": "spec.pdf", "file_data": "data:application/pdf;base64,JVBERi0x"},
+                },
+                {"type": "text", "text": "Sum up"},
+            ],
+        }
+    ]
