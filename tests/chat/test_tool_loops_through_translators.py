@@ -228,6 +228,18 @@ def post(client, path: str, body: dict[str, Any], key: str):
     )
 
 
+def parts_sent(upstream, kind: str) -> list[tuple[str, dict[str, Any]]]:
+    """The content parts of type `kind` in the Chat Completions call sent upstream, with their role."""
+    messages = json.loads(upstream.calls[0].request.body)["messages"]
+    return [
+        (message["role"], part)
+        for message in messages
+        if isinstance(message.get("content"), list)
+        for part in message["content"]
+        if part.get("type") == kind
+    ]
+
+
 def assert_answered_and_charged_once(response) -> None:
     assert response.status_code == 200, response.content[:1000]
     record = UsageRecord.objects.get()
@@ -310,15 +322,16 @@ def test_the_first_step_of_a_tool_loop_on_a_claude_model_still_thinks(
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGP4z8DwHwAFAAH/iZk9HQAAAABJRU5ErkJggg=="
 
 
-def claude_code_read_an_image() -> dict[str, Any]:
-    """Claude Code's recorded second step, its tool having read an image (what its Read tool gives)."""
+def claude_code_read(*blocks: dict[str, Any]) -> dict[str, Any]:
+    """Claude Code's recorded second step, its Read tool having answered `blocks`."""
     body = corpus_body({"file": "claude-code--tool--2-messages.json"})
-    result = body["messages"][-1]["content"][0]
-    result["content"] = [
-        {"type": "text", "text": "shot.png"},
-        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}},
-    ]
+    body["messages"][-1]["content"][0]["content"] = list(blocks)
     return body
+
+
+def claude_code_read_an_image() -> dict[str, Any]:
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}
+    return claude_code_read({"type": "text", "text": "shot.png"}, image)
 
 
 def codex_viewed_an_image() -> dict[str, Any]:
@@ -347,14 +360,7 @@ def test_an_image_a_tool_returned_reaches_a_chat_completions_model_in_a_user_mes
     response = post(client, path, {**body(), "model": model, "stream": False}, tara_key)
 
     assert_answered_and_charged_once(response)
-    sent = json.loads(upstream.calls[0].request.body)["messages"]
-    images = [
-        (message["role"], part["image_url"]["url"])
-        for message in sent
-        if isinstance(message.get("content"), list)
-        for part in message["content"]
-        if part.get("type") == "image_url"
-    ]
+    images = [(role, part["image_url"]["url"]) for role, part in parts_sent(upstream, "image_url")]
     assert images == [("user", f"data:image/png;base64,{PNG}")]
 
 
@@ -543,14 +549,12 @@ PDF = "JVBERi0xLjQKJcOkw7zDtsOfCg=="
 
 
 def claude_code_read_a_pdf() -> dict[str, Any]:
-    """Claude Code's recorded second step, its Read tool having read a PDF (as 2.1.332 answers)."""
-    body = corpus_body({"file": "claude-code--tool--2-messages.json"})
-    result = body["messages"][-1]["content"][0]
-    result["content"] = [
-        {"type": "text", "text": "PDF file read: spec.pdf (20 B)"},
-        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": PDF}},
-    ]
-    return body
+    """What Claude Code 2.1.332's Read answers for a PDF: a line and the document."""
+    document = {
+        "type": "document",
+        "source": {"type": "base64", "media_type": "application/pdf", "data": PDF},
+    }
+    return claude_code_read({"type": "text", "text": "PDF file read: spec.pdf (20 B)"}, document)
 
 
 @pytest.mark.parametrize(
@@ -569,14 +573,7 @@ def test_claude_codes_session_goes_on_after_it_reads_a_pdf_on_a_chat_completions
     )
 
     assert_answered_and_charged_once(response)
-    sent = json.loads(upstream.calls[0].request.body)["messages"]
-    files = [
-        (message["role"], part["file"]["file_data"])
-        for message in sent
-        if isinstance(message.get("content"), list)
-        for part in message["content"]
-        if part.get("type") == "file"
-    ]
+    files = [(role, part["file"]["file_data"]) for role, part in parts_sent(upstream, "file")]
     assert files == ([(sent_where, f"data:application/pdf;base64,{PDF}")] if sent_where else [])
 
 
