@@ -43,7 +43,16 @@ from typing import Any
 
 from translators import TranslatedCall, TranslatedTokens, TranslationRefused
 from translators.chat_wire import ChatChunks, chat_usage, sse_data
-from translators.values import arguments_parsed, count, error_message, event_object, obj, string, text_joined
+from translators.values import (
+    arguments_parsed,
+    count,
+    data_url,
+    error_message,
+    event_object,
+    obj,
+    string,
+    text_joined,
+)
 
 _FINISH = {"STOP": "stop", "MAX_TOKENS": "length"}
 _FILTERED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY"})
@@ -73,12 +82,11 @@ def _file_part(part: Mapping[str, Any], *, param: str) -> dict[str, Any]:
 
 def _inline(url: str, *, default_type: str, what: str, param: str) -> dict[str, Any]:
     """A base64 `data:` URL as an `inlineData` part."""
-    head, _, data = url.partition(",")
-    if ";base64" not in head or not data:
+    inline = data_url(url)
+    if inline is None:
         raise TranslationRefused(f"A data: URL of {what} must be base64.", param=param)
-    return {
-        "inlineData": {"mimeType": head.removeprefix("data:").split(";")[0] or default_type, "data": data}
-    }
+    media_type, data = inline
+    return {"inlineData": {"mimeType": media_type or default_type, "data": data}}
 
 
 def _user_parts(content: Any, *, param: str) -> list[dict[str, Any]]:

@@ -49,7 +49,16 @@ from typing import Any
 
 from translators import TranslatedCall, TranslatedTokens, TranslationRefused
 from translators.chat_wire import ChatChunks, chat_usage, sse_data
-from translators.values import arguments_parsed, count, error_message, event_object, obj, string, text_joined
+from translators.values import (
+    arguments_parsed,
+    count,
+    data_url,
+    error_message,
+    event_object,
+    obj,
+    string,
+    text_joined,
+)
 
 JSON_TOOL = "json_output"
 _FINISH = {
@@ -75,26 +84,28 @@ def _image_block(part: Mapping[str, Any], *, param: str) -> dict[str, Any]:
     url = image.get("url") if isinstance(image, dict) else image
     if not isinstance(url, str) or not url:
         raise TranslationRefused("An image_url part needs a URL.", param=f"{param}.image_url")
-    if url.startswith("data:"):
-        head, _, data = url.partition(",")
-        media_type = head.removeprefix("data:").split(";")[0] or "image/png"
-        if ";base64" not in head or not data:
-            raise TranslationRefused("A data: URL of an image must be base64.", param=f"{param}.image_url")
-        return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
-    return {"type": "image", "source": {"type": "url", "url": url}}
+    if not url.startswith("data:"):
+        return {"type": "image", "source": {"type": "url", "url": url}}
+    inline = data_url(url)
+    if inline is None:
+        raise TranslationRefused("A data: URL of an image must be base64.", param=f"{param}.image_url")
+    media_type, data = inline
+    return {
+        "type": "image",
+        "source": {"type": "base64", "media_type": media_type or "image/png", "data": data},
+    }
 
 
 def _document_block(part: Mapping[str, Any], *, param: str) -> dict[str, Any]:
     """A `file` part holding a PDF's bytes (`file_data`) as a document block, which Claude reads."""
-    data = obj(part.get("file")).get("file_data")
-    head, _, payload = data.partition(",") if isinstance(data, str) else ("", "", "")
-    if not head.startswith("data:application/pdf") or ";base64" not in head or not payload:
+    inline = data_url(obj(part.get("file")).get("file_data"))
+    if inline is None or inline[0] != "application/pdf":
         raise TranslationRefused(
             "Give files to this model as a PDF's base64 data: URL.", param=f"{param}.file.file_data"
         )
     document: dict[str, Any] = {
         "type": "document",
-        "source": {"type": "base64", "media_type": "application/pdf", "data": payload},
+        "source": {"type": "base64", "media_type": "application/pdf", "data": inline[1]},
     }
     filename = obj(part.get("file")).get("filename")
     if isinstance(filename, str) and filename:

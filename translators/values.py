@@ -34,6 +34,17 @@ def json_bytes(value: Any) -> bytes:
         return json.dumps(value, separators=(",", ":")).encode()
 
 
+def data_url(value: Any) -> tuple[str, str] | None:
+    """A base64 `data:` URL's media type (empty when it names none) and its data; None for anything
+    else (not a string, not a `data:` URL, not base64, no data)."""
+    if not isinstance(value, str) or not value.startswith("data:"):
+        return None
+    head, _, data = value.partition(",")
+    if ";base64" not in head or not data:
+        return None
+    return head.removeprefix("data:").split(";")[0], data
+
+
 def string(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
