@@ -97,6 +97,46 @@ def sent_json(call) -> dict:
     return json.loads(call.request.body)
 
 
+def messages_events(
+    *, message: dict[str, Any], tool_use: dict[str, Any], arguments: str, stop_reason: str, output_tokens: int
+) -> list[tuple[str, dict[str, Any]]]:
+    """An Anthropic Messages stream as (event name, data) pairs, as the API orders them: the message's
+    start (`message`), a ping, a text block of "Hi", the `tool_use` block with its `arguments` in one
+    piece, the stop reason with the output usage, the stop."""
+    return [
+        ("message_start", {"type": "message_start", "message": message}),
+        ("ping", {"type": "ping"}),
+        (
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        ),
+        (
+            "content_block_delta",
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}},
+        ),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        ("content_block_start", {"type": "content_block_start", "index": 1, "content_block": tool_use}),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 1,
+                "delta": {"type": "input_json_delta", "partial_json": arguments},
+            },
+        ),
+        ("content_block_stop", {"type": "content_block_stop", "index": 1}),
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop_reason},
+                "usage": {"output_tokens": output_tokens},
+            },
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+
+
 def sse_body(*events: tuple[str, Any]) -> str:
     """An event stream: (event name or "", data object or raw text) per event."""
     out = []

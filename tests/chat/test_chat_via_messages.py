@@ -13,7 +13,7 @@ import pytest
 
 from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
 from billing.selectors import ledger_check
-from tests.chat.conftest import ANTHROPIC_BASE, PROVIDER_KEY, sent_json, sse_body
+from tests.chat.conftest import ANTHROPIC_BASE, PROVIDER_KEY, messages_events, sent_json, sse_body
 
 pytestmark = pytest.mark.django_db
 
@@ -99,45 +99,13 @@ def test_a_chat_call_is_translated_both_ways_and_charged_exactly(
 
 def anthropic_stream() -> str:
     return sse_body(
-        (
-            "message_start",
-            {
-                "type": "message_start",
-                "message": {"id": "msg_2", "content": [], "usage": {**USAGE, "output_tokens": 1}},
-            },
-        ),
-        ("ping", {"type": "ping"}),
-        (
-            "content_block_start",
-            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-        ),
-        (
-            "content_block_delta",
-            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}},
-        ),
-        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-        (
-            "content_block_start",
-            {
-                "type": "content_block_start",
-                "index": 1,
-                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}},
-            },
-        ),
-        (
-            "content_block_delta",
-            {
-                "type": "content_block_delta",
-                "index": 1,
-                "delta": {"type": "input_json_delta", "partial_json": '{"city":"Oslo"}'},
-            },
-        ),
-        ("content_block_stop", {"type": "content_block_stop", "index": 1}),
-        (
-            "message_delta",
-            {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 30}},
-        ),
-        ("message_stop", {"type": "message_stop"}),
+        *messages_events(
+            message={"id": "msg_2", "content": [], "usage": {**USAGE, "output_tokens": 1}},
+            tool_use={"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}},
+            arguments='{"city":"Oslo"}',
+            stop_reason="tool_use",
+            output_tokens=30,
+        )
     )
 
 

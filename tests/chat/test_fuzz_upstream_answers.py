@@ -22,7 +22,14 @@ from hypothesis import strategies as st
 from billing.ledger import wallet_top_up
 from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
 from billing.selectors import ledger_check
-from tests.chat.conftest import ANTHROPIC_BASE, KEY_ENV, OPENAI_BASE, assert_in_family_shape, sse_body
+from tests.chat.conftest import (
+    ANTHROPIC_BASE,
+    KEY_ENV,
+    OPENAI_BASE,
+    assert_in_family_shape,
+    messages_events,
+    sse_body,
+)
 from tests.factories import text_model_make, upstream_make
 from tests.fuzz_values import fuzz_settings, json_places, json_replaced, json_values, texts
 
@@ -147,46 +154,13 @@ MESSAGES_ANSWER = {
     "stop_sequence": None,
     "usage": {**MESSAGES_USAGE, "output_tokens": 30},
 }
-MESSAGES_EVENTS = [
-    (
-        "message_start",
-        {
-            "type": "message_start",
-            "message": {**MESSAGES_ANSWER, "content": [], "stop_reason": None, "usage": MESSAGES_USAGE},
-        },
-    ),
-    (
-        "content_block_start",
-        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-    ),
-    (
-        "content_block_delta",
-        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}},
-    ),
-    ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-    (
-        "content_block_start",
-        {
-            "type": "content_block_start",
-            "index": 1,
-            "content_block": {"type": "tool_use", "id": "t", "name": "f", "input": {}},
-        },
-    ),
-    (
-        "content_block_delta",
-        {
-            "type": "content_block_delta",
-            "index": 1,
-            "delta": {"type": "input_json_delta", "partial_json": "{}"},
-        },
-    ),
-    ("content_block_stop", {"type": "content_block_stop", "index": 1}),
-    (
-        "message_delta",
-        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 30}},
-    ),
-    ("message_stop", {"type": "message_stop"}),
-]
+MESSAGES_EVENTS = messages_events(
+    message={**MESSAGES_ANSWER, "content": [], "stop_reason": None, "usage": MESSAGES_USAGE},
+    tool_use={"type": "tool_use", "id": "t", "name": "f", "input": {}},
+    arguments="{}",
+    stop_reason="end_turn",
+    output_tokens=30,
+)
 GEMINI_ANSWER = {
     "candidates": [
         {
