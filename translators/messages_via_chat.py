@@ -13,7 +13,9 @@ Request (Messages → Chat Completions):
   becomes auto/required/the named function/none, `disable_parallel_tool_use` `parallel_tool_calls:
   false`.
 - `max_tokens` becomes the upstream's output limit (`max_completion_tokens` for OpenAI itself,
-  `max_tokens` for compatible servers); `stop_sequences` `stop`; `temperature`, `top_p` as they are;
+  `max_tokens` for compatible servers); `stop_sequences` `stop`; `temperature`, `top_p` as they are,
+  but not to an OpenAI model that reasons (GPT-5, the o-series), which answers 400 to any but the
+  default 1 ("Unsupported value: 'temperature' does not support 0.2 with this model");
   `metadata.user_id` `user` (its SHA-256 hex digest when longer than OpenAI's 64 characters);
   `thinking` (enabled with a budget, or adaptive) `reasoning_effort` for an OpenAI upstream (low
   under 4,096 budget tokens, medium under 16,384, high above; adaptive is medium), dropped for a
@@ -384,7 +386,7 @@ class MessagesViaChat:
         if max_tokens is not None:
             out["max_completion_tokens" if self.openai else "max_tokens"] = max_tokens
         for name in ("temperature", "top_p"):
-            if body.get(name) is not None:
+            if body.get(name) is not None and not self.reasons:
                 out[name] = body[name]
         stop = body.get("stop_sequences")
         if isinstance(stop, list) and stop:

@@ -13,7 +13,8 @@ The providers behind `responses` answer as their documentation says they do:
   `top_p`;
 - OpenAI's Chat Completions refuses an image in a tool message, 400 invalid_value ("Image URLs are
   only allowed for messages with role 'user'"), tool messages that do not answer every call right
-  after it, and a `user` longer than 64 characters (string_above_max_length).
+  after it, a `user` longer than 64 characters (string_above_max_length), and, on a model that
+  reasons, a `temperature` or `top_p` other than 1 (unsupported_value).
 """
 
 from __future__ import annotations
@@ -132,8 +133,9 @@ def anthropic_checks(request) -> tuple[int, dict, str]:
 
 
 def openai_checks(request) -> tuple[int, dict, str]:
-    """Chat Completions: no `reasoning_effort` for a GPT-4 model; a `user` of at most 64 characters;
-    tool messages answer each call right after it, and hold no image."""
+    """Chat Completions: no `reasoning_effort` for a GPT-4 model, and no sampling setting but the
+    default for one that reasons; a `user` of at most 64 characters; tool messages answer each call
+    right after it, and hold no image."""
     body = json.loads(request.body)
     if "reasoning_effort" in body and body["model"].startswith("gpt-4"):
         error = {
@@ -143,6 +145,18 @@ def openai_checks(request) -> tuple[int, dict, str]:
             "code": "unsupported_parameter",
         }
         return 400, {}, json.dumps({"error": error})
+    for name in ("temperature", "top_p"):
+        if body.get(name, 1) != 1 and not body["model"].startswith("gpt-4"):
+            error = {
+                "message": (
+                    f"Unsupported value: '{name}' does not support {body[name]} with this model. Only "
+                    "the default (1) value is supported."
+                ),
+                "type": "invalid_request_error",
+                "param": name,
+                "code": "unsupported_value",
+            }
+            return 400, {}, json.dumps({"error": error})
     user = body.get("user")
     if isinstance(user, str) and len(user) > 64:
         error = {
@@ -406,6 +420,26 @@ def test_every_recorded_messages_body_is_taken_by_an_openai_model(
     assert_answered_and_charged_once(response)
     user = json.loads(upstream.calls[0].request.body).get("user")
     assert user is None or len(user) <= 64
+
+
+@pytest.mark.parametrize(
+    ("model", "sampling_sent"), [("alpha-gpt", {}), ("alpha-gpt-4o", {"temperature": 0, "top_p": 0.9})]
+)
+def test_an_anthropic_callers_temperature_reaches_only_an_openai_model_that_takes_it(
+    client, upstream, translated_models, tara, tara_key, model, sampling_sent
+):
+    """Anthropic takes a temperature on every model; OpenAI's models that reason refuse all but 1, so
+    an Anthropic caller's `temperature: 0` (LangChain's ChatAnthropic(temperature=0)) refused every
+    call on a GPT-5 model."""
+    upstream.add_callback(responses_lib.POST, f"{OPENAI_BASE}/chat/completions", callback=openai_checks)
+    entry = next(entry for entry in corpus_index() if entry["file"].startswith("langchain-anthropic--"))
+    body = {**corpus_body(entry), "model": model, "stream": False, "temperature": 0, "top_p": 0.9}
+
+    response = post(client, "/v1/messages", body, tara_key)
+
+    assert_answered_and_charged_once(response)
+    sent = json.loads(upstream.calls[0].request.body)
+    assert {name: sent[name] for name in ("temperature", "top_p") if name in sent} == sampling_sent
 
 
 def test_a_chat_call_with_temperature_and_top_p_is_taken_by_a_claude_model(
