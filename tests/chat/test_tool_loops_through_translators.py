@@ -229,7 +229,7 @@ def translated_models(chat_group, tara, monkeypatch):
             group=chat_group,
             upstreams=[server],
             upstream_model=upstream_model,
-            max_output_tokens=32000,
+            max_output_tokens=64000,  # the AI SDK asks for a Sonnet 4.5's 64,000
         )
 
 

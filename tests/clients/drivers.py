@@ -10,7 +10,9 @@ retries off, so one model call is one HTTP call).
 from __future__ import annotations
 
 import json
+import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 import anthropic
 import openai
@@ -331,3 +333,38 @@ def agents_tool_loop(base_url: str, key: str, model: str, *, chat_completions: b
         return LoopResult(str(result.final_output), len(result.raw_responses), tool_calls)
 
     return asyncio.run(run())
+
+
+# --- Vercel AI SDK ---------------------------------------------------------------------------------
+
+AI_SDK_LOOP = Path(__file__).resolve().parent / "node" / "ai_sdk_loop.mjs"
+
+
+def ai_sdk_tool_loop(
+    base_url: str, key: str, model: str, *, api: str, stream: bool, max_output_tokens: int | None = None
+) -> LoopResult:
+    """The AI SDK's multi-step `generateText` (or `streamText`) with one tool, on the OpenAI
+    provider's Responses (`api="responses"`, its default) or Chat Completions model, or on the
+    Anthropic provider (`api="messages"`). `base_url` is the gateway's /v1. Without
+    `max_output_tokens` the SDK chooses the limit (for a model id with `claude-` in it, 128,000 unless
+    its catalog knows the model). Runs node/ai_sdk_loop.mjs, which the packages pinned in
+    node/package.json serve."""
+    job = {
+        "maxOutputTokens": max_output_tokens,
+        "api": api,
+        "stream": stream,
+        "baseURL": base_url,
+        "key": key,
+        "model": model,
+        "system": SYSTEM,
+        "prompt": PROMPT,
+        "tool": TOOL,
+        "schema": WEATHER_SCHEMA,
+    }
+    done = subprocess.run(
+        ["node", str(AI_SDK_LOOP)], input=json.dumps(job), capture_output=True, text=True, timeout=120
+    )
+    if done.returncode != 0:
+        raise AssertionError(f"the AI SDK's loop exited {done.returncode}: {done.stderr[-3000:]}")
+    result = json.loads(done.stdout)
+    return LoopResult(result["answer"], result["steps"], result["toolCalls"])

@@ -1,13 +1,14 @@
 """Re-record the corpus of real client request bodies (tests/clients/corpus/).
 
-    .venv/bin/python -m tests.clients.record
+    .venv/bin/python -m tests.clients.record [CLIENT ...]
 
-Runs each client against the capture server (tests/clients/capture.py, 127.0.0.1 only) with its
-vendor's model names (the agent CLIs also with the recipe's own): the agent CLIs with the recipes of
-docs/text.md in a temporary HOME and working directory, the Python clients through
-tests/clients/drivers.py. Writes every JSON body they sent, with `index.json` saying which client
-(and version) sent it to which endpoint. Machine paths and the key are replaced by fixed
-placeholders. The old corpus is replaced.
+Runs each client (or only those named, e.g. `ai-sdk`) against the capture server
+(tests/clients/capture.py, 127.0.0.1 only) with its vendor's model names (the agent CLIs also with
+the recipe's own): the agent CLIs with the recipes of docs/text.md in a temporary HOME and working
+directory, the other clients through tests/clients/drivers.py. Writes every JSON body they sent,
+with `index.json` saying which client (and version) sent it to which endpoint. Machine paths and the
+key are replaced by fixed placeholders. The old corpus is replaced (the named clients' part of it,
+when clients are named).
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ HOME_PLACEHOLDER = "/home/user"
 CWD_PLACEHOLDER = "/home/user/project"
 OPENAI_MODEL = "gpt-5.1"
 ANTHROPIC_MODEL = "claude-sonnet-4-6"
+# The AI SDK asks for its catalog's output maximum of a Claude model it knows when the caller sets
+# none: 128,000 for claude-sonnet-4-6, 64,000 for claude-sonnet-4-5, the id config/examples serves.
+AI_SDK_ANTHROPIC_MODEL = "claude-sonnet-4-5"
 SAY_HELLO = "Say hello in five words"
 # An agent CLI asked to use one of its tools: the capture server calls it, the CLI runs it and sends
 # its result, which is recorded with the rest.
@@ -163,6 +167,21 @@ RECORDINGS: list[tuple[str, str, str, Callable[[str, Path, Path], None]]] = [
         "chat",
         _py(drivers.agents_tool_loop, OPENAI_MODEL, chat_completions=True),
     ),
+    *(
+        (
+            "ai-sdk",
+            node_version("ai"),
+            f"{api}{'-stream' if stream else ''}",
+            _py(
+                drivers.ai_sdk_tool_loop,
+                AI_SDK_ANTHROPIC_MODEL if api == "messages" else OPENAI_MODEL,
+                api=api,
+                stream=stream,
+            ),
+        )
+        for api in ("responses", "chat", "messages")
+        for stream in (False, True)
+    ),
 ]
 
 ENDPOINT_SLUGS = {
@@ -173,13 +192,27 @@ ENDPOINT_SLUGS = {
 }
 
 
-def main() -> int:
-    if CORPUS.exists():
-        shutil.rmtree(CORPUS)
-    CORPUS.mkdir()
+def main(clients: list[str]) -> int:
+    """Records every client, or only those named (their old files replaced, the others kept)."""
+    unknown = set(clients) - {client for client, *_ in RECORDINGS}
+    if unknown:
+        print(f"unknown clients: {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
     index = []
+    if clients:
+        for entry in json.loads((CORPUS / "index.json").read_text()):
+            if entry["client"] in clients:
+                (CORPUS / entry["file"]).unlink()
+            else:
+                index.append(entry)
+    else:
+        if CORPUS.exists():
+            shutil.rmtree(CORPUS)
+        CORPUS.mkdir()
     with CaptureServer() as capture:
         for client, client_version, name, run in RECORDINGS:
+            if clients and client not in clients:
+                continue
             with tempfile.TemporaryDirectory(prefix="igw-record-") as tmp:
                 home = Path(tmp) / "home"
                 cwd = home / "project"
@@ -209,4 +242,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -1,7 +1,8 @@
 """Every request body recorded from a real client (tests/clients/corpus: Claude Code, Codex CLI, the
-openai and anthropic SDKs, LangChain, the OpenAI Agents SDK) is served by the gateway on the demo
-upstream, streamed and not: 200, an answer the family's SDK parses, and exactly one charge (one
-captured hold, one ledger entry, one usage record) for the call; count_tokens is answered free.
+openai and anthropic SDKs, LangChain, the OpenAI Agents SDK, the Vercel AI SDK) is served by the
+gateway on the demo upstream, streamed and not: 200, an answer the family's SDK parses, and exactly
+one charge (one captured hold, one ledger entry, one usage record) for the call; count_tokens is
+answered free.
 
 Only `model` (made the demo model of the body's family) and `stream` are changed: tools, system
 prompts, thinking settings, cache_control and metadata go as the client sent them.
@@ -160,7 +161,8 @@ def test_a_recorded_client_body_is_answered_and_charged_once(client, demo, entry
 
 def test_the_corpus_holds_every_client_on_its_endpoints():
     """The recording covers what the issue names: the two agent CLIs, both SDKs, LangChain on both
-    families and the Agents SDK, with tool results sent back and count_tokens."""
+    families, the Agents SDK and the AI SDK on its three APIs, with tool results sent back and
+    count_tokens."""
     index = corpus_index()
     seen = {(e["client"], e["endpoint"]) for e in index}
     assert {
@@ -175,6 +177,9 @@ def test_the_corpus_holds_every_client_on_its_endpoints():
         ("langchain-anthropic", "/v1/messages"),
         ("openai-agents", "/v1/responses"),
         ("openai-agents", "/v1/chat/completions"),
+        ("ai-sdk", "/v1/responses"),
+        ("ai-sdk", "/v1/chat/completions"),
+        ("ai-sdk", "/v1/messages"),
     } <= seen
     bodies = [json.dumps(corpus_body(e)) for e in index]
     assert any('"tool_result"' in b for b in bodies)  # Anthropic-style tool results

@@ -1,14 +1,15 @@
 """Real clients against a live gateway on the demo upstream, set up as `make run` sets it up
 (config/demo.toml, the demo text key): Claude Code and Codex CLI run the recipes of docs/text.md
-word for word; the openai and anthropic SDKs, LangChain and the OpenAI Agents SDK run a tool loop
-(a call answered with a tool call, the tool's result sent back, a final answer in text).
+word for word; the openai and anthropic SDKs, LangChain, the OpenAI Agents SDK and the Vercel AI SDK
+run a tool loop (a call answered with a tool call, the tool's result sent back, a final answer in
+text).
 
 Every HTTP call a client makes is billed once: one usage record with status 200, one ledger charge
 of its amount, and the wallet down by their sum.
 
 On PostgreSQL the gateway is gunicorn in its own process (the module's rows committed, flushed when
-it ends); on SQLite, as `make run` serves, the test server of pytest-django. The agent CLIs are
-skipped only when they are not installed (`npm ci --prefix tests/clients/node`).
+it ends); on SQLite, as `make run` serves, the test server of pytest-django. The agent CLIs and the
+AI SDK are skipped only when they are not installed (`npm ci --prefix tests/clients/node`).
 """
 
 from __future__ import annotations
@@ -511,3 +512,67 @@ def test_openai_agents_sdk_runs_its_tool_and_is_billed_per_call(live, chat_compl
     _check_loop(result)
     endpoint = "chat.completions" if chat_completions else "responses"
     billing.assert_each_call_billed_once(calls=result.calls, endpoints={endpoint}, model="demo-chat")
+
+
+# --- the Vercel AI SDK (Node), multi-step with one tool -----------------------------------------------
+
+AI_SDK_MODELS = {"responses": "demo-chat", "chat": "demo-chat", "messages": "demo-claude"}
+AI_SDK_ENDPOINTS = {"responses": "responses", "chat": "chat.completions", "messages": "messages"}
+
+
+def _ai_sdk_installed() -> None:
+    if not drivers.AI_SDK_LOOP.with_name("node_modules").joinpath("ai").exists():
+        pytest.skip("the AI SDK is not installed: run `npm ci --prefix tests/clients/node`")
+
+
+@pytest.mark.parametrize(
+    "stream",
+    [
+        pytest.param(False, id="json"),
+        pytest.param(True, id="stream", marks=needs_own_connections),  # as the openai SDK's stream
+    ],
+)
+@pytest.mark.parametrize("api", ["responses", "chat", "messages"])
+def test_ai_sdk_tool_loop_is_billed_per_call(live, api, stream):
+    _ai_sdk_installed()
+    billing = Billing(live)
+
+    result = drivers.ai_sdk_tool_loop(
+        f"{live.url}/v1", live.demo.key, AI_SDK_MODELS[api], api=api, stream=stream
+    )
+
+    _check_loop(result)
+    billing.assert_each_call_billed_once(
+        calls=result.calls, endpoints={AI_SDK_ENDPOINTS[api]}, model=AI_SDK_MODELS[api]
+    )
+
+
+@needs_own_connections
+@pytest.mark.parametrize(
+    ("api", "model", "inner"),
+    [
+        ("responses", VIA_CHAT_MODEL, "chat.completions"),
+        ("messages", VIA_CHAT_MODEL, "chat.completions"),
+        ("chat", VIA_MESSAGES_MODEL, "messages"),
+    ],
+)
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_ai_sdk_tool_loop_on_a_model_of_another_family_through_the_translator(
+    live, api, model, inner, stream
+):
+    """Each call is billed once where the AI SDK sent it, and once more where the translated call
+    lands (the demo's model of the other family behind the gateway's own /v1). The output limit is
+    set: left to the SDK, a model id with `claude-` in it is asked for 128,000 tokens, which the
+    translated models (32,000, as the demo models they call allow) refuse."""
+    _ai_sdk_installed()
+    billing = Billing(live)
+
+    result = drivers.ai_sdk_tool_loop(
+        f"{live.url}/v1", live.demo.key, model, api=api, stream=stream, max_output_tokens=1024
+    )
+
+    _check_loop(result)
+    records = billing.assert_each_call_billed_once(
+        calls=2 * result.calls, endpoints={AI_SDK_ENDPOINTS[api], inner}, model=None
+    )
+    assert [r.model_id for r in records if r.endpoint == AI_SDK_ENDPOINTS[api]] == [model] * result.calls
