@@ -102,3 +102,23 @@ class TextModel(models.Model):
             raise ValidationError(
                 {"model_id": f"The group already has an image model called {self.model_id!r}."}
             )
+
+
+class ResponseItem(models.Model):
+    """An output item of a translated `/v1/responses` answer, kept for its account so that a later call
+    can name it by `item_reference`, as OpenAI's Responses API allows for a response stored (`store`
+    not false; the Vercel AI SDK sends references by default). Kept
+    GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS days (`purge_response_items`)."""
+
+    account = models.ForeignKey("accounts.Account", on_delete=models.CASCADE, related_name="+")
+    item_id = models.CharField(max_length=200)
+    item = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["account", "item_id"], name="response_item_unique_in_account")
+        ]
+
+    def __str__(self) -> str:
+        return self.item_id

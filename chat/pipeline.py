@@ -38,9 +38,10 @@ from api.upstream_call import upstream_attempts_run
 from api.usage import UsageScope, usage_scope
 from chat.access import ResolvedTextModel, text_model_resolve
 from chat.answers import refusal_for_caller, tokens_charge
-from chat.families import CHAT, Family
+from chat.families import CHAT, RESPONSES_FAMILY, Family
 from chat.image_links import image_links_inlined, image_links_present
 from chat.pricing import text_call_ceiling
+from chat.response_items import response_items_asked, response_items_keep, response_items_resolved
 from chat.snapshots import TextModelSnapshot
 from chat.streaming import StreamBody, StreamedTextCall, stream_open, text_stream_relay
 from chat.token_count import messages_input_tokens
@@ -132,12 +133,19 @@ def text_call_run(
         text_model = resolved.text_model
         usage.set_target(group=resolved.group, model_id=text_model.model_id)
         output_limit = output_limit_validate(body=parsed.body, family=family, text_model=text_model)
+        # A translated Responses answer's items are kept for the account (chat/response_items.py).
+        items_kept_for = (
+            credential.account.pk
+            if family is RESPONSES_FAMILY and response_items_asked(body=parsed.body)
+            else None
+        )
 
         def routed() -> dict[str, Route]:
             return _routes(
                 parsed=parsed,
                 resolved=resolved,
                 family=family,
+                account_id=credential.account.pk,
                 headers=headers,
                 request_id=request_id,
                 output_limit=output_limit,
@@ -200,6 +208,7 @@ def text_call_run(
                 caller=caller,
                 upstream_family=route.upstream_family,
                 translator=route.translator,
+                items_kept_for=items_kept_for,
             )
             return StreamedTextCall(
                 events=StreamBody(stream_counted(relay, endpoint=usage.endpoint), after=after)
@@ -221,6 +230,7 @@ def text_call_run(
                 resolved=resolved,
                 family=family,
                 priced=routes_priced(),
+                items_kept_for=items_kept_for,
             ),
         )
 
@@ -264,17 +274,21 @@ def _routes(
     parsed: TextBody,
     resolved: ResolvedTextModel,
     family: Family,
+    account_id: int,
     headers: dict[str, str],
     request_id: str,
     output_limit: int,
 ) -> dict[str, Route]:
     """A route per kind among the model's upstreams (a failover may cross kinds, each attempt sent its
     kind's body); a native one when the model has no upstream. What some kind's API cannot express is
-    the caller's 400, as the call could land there. A kind that takes no image by link (Gemini) is
-    translated from a copy of the body with its image links downloaded (chat/image_links.py), once
-    for the call, before anything is reserved; the other kinds are sent the links."""
+    the caller's 400, as the call could land there. A translated Responses body has its item
+    references replaced by the items the gateway kept for the account (chat/response_items.py). A kind
+    that takes no image by link (Gemini) is translated from a copy of the body with its image links
+    downloaded (chat/image_links.py), once for the call, before anything is reserved; the other kinds
+    are sent the links."""
     translations = resolved.translations or {"": Translation(upstream_family=family, translator=None)}
     routes = {}
+    referenced: list[dict[str, Any]] = []  # the body with its item references resolved, made once
     inlined: list[dict[str, Any]] = []  # the body with its image links made bytes, made once if needed
     for kind, translation in translations.items():
         translator = translator_make(
@@ -292,9 +306,13 @@ def _routes(
             sent = parsed.body
         else:
             given = parsed.body
+            if family is RESPONSES_FAMILY:
+                if not referenced:
+                    referenced.append(response_items_resolved(account_id=account_id, body=given))
+                given = referenced[0]
             if not translation.upstream_family.takes_image_links:
                 if not inlined:
-                    inlined.append(image_links_inlined(body=parsed.body, family=family))
+                    inlined.append(image_links_inlined(body=given, family=family))
                 given = inlined[0]
             sent = _translated_body(translator=translator, body=given)
             body = json_bytes(sent)
@@ -416,15 +434,20 @@ def _produce(
     resolved: ResolvedTextModel,
     family: Family,
     priced: PricedRoutes,
+    items_kept_for: int | None,
 ) -> StoredResponse:
     """Limits, the hold for the ceiling, the upstream call, and the capture of the exact cost of the
-    usage the upstream reported."""
+    usage the upstream reported. A translated answer's output items are kept for the account
+    `items_kept_for` (before the charge: a call that cannot keep them is not charged)."""
     answered: list[Route] = []  # the route of the attempt that answered
 
     def call() -> StoredResponse:
         reply, route, upstream = _call(usage=usage, resolved=resolved, routes=priced.routes)
         answered.append(route)
-        return _answer(reply, route, upstream, family=family)
+        answer = _answer(reply, route, upstream, family=family)
+        if items_kept_for is not None and route.translator is not None:
+            response_items_keep(account_id=items_kept_for, items=route.translator.output_items)
+        return answer
 
     def charge(answer: StoredResponse) -> Decimal | None:
         payload = _json_object(answer.body)

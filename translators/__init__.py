@@ -3,15 +3,16 @@ upstream's): `messages_via_chat` serves an Anthropic Messages caller from an Ope
 upstream.
 
 A translator is a small object made per call with four steps: the request body (what the caller
-sent, made into what the upstream reads), the answer (a whole body, or a stream one upstream event at
-a time, giving back the caller's bytes), the usage it saw (`tokens`), and an error body. It keeps only
-the state a stream needs and does no I/O, logging or locking; it imports nothing of Django or of the
-gateway's apps, so it runs inside the stream relay's loop. The pipeline calls it.
+sent, made into what the upstream reads), the answer (a whole body, or a stream one upstream event
+at a time, giving back the caller's bytes), the usage it saw (`tokens`), and an error body. It keeps
+only the state a stream needs (and a Responses caller's output items) and does no I/O, logging or
+locking; it imports nothing of Django or of the gateway's apps, so it runs inside the stream relay's
+loop. The pipeline calls it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -62,6 +63,11 @@ class Translator(Protocol):
     @property
     def tokens(self) -> TranslatedTokens | None:
         """The usage the upstream reported, once seen (every bucket, as billing reads it)."""
+
+    @property
+    def output_items(self) -> Sequence[Mapping[str, Any]]:
+        """A Responses caller's answer's output items so far, as it was given them (what the gateway
+        keeps for an `item_reference`); none for a caller of another family."""
 
     def request_body(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """The upstream's body for the caller's; raises TranslationRefused."""

@@ -9,7 +9,7 @@ made on the usage the upstream reported, every bucket kept, which `tokens` gives
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from translators import TranslatedCall, TranslatedTokens, Translator
@@ -37,6 +37,10 @@ class Chained:
     @property
     def tokens(self) -> TranslatedTokens | None:
         return self.inner.tokens
+
+    @property
+    def output_items(self) -> Sequence[Mapping[str, Any]]:
+        return self.outer.output_items
 
     def request_body(self, body: Mapping[str, Any]) -> dict[str, Any]:
         return self.inner.request_body(self.outer.request_body(body))

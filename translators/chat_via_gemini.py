@@ -38,7 +38,7 @@ import base64
 import json
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from translators import TranslatedCall, TranslatedTokens, TranslationRefused
@@ -257,6 +257,8 @@ def _finish(reason: Any, *, called: bool) -> str:
 
 class ChatViaGemini:
     """One `/v1/chat/completions` call on a Gemini upstream."""
+
+    output_items: Sequence[Mapping[str, Any]] = ()  # a caller of another family keeps no items
 
     def __init__(self, call: TranslatedCall) -> None:
         self.model = call.model

@@ -44,7 +44,7 @@ chunk with the finish reason, the usage chunk when `stream_options.include_usage
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from translators import TranslatedCall, TranslatedTokens, TranslationRefused
@@ -291,6 +291,8 @@ def _tool_loop_open(turns: list[dict[str, Any]]) -> bool:
 
 class ChatViaMessages:
     """One `/v1/chat/completions` call on a Messages upstream."""
+
+    output_items: Sequence[Mapping[str, Any]] = ()  # a caller of another family keeps no items
 
     def __init__(self, call: TranslatedCall) -> None:
         self.model = call.model

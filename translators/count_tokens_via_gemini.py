@@ -6,7 +6,7 @@ translators/chained.py goes), so the count is Gemini's for what the call would s
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from translators import TranslatedCall, TranslatedTokens
@@ -22,6 +22,7 @@ class CountTokensViaGemini:
     """One token count of a Messages body on a Gemini upstream."""
 
     tokens: TranslatedTokens | None = None  # counting is free: no usage to bill
+    output_items: Sequence[Mapping[str, Any]] = ()  # a caller of another family keeps no items
 
     def __init__(self, call: TranslatedCall) -> None:
         self.call = call

@@ -50,7 +50,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from translators import TranslatedCall, TranslatedTokens, TranslationRefused
@@ -355,6 +355,8 @@ def _event(name: str, payload: Mapping[str, Any]) -> bytes:
 class MessagesViaChat:
     """One `/v1/messages` call on a Chat Completions upstream: OpenAI itself (the `openai` kind) or a
     compatible server."""
+
+    output_items: Sequence[Mapping[str, Any]] = ()  # a caller of another family keeps no items
 
     def __init__(self, call: TranslatedCall) -> None:
         self.model = call.model

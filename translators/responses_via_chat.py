@@ -22,7 +22,8 @@ Request (Responses → Chat Completions):
   `previous_response_id`, `conversation`, `background`, server tools (web search, file search,
   code interpreter, computer use, image generation, MCP, custom tools), an `input_file` given by id
   or URL (one given by its bytes is a `file` part) and audio parts,
-  and other item types.
+  and other item types (an `item_reference` the gateway resolved is the item itself by then:
+  chat/response_items.py).
 
 Answer (Chat Completions → Responses): a `response` object whose `output` holds a reasoning item for
 `reasoning_content` (DeepSeek, vLLM), a message item with the text, and a `function_call` item per
@@ -38,7 +39,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from translators import TranslatedCall, TranslatedTokens, TranslationRefused
@@ -260,15 +261,20 @@ class ResponsesViaChat:
         self.created = call.created
         self.tokens: TranslatedTokens | None = None
         self._echo: dict[str, Any] = {}
-        # Stream state: the items so far (whole, as the final response lists them), the open one.
         self._id = f"resp_{secrets.token_hex(16)}"
+        # The answer's items so far, whole, as the final response lists them.
+        self._items: list[dict[str, Any]] = []
+        # Stream state: the events numbered, started and stopped, the open item.
         self._sequence = 0
         self._started = False
         self._stopped = False
-        self._items: list[dict[str, Any]] = []
         self._open: dict[str, Any] | None = None
         self._calls: dict[int, dict[str, Any]] = {}  # the upstream's tool call index -> its item
         self._finish: str | None = None
+
+    @property
+    def output_items(self) -> Sequence[Mapping[str, Any]]:
+        return self._items
 
     def request_body(self, body: Mapping[str, Any]) -> dict[str, Any]:
         for field in _REFUSED:
@@ -318,7 +324,7 @@ class ResponsesViaChat:
         choices = answer.get("choices")
         choice = obj(choices[0]) if isinstance(choices, list) and choices else {}
         message = obj(choice.get("message"))
-        output: list[dict[str, Any]] = []
+        output = self._items  # each item's id is numbered by its place
         reasoning = string(message.get("reasoning_content"))
         if reasoning:
             output.append(self._reasoning_item(reasoning))

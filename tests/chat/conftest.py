@@ -72,6 +72,32 @@ def claude_model(chat_group, anthropic_upstream):
 
 
 @pytest.fixture
+def deepseek(chat_group, monkeypatch):
+    """`alpha-deepseek`, served by a Chat Completions server (`openai-compatible`)."""
+    monkeypatch.setenv(KEY_ENV, PROVIDER_KEY)
+    compatible = upstream_make(
+        name="deepseek", base_url=OPENAI_BASE, api_key_env=KEY_ENV, kind="openai-compatible"
+    )
+    return text_model_make(
+        model_id="alpha-deepseek",
+        group=chat_group,
+        upstreams=[compatible],
+        upstream_model="deepseek-chat",
+        cached_input_price="0.50",
+        max_output_tokens=1000,
+    )
+
+
+def responses_post(client, body, key):
+    return client.post(
+        "/v1/responses",
+        data=json.dumps(body),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {key}"},
+    )
+
+
+@pytest.fixture
 def tara(chat_group):
     """An account of the chat group with ¥1."""
     account = account_create(username="tara", email="tara@example.com", password="tara-password-1")

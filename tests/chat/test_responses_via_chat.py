@@ -12,8 +12,8 @@ import pytest
 
 from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
 from billing.selectors import ledger_check
-from tests.chat.conftest import KEY_ENV, OPENAI_BASE, PROVIDER_KEY, sent_json, sse_body
-from tests.factories import text_model_make, upstream_make
+from tests.chat.conftest import OPENAI_BASE, sent_json, sse_body
+from tests.chat.conftest import responses_post as post
 
 pytestmark = pytest.mark.django_db
 
@@ -21,31 +21,6 @@ CHAT_URL = f"{OPENAI_BASE}/chat/completions"
 USAGE = {"prompt_tokens": 120, "completion_tokens": 34, "prompt_tokens_details": {"cached_tokens": 20}}
 COST = (100 * Decimal("2.00") + 20 * Decimal("0.50") + 34 * Decimal("8.00")) / Decimal(1_000_000)
 WEATHER = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
-
-
-@pytest.fixture
-def deepseek(chat_group, monkeypatch):
-    monkeypatch.setenv(KEY_ENV, PROVIDER_KEY)
-    compatible = upstream_make(
-        name="deepseek", base_url=OPENAI_BASE, api_key_env=KEY_ENV, kind="openai-compatible"
-    )
-    return text_model_make(
-        model_id="alpha-deepseek",
-        group=chat_group,
-        upstreams=[compatible],
-        upstream_model="deepseek-chat",
-        cached_input_price="0.50",
-        max_output_tokens=1000,
-    )
-
-
-def post(client, body, key):
-    return client.post(
-        "/v1/responses",
-        data=json.dumps(body),
-        content_type="application/json",
-        headers={"Authorization": f"Bearer {key}"},
-    )
 
 
 def balance(account) -> Decimal:

@@ -341,14 +341,22 @@ AI_SDK_LOOP = Path(__file__).resolve().parent / "node" / "ai_sdk_loop.mjs"
 
 
 def ai_sdk_tool_loop(
-    base_url: str, key: str, model: str, *, api: str, stream: bool, max_output_tokens: int | None = None
+    base_url: str,
+    key: str,
+    model: str,
+    *,
+    api: str,
+    stream: bool,
+    max_output_tokens: int | None = None,
+    follow_up: str | None = None,
 ) -> LoopResult:
     """The AI SDK's multi-step `generateText` (or `streamText`) with one tool, on the OpenAI
     provider's Responses (`api="responses"`, its default) or Chat Completions model, or on the
     Anthropic provider (`api="messages"`). `base_url` is the gateway's /v1. Without
     `max_output_tokens` the SDK chooses the limit (for a model id with `claude-` in it, 128,000 unless
-    its catalog knows the model). Runs node/ai_sdk_loop.mjs, which the packages pinned in
-    node/package.json serve."""
+    its catalog knows the model). With `follow_up`, a second turn follows the loop, sent with the
+    first turn's answer as the SDK gives it (`response.messages`); the result counts both turns'
+    calls. Runs node/ai_sdk_loop.mjs, which the packages pinned in node/package.json serve."""
     job = {
         "maxOutputTokens": max_output_tokens,
         "api": api,
@@ -360,6 +368,7 @@ def ai_sdk_tool_loop(
         "prompt": PROMPT,
         "tool": TOOL,
         "schema": WEATHER_SCHEMA,
+        "followUp": follow_up,
     }
     done = subprocess.run(
         ["node", str(AI_SDK_LOOP)], input=json.dumps(job), capture_output=True, text=True, timeout=120

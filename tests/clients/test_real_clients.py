@@ -576,3 +576,38 @@ def test_ai_sdk_tool_loop_on_a_model_of_another_family_through_the_translator(
         calls=2 * result.calls, endpoints={AI_SDK_ENDPOINTS[api], inner}, model=None
     )
     assert [r.model_id for r in records if r.endpoint == AI_SDK_ENDPOINTS[api]] == [model] * result.calls
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        pytest.param("demo-chat", id="native"),
+        pytest.param(VIA_CHAT_MODEL, id="translated", marks=needs_own_connections),
+    ],
+)
+def test_ai_sdk_conversation_goes_on_after_its_tool_loop_on_the_responses_api(live, model):
+    """The second turn names the first turn's items by reference (`item_reference`, the SDK's
+    default): a translated model's upstream keeps nothing, so the gateway puts back the items it
+    kept of its own answers (chat/response_items.py)."""
+    _ai_sdk_installed()
+    billing = Billing(live)
+
+    result = drivers.ai_sdk_tool_loop(
+        f"{live.url}/v1",
+        live.demo.key,
+        model,
+        api="responses",
+        stream=False,
+        max_output_tokens=1024,
+        follow_up="Thanks. And tomorrow?",
+    )
+
+    assert result.tool_calls >= 1 and result.calls == result.tool_calls + 2
+    assert result.answer.startswith(DEMO_REPLY), result.answer
+    translated = model == VIA_CHAT_MODEL
+    records = billing.assert_each_call_billed_once(
+        calls=result.calls * (2 if translated else 1),
+        endpoints={"responses", "chat.completions"} if translated else {"responses"},
+        model=None,
+    )
+    assert [r.model_id for r in records if r.endpoint == "responses"] == [model] * result.calls

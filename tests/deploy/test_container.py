@@ -186,6 +186,7 @@ def test_it_builds_migrates_configures_and_serves_images_and_chat(
         "release_stale_holds",
         "purge_usage",
         "purge_images",
+        "purge_response_items",
         "purge_notifications",
         "check_ledger",
     ):

@@ -65,7 +65,13 @@ def test_it_migrates_and_loads_the_configuration_before_the_gateway_starts(servi
 
 def test_it_schedules_the_maintenance_commands(services: dict):
     script = _script(services["scheduler"])
-    for command in ("release_stale_holds", "purge_usage", "purge_images", "purge_notifications"):
+    for command in (
+        "release_stale_holds",
+        "purge_usage",
+        "purge_images",
+        "purge_response_items",
+        "purge_notifications",
+    ):
         assert f"python manage.py {command}" in script
     assert "sleep 300" in script  # a round every 5 minutes: release_stale_holds
     assert "round % 288" in script  # 288 rounds = 24 h: the purges

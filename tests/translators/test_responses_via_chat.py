@@ -322,6 +322,31 @@ def test_it_translates_a_chat_completion_into_a_response():
     assert step.tokens == TranslatedTokens(input=100, cached=20, output=30)
 
 
+def test_each_item_of_a_whole_answer_has_its_own_id_and_is_given_to_be_kept():
+    """Two tool calls of one answer had the same id; the gateway keeps each item by its id."""
+    step = translator()
+    step.request_body({"input": "x"})
+    calls = [
+        {"id": f"call_{n}", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+        for n in (1, 2)
+    ]
+    answer = {
+        "choices": [{"message": {"content": "Both.", "tool_calls": calls}, "finish_reason": "tool_calls"}]
+    }
+
+    response = step.response_body(answer)
+
+    ids = [item["id"] for item in response["output"]]
+    assert len(ids) == len(set(ids)) == 3
+    assert list(step.output_items) == response["output"]
+
+
+def test_a_streams_items_are_given_to_be_kept_as_the_final_response_lists_them():
+    step, raw = stream()
+    completed = events_of(raw)[-1][1]["response"]
+    assert completed["output"] and list(step.output_items) == completed["output"]
+
+
 def test_reasoning_tokens_the_chat_upstream_reports_reach_the_response_usage():
     step = translator()
     step.request_body({"input": "x", "reasoning": {"effort": "high"}})

@@ -3,7 +3,9 @@
 // provider's Responses or Chat Completions model or on the Anthropic provider.
 //
 //   node ai_sdk_loop.mjs < {"api", "stream", "baseURL", "key", "model", "maxOutputTokens" (or null),
-//                           "system", "prompt", "tool", "schema"}
+//                           "system", "prompt", "tool", "schema", "followUp" (or null)}
+//
+// With `followUp`, the conversation goes on for a second turn after the tool loop.
 //
 // Prints {"answer", "steps", "toolCalls"} as JSON. Retries are off, so one step is one HTTP call.
 import { createAnthropic } from "@ai-sdk/anthropic";
@@ -41,16 +43,29 @@ const settings = {
   },
 };
 
-let answer;
-let steps;
-if (job.stream) {
-  const result = streamText({ ...settings, onError: ({ error }) => { throw error; } });
-  answer = await result.text;
-  steps = await result.steps;
-} else {
-  const result = await generateText(settings);
-  answer = result.text;
-  steps = result.steps;
+async function run(conversation) {
+  if (job.stream) {
+    const result = streamText({ ...conversation, onError: ({ error }) => { throw error; } });
+    return { text: await result.text, steps: await result.steps, response: await result.response };
+  }
+  return await generateText(conversation);
+}
+
+const first = await run(settings);
+const steps = [...first.steps];
+let answer = first.text;
+if (job.followUp) {
+  // The next turn of the conversation, as a chat app sends it: the first answer's messages (which
+  // name the Responses API's items by reference, the SDK's default) and the new question.
+  const { prompt, ...rest } = settings;
+  const messages = [
+    { role: "user", content: prompt },
+    ...first.response.messages,
+    { role: "user", content: job.followUp },
+  ];
+  const second = await run({ ...rest, messages });
+  steps.push(...second.steps);
+  answer = second.text;
 }
 const toolCalls = steps.reduce((count, step) => count + step.toolCalls.length, 0);
 process.stdout.write(JSON.stringify({ answer, steps: steps.length, toolCalls }) + "\n");

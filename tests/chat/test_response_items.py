@@ -1,0 +1,219 @@
+"""Item references on a translated `/v1/responses` model: the output items of an answer the gateway
+translated are kept for the caller's account (unless it sent `store: false`), and a later call naming
+one by `item_reference` (the Vercel AI SDK's default for the assistant's earlier text and reasoning)
+is sent upstream with the item in its place. A reference to an item not kept is a 404 that reaches no
+upstream and charges nothing."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from accounts.services import account_create, account_set_groups
+from billing.ledger import wallet_top_up
+from billing.models import Hold, UsageRecord
+from billing.selectors import ledger_check
+from chat.models import ResponseItem
+from keys.services import api_key_create
+from tests.chat.conftest import ANTHROPIC_BASE, OPENAI_BASE, sent_json, sse_body
+from tests.chat.conftest import responses_post as post
+
+pytestmark = pytest.mark.django_db
+
+CHAT_URL = f"{OPENAI_BASE}/chat/completions"
+USAGE = {"prompt_tokens": 30, "completion_tokens": 8}
+
+
+def chat_answer(message: dict) -> dict:
+    return {
+        "choices": [{"message": {"role": "assistant", **message}, "finish_reason": "stop"}],
+        "usage": USAGE,
+    }
+
+
+def first_turn(client, upstream, key, **extra):
+    upstream.post(CHAT_URL, json=chat_answer({"content": "Hello, Tara.", "reasoning_content": "A greeting."}))
+    response = post(client, {"model": "alpha-deepseek", "input": "Hi, I am Tara.", **extra}, key)
+    assert response.status_code == 200, response.content
+    return response.json()["output"]
+
+
+def second_turn(output: list[dict]) -> dict:
+    """What the AI SDK sends next: the earlier answer's items by reference, then the new turn."""
+    return {
+        "model": "alpha-deepseek",
+        "input": [
+            {"role": "user", "content": [{"type": "input_text", "text": "Hi, I am Tara."}]},
+            *({"type": "item_reference", "id": item["id"]} for item in output),
+            {"role": "user", "content": [{"type": "input_text", "text": "What is my name?"}]},
+        ],
+    }
+
+
+def test_an_answers_items_are_kept_and_a_later_reference_sends_them_upstream(
+    client, upstream, deepseek, tara, tara_key
+):
+    output = first_turn(client, upstream, tara_key)
+    assert [item["type"] for item in output] == ["reasoning", "message"]
+    assert sorted(ResponseItem.objects.filter(account=tara).values_list("item_id", flat=True)) == sorted(
+        item["id"] for item in output
+    )
+    upstream.post(CHAT_URL, json=chat_answer({"content": "Your name is Tara."}))
+
+    response = post(client, second_turn(output), tara_key)
+
+    assert response.status_code == 200, response.content
+    assert response.json()["output"][0]["content"][0]["text"] == "Your name is Tara."
+    messages = sent_json(upstream.calls[1])["messages"]
+    assert messages[1] == {
+        "role": "assistant",
+        "content": "Hello, Tara.",
+        "reasoning_content": "A greeting.",  # as DeepSeek wants its reasoning back
+    }
+    assert [m["role"] for m in messages] == ["user", "assistant", "user"]
+    assert UsageRecord.objects.filter(status=200).count() == 2
+    assert not Hold.objects.filter(status=Hold.Status.OPEN).exists()
+    assert ledger_check() == []
+
+
+def test_a_streamed_answers_items_are_kept_once_it_completes(client, upstream, deepseek, tara, tara_key):
+    def chunk(delta=None, finish=None, usage=None):
+        body = {"choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return {**body, "usage": usage} if usage else body
+
+    calls = [{"index": 0, "id": "call_1", "function": {"name": "get_weather", "arguments": "{}"}}]
+    upstream.post(
+        CHAT_URL,
+        body=sse_body(
+            ("", chunk({"role": "assistant", "content": "Checking."})),
+            ("", chunk({"tool_calls": calls})),
+            ("", chunk({}, finish="tool_calls")),
+            ("", chunk(usage=USAGE)),
+            ("", "[DONE]"),
+        ),
+        content_type="text/event-stream",
+    )
+
+    response = post(client, {"model": "alpha-deepseek", "input": "Weather?", "stream": True}, tara_key)
+
+    text = b"".join(response.streaming_content).decode()
+    completed = json.loads(text.strip().split("\n\n")[-1].split("\ndata: ", 1)[1])
+    assert completed["type"] == "response.completed"
+    kept = {item.item_id: item.item for item in ResponseItem.objects.filter(account=tara)}
+    assert kept == {item["id"]: item for item in completed["response"]["output"]}
+    assert [item["type"] for item in kept.values()] == ["message", "function_call"]
+
+
+def test_an_answer_with_store_false_keeps_nothing_and_a_reference_to_it_is_a_404(
+    client, upstream, deepseek, tara, tara_key
+):
+    output = first_turn(client, upstream, tara_key, store=False)
+    assert not ResponseItem.objects.exists()
+
+    response = post(client, second_turn(output), tara_key)
+
+    assert response.status_code == 404
+    error = response.json()["error"]
+    assert (error["type"], error["param"]) == ("invalid_request_error", "input[1]")
+    assert f"Item with id '{output[0]['id']}' not found" in error["message"]
+    assert len(upstream.calls) == 1  # the second call reached no upstream
+    assert UsageRecord.objects.get(status=404).amount == 0
+    assert UsageRecord.objects.filter(status=200).count() == 1
+
+
+def test_an_item_is_kept_for_its_account_only(client, upstream, deepseek, tara, tara_key, chat_group):
+    output = first_turn(client, upstream, tara_key)
+    other = account_create(username="uma", email="uma@example.com", password="uma-password-1")
+    account_set_groups(account=other, allowed_groups=[chat_group], current_group=chat_group)
+    wallet_top_up(account=other, amount="1.00", reference="fixture")
+    _, other_key = api_key_create(account=other, group=chat_group, label="other")
+
+    response = post(client, second_turn(output), other_key)
+
+    assert response.status_code == 404
+    assert response.json()["error"]["param"] == "input[1]"
+    assert len(upstream.calls) == 1
+
+
+@pytest.mark.parametrize("reference", [{"type": "item_reference"}, {"type": "item_reference", "id": 7}])
+def test_a_reference_without_a_string_id_is_a_400_naming_it(
+    client, upstream, deepseek, tara, tara_key, reference
+):
+    response = post(client, {"model": "alpha-deepseek", "input": [reference]}, tara_key)
+
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "input[0].id"
+    assert len(upstream.calls) == 0
+
+
+def test_a_reference_holding_nul_is_a_404(client, upstream, deepseek, tara, tara_key):
+    response = post(
+        client, {"model": "alpha-deepseek", "input": [{"type": "item_reference", "id": "msg_\x00"}]}, tara_key
+    )
+
+    assert response.status_code == 404
+    assert len(upstream.calls) == 0
+
+
+def test_a_call_served_by_openais_responses_api_sends_references_as_they_came(
+    client, upstream, chat_model, tara, tara_key
+):
+    """OpenAI keeps the items of its own answers: nothing is kept here, and references go on."""
+    answer = {
+        "id": "resp_1",
+        "object": "response",
+        "status": "completed",
+        "output": [],
+        "usage": {"input_tokens": 10, "output_tokens": 2},
+    }
+    upstream.post(f"{OPENAI_BASE}/responses", json=answer)
+    body = {"model": "alpha-chat", "input": [{"type": "item_reference", "id": "msg_at_openai"}]}
+
+    response = post(client, body, tara_key)
+
+    assert response.status_code == 200, response.content
+    assert sent_json(upstream.calls[0])["input"] == body["input"]
+    assert not ResponseItem.objects.exists()
+
+
+def test_purge_response_items_deletes_what_is_older_than_the_retention(tara, settings):
+    settings.GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS = 30
+    for item_id, age in (("msg_old", 31), ("msg_recent", 29)):
+        item = ResponseItem.objects.create(account=tara, item_id=item_id, item={"id": item_id})
+        ResponseItem.objects.filter(pk=item.pk).update(created_at=timezone.now() - timedelta(days=age))
+    out = StringIO()
+
+    call_command("purge_response_items", stdout=out)
+
+    assert list(ResponseItem.objects.values_list("item_id", flat=True)) == ["msg_recent"]
+    assert "Deleted 1 response item(s) older than 30 days." in out.getvalue()
+
+
+def test_items_of_an_answer_translated_through_two_translators_are_kept(
+    client, upstream, claude_model, tara, tara_key
+):
+    """Responses → Chat Completions → Messages: the caller's items are the outer translator's."""
+    claude = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "vendor-claude-1",
+        "content": [{"type": "text", "text": "Hello, Tara."}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 12, "output_tokens": 4},
+    }
+    upstream.post(f"{ANTHROPIC_BASE}/messages", json=claude)
+    first = post(client, {"model": "alpha-claude", "input": "Hi, I am Tara."}, tara_key)
+    output = first.json()["output"]
+    assert [item.item_id for item in ResponseItem.objects.all()] == [output[0]["id"]]
+
+    response = post(client, {**second_turn(output), "model": "alpha-claude"}, tara_key)
+
+    assert response.status_code == 200, response.content
+    sent = sent_json(upstream.calls[1])["messages"]
+    assert sent[1] == {"role": "assistant", "content": [{"type": "text", "text": "Hello, Tara."}]}
