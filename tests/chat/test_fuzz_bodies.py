@@ -31,7 +31,7 @@ MEANINGFUL = [
     "input_file", "file_data", "data", "source", "tool_result", "tool_use", "function", "name",
     "parameters", "input_schema", "properties", "required", "json_schema", "json_object", "schema",
     "format", "object", "string", "user", "assistant", "tool", "system", "developer", "any", "auto",
-    "none", "function_call_output", "minItems", "include_usage", "$schema",
+    "none", "function_call_output", "minItems", "include_usage", "$schema", "item_reference", "id",
 ]  # fmt: skip
 TEXTS = texts(MEANINGFUL)
 JSON_VALUES = json_values(TEXTS, max_leaves=16)

@@ -13,6 +13,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 from django.utils import timezone
+from hypothesis import given
 
 from accounts.services import account_create, account_set_groups
 from billing.ledger import wallet_top_up
@@ -20,8 +21,10 @@ from billing.models import Hold, UsageRecord
 from billing.selectors import ledger_check
 from chat.models import ResponseItem
 from keys.services import api_key_create
-from tests.chat.conftest import ANTHROPIC_BASE, OPENAI_BASE, sent_json, sse_body
+from tests.chat.conftest import ANTHROPIC_BASE, OPENAI_BASE, assert_in_family_shape, sent_json, sse_body
 from tests.chat.conftest import responses_post as post
+from tests.chat.test_fuzz_bodies import JSON_VALUES
+from tests.fuzz_values import fuzz_settings
 
 pytestmark = pytest.mark.django_db
 
@@ -217,3 +220,17 @@ def test_items_of_an_answer_translated_through_two_translators_are_kept(
     assert response.status_code == 200, response.content
     sent = sent_json(upstream.calls[1])["messages"]
     assert sent[1] == {"role": "assistant", "content": [{"type": "text", "text": "Hello, Tara."}]}
+
+
+@fuzz_settings()
+@given(value=JSON_VALUES)
+def test_any_json_as_a_references_id_is_never_a_server_error(
+    client, upstream, deepseek, tara, tara_key, value
+):
+    upstream.post(CHAT_URL, json=chat_answer({"content": "ok"}))
+    body = {"model": "alpha-deepseek", "input": [{"type": "item_reference", "id": value}, "x", value]}
+
+    response = post(client, body, tara_key)
+
+    assert response.status_code in (400, 404), response.content[:500]
+    assert_in_family_shape(response, "compatible")
