@@ -18,6 +18,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
+from billing.usage import text_storable
 from chat.models import ResponseItem
 from core.errors import InvalidRequest, NotFound
 from core.modelutils import queryset_delete_in_batches
@@ -32,12 +33,24 @@ def response_items_keep(*, account_id: int, items: Sequence[Mapping[str, Any]]) 
     """Keep the answer's output items for the account, by their ids."""
     ResponseItem.objects.bulk_create(
         [
-            ResponseItem(account_id=account_id, item_id=item["id"], item=dict(item))
+            ResponseItem(account_id=account_id, item_id=item["id"], item=_storable(item))
             for item in items
             if isinstance(item.get("id"), str)
         ],
         ignore_conflicts=True,  # an id already kept keeps its first item
     )
+
+
+def _storable(value: Any) -> Any:
+    """The item with each character a database's text cannot hold (an upstream's text may: NUL, half
+    of a surrogate pair) made U+FFFD, in its keys and strings. A translator's items are shallow."""
+    if isinstance(value, str):
+        return text_storable(value)
+    if isinstance(value, dict):
+        return {text_storable(key): _storable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_storable(item) for item in value]
+    return value
 
 
 def response_items_resolved(*, account_id: int, body: dict[str, Any]) -> dict[str, Any]:

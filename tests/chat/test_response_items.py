@@ -234,3 +234,38 @@ def test_any_json_as_a_references_id_is_never_a_server_error(
 
     assert response.status_code in (400, 404), response.content[:500]
     assert_in_family_shape(response, "compatible")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_an_answer_holding_what_no_text_column_can_is_kept_with_it_replaced(
+    client, upstream, deepseek, tara, tara_key, stream
+):
+    """An upstream's text may hold NUL or half of a surrogate pair, which PostgreSQL's jsonb refuses:
+    the answer is the caller's as it came, charged once, and its item is kept with U+FFFD there."""
+    odd = "a\x00b\ud800c"
+    if stream:
+        chunks = [
+            {
+                "choices": [
+                    {"index": 0, "delta": {"role": "assistant", "content": odd}, "finish_reason": None}
+                ]
+            },
+            {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": USAGE},
+        ]
+        upstream.post(
+            CHAT_URL,
+            body=sse_body(*(("", c) for c in chunks), ("", "[DONE]")),
+            content_type="text/event-stream",
+        )
+    else:
+        upstream.post(CHAT_URL, json=chat_answer({"content": odd}))
+
+    response = post(client, {"model": "alpha-deepseek", "input": "Hi", "stream": stream}, tara_key)
+
+    assert response.status_code == 200
+    if stream:
+        assert b"response.completed" in b"".join(response.streaming_content)
+    item = ResponseItem.objects.get(account=tara).item
+    assert item["content"][0]["text"] == "a\ufffdb\ufffdc"
+    assert UsageRecord.objects.get().status == 200
+    assert ledger_check() == []
