@@ -19,28 +19,13 @@ from tests.factories import text_model_make, upstream_make
 pytestmark = pytest.mark.django_db
 
 CHAT_URL = f"{OPENAI_BASE}/chat/completions"
-INPUT, CACHED, OUTPUT = Decimal("2.00"), Decimal("0.50"), Decimal("8.00")  # per million tokens
+# The prices of `alpha-deepseek` (tests/chat/conftest.py), per million tokens.
+INPUT, CACHED, OUTPUT = Decimal("2.00"), Decimal("0.50"), Decimal("8.00")
 WEATHER_TOOL = {
     "name": "get_weather",
     "description": "Get the weather",
     "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 }
-
-
-@pytest.fixture
-def deepseek(chat_group, monkeypatch):
-    monkeypatch.setenv(KEY_ENV, PROVIDER_KEY)
-    compatible = upstream_make(
-        name="deepseek", base_url=OPENAI_BASE, api_key_env=KEY_ENV, kind="openai-compatible"
-    )
-    return text_model_make(
-        model_id="alpha-deepseek",
-        group=chat_group,
-        upstreams=[compatible],
-        upstream_model="deepseek-chat",
-        cached_input_price=str(CACHED),
-        max_output_tokens=1000,
-    )
 
 
 def post(client, body, key, *, stream=False):

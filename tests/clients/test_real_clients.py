@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from django.core.cache import cache
@@ -179,8 +180,10 @@ class Billing:
         return everything
 
 
-def _installed(name: str) -> None:
-    if not cli_path(name).exists():
+def _installed(name: str, path: Path | None = None) -> None:
+    """`name` (an agent CLI, or the package at `path`) as npm installs it: `make test` and .ci/run
+    install tests/clients/node, and stop if they cannot; without npm, as the Makefile says, skipped."""
+    if not (path or cli_path(name)).exists():
         pytest.skip(f"{name} is not installed: run `npm ci --prefix tests/clients/node`")
 
 
@@ -518,11 +521,7 @@ def test_openai_agents_sdk_runs_its_tool_and_is_billed_per_call(live, chat_compl
 
 AI_SDK_MODELS = {"responses": "demo-chat", "chat": "demo-chat", "messages": "demo-claude"}
 AI_SDK_ENDPOINTS = {"responses": "responses", "chat": "chat.completions", "messages": "messages"}
-
-
-def _ai_sdk_installed() -> None:
-    if not drivers.AI_SDK_LOOP.with_name("node_modules").joinpath("ai").exists():
-        pytest.skip("the AI SDK is not installed: run `npm ci --prefix tests/clients/node`")
+AI_SDK_PACKAGE = drivers.AI_SDK_LOOP.with_name("node_modules") / "ai"
 
 
 @pytest.mark.parametrize(
@@ -534,7 +533,7 @@ def _ai_sdk_installed() -> None:
 )
 @pytest.mark.parametrize("api", ["responses", "chat", "messages"])
 def test_ai_sdk_tool_loop_is_billed_per_call(live, api, stream):
-    _ai_sdk_installed()
+    _installed("the AI SDK", AI_SDK_PACKAGE)
     billing = Billing(live)
 
     result = drivers.ai_sdk_tool_loop(
@@ -564,7 +563,7 @@ def test_ai_sdk_tool_loop_on_a_model_of_another_family_through_the_translator(
     lands (the demo's model of the other family behind the gateway's own /v1). The output limit is
     set: left to the SDK, a model id with `claude-` in it is asked for 128,000 tokens, which the
     translated models (32,000, as the demo models they call allow) refuse."""
-    _ai_sdk_installed()
+    _installed("the AI SDK", AI_SDK_PACKAGE)
     billing = Billing(live)
 
     result = drivers.ai_sdk_tool_loop(
@@ -589,7 +588,7 @@ def test_ai_sdk_conversation_goes_on_after_its_tool_loop_on_the_responses_api(li
     """The second turn names the first turn's items by reference (`item_reference`, the SDK's
     default): a translated model's upstream keeps nothing, so the gateway puts back the items it
     kept of its own answers (chat/response_items.py)."""
-    _ai_sdk_installed()
+    _installed("the AI SDK", AI_SDK_PACKAGE)
     billing = Billing(live)
 
     result = drivers.ai_sdk_tool_loop(
