@@ -41,6 +41,11 @@ class ResolvedTextModel:
     affinity: Affinity | None = None
 
     @property
+    def translates(self) -> bool:
+        """Some upstream of the model is sent a translated body."""
+        return any(translation.translator is not None for translation in self.translations.values())
+
+    @property
     def counted_locally(self) -> bool:
         """Token counting done by the gateway: some upstream of the model cannot count."""
         return any(translation.counted_locally for translation in self.translations.values())

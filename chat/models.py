@@ -104,13 +104,43 @@ class TextModel(models.Model):
             )
 
 
+class KeptResponse(models.Model):
+    """A translated `/v1/responses` answer kept for its account (`store` not false), so that a later
+    call can continue its conversation by `previous_response_id`, as OpenAI's Responses API allows:
+    the call's own input (its references resolved) and, as its ResponseItems, its output. A
+    conversation is the chain of `previous_response_id`s back to its first response (`root_id`), the
+    response `depth` links from it. Kept GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS days
+    (`purge_response_items`)."""
+
+    account = models.ForeignKey("accounts.Account", on_delete=models.CASCADE, related_name="+")
+    response_id = models.CharField(max_length=200)
+    previous_response_id = models.CharField(max_length=200, blank=True)
+    root_id = models.CharField(max_length=200)
+    depth = models.PositiveIntegerField(default=0)
+    input = models.JSONField(default=list)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["account", "response_id"], name="kept_response_unique_in_account")
+        ]
+        indexes = [models.Index(fields=["account", "root_id", "depth"], name="kept_response_conversation")]
+
+    def __str__(self) -> str:
+        return self.response_id
+
+
 class ResponseItem(models.Model):
     """An output item of a translated `/v1/responses` answer, kept for its account so that a later call
     can name it by `item_reference`, as OpenAI's Responses API allows for a response stored (`store`
-    not false; the Vercel AI SDK sends references by default). Kept
-    GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS days (`purge_response_items`)."""
+    not false; the Vercel AI SDK sends references by default), and `position`-th of its response's
+    output, which `previous_response_id` puts back. Kept GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS days
+    (`purge_response_items`)."""
 
     account = models.ForeignKey("accounts.Account", on_delete=models.CASCADE, related_name="+")
+    # Null for an item kept before its response was.
+    response = models.ForeignKey(KeptResponse, null=True, on_delete=models.CASCADE, related_name="items")
+    position = models.PositiveIntegerField(default=0)
     item_id = models.CharField(max_length=200)
     item = models.JSONField()
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)

@@ -41,7 +41,7 @@ from chat.answers import refusal_for_caller, tokens_charge
 from chat.families import CHAT, RESPONSES_FAMILY, Family
 from chat.image_links import image_links_inlined, image_links_present
 from chat.pricing import text_call_ceiling
-from chat.response_items import response_items_asked, response_items_keep, response_items_resolved
+from chat.response_store import ResponseThread, response_keep, response_thread_resolve
 from chat.snapshots import TextModelSnapshot
 from chat.streaming import StreamBody, StreamedTextCall, stream_open, text_stream_relay
 from chat.token_count import messages_input_tokens
@@ -133,26 +133,28 @@ def text_call_run(
         text_model = resolved.text_model
         usage.set_target(group=resolved.group, model_id=text_model.model_id)
         output_limit = output_limit_validate(body=parsed.body, family=family, text_model=text_model)
-        # A translated Responses answer's items are kept for the account (chat/response_items.py).
-        items_kept_for = (
-            credential.account.pk
-            if family is RESPONSES_FAMILY and response_items_asked(body=parsed.body)
+        # A translated Responses call goes on from the answers the gateway kept, and its answer is
+        # kept (chat/response_store.py).
+        thread = (
+            response_thread_resolve(account_id=credential.account.pk, body=parsed.body)
+            if family is RESPONSES_FAMILY and resolved.translates
             else None
         )
+        translated_from = parsed.body if thread is None else thread.body
 
         def routed() -> dict[str, Route]:
             return _routes(
                 parsed=parsed,
                 resolved=resolved,
                 family=family,
-                account_id=credential.account.pk,
+                translated_from=translated_from,
                 headers=headers,
                 request_id=request_id,
                 output_limit=output_limit,
             )
 
         def routes_priced() -> PricedRoutes:
-            if _downloads_image_links(parsed=parsed, resolved=resolved, family=family):
+            if _downloads_image_links(body=translated_from, resolved=resolved, family=family):
                 # Downloading takes seconds and the links' servers' bytes: a call its rate limits,
                 # its key's budget or its balance refuse already is refused first, counting nothing
                 # (metered_begin counts). Its ceiling is at least its output limit, and its hold
@@ -208,7 +210,7 @@ def text_call_run(
                 caller=caller,
                 upstream_family=route.upstream_family,
                 translator=route.translator,
-                items_kept_for=items_kept_for,
+                thread=thread,
             )
             return StreamedTextCall(
                 events=StreamBody(stream_counted(relay, endpoint=usage.endpoint), after=after)
@@ -230,7 +232,7 @@ def text_call_run(
                 resolved=resolved,
                 family=family,
                 priced=routes_priced(),
-                items_kept_for=items_kept_for,
+                thread=thread,
             ),
         )
 
@@ -247,12 +249,12 @@ class PricedRoutes:
     token_ceiling: int
 
 
-def _downloads_image_links(*, parsed: TextBody, resolved: ResolvedTextModel, family: Family) -> bool:
+def _downloads_image_links(*, body: dict[str, Any], resolved: ResolvedTextModel, family: Family) -> bool:
     """Whether making the call's routes downloads image links: an upstream of the model takes no
-    image by link and the body gives one."""
+    image by link and the body its translated routes are made from gives one."""
     return any(
         not translation.upstream_family.takes_image_links for translation in resolved.translations.values()
-    ) and image_links_present(body=parsed.body, family=family)
+    ) and image_links_present(body=body, family=family)
 
 
 def _priced(*, routes: dict[str, Route], text_model: TextModelSnapshot, output_limit: int) -> PricedRoutes:
@@ -274,21 +276,20 @@ def _routes(
     parsed: TextBody,
     resolved: ResolvedTextModel,
     family: Family,
-    account_id: int,
+    translated_from: dict[str, Any],
     headers: dict[str, str],
     request_id: str,
     output_limit: int,
 ) -> dict[str, Route]:
     """A route per kind among the model's upstreams (a failover may cross kinds, each attempt sent its
     kind's body); a native one when the model has no upstream. What some kind's API cannot express is
-    the caller's 400, as the call could land there. A translated Responses body has its item
-    references replaced by the items the gateway kept for the account (chat/response_items.py). A kind
+    the caller's 400, as the call could land there. A translated route is made from `translated_from`
+    (a Responses call's body goes on from what the gateway kept: chat/response_store.py). A kind
     that takes no image by link (Gemini) is translated from a copy of the body with its image links
     downloaded (chat/image_links.py), once for the call, before anything is reserved; the other kinds
     are sent the links."""
     translations = resolved.translations or {"": Translation(upstream_family=family, translator=None)}
     routes = {}
-    referenced: list[dict[str, Any]] = []  # the body with its item references resolved, made once
     inlined: list[dict[str, Any]] = []  # the body with its image links made bytes, made once if needed
     for kind, translation in translations.items():
         translator = translator_make(
@@ -305,11 +306,7 @@ def _routes(
             body = _forward_body(parsed=parsed, resolved=resolved, family=family)
             sent = parsed.body
         else:
-            given = parsed.body
-            if family is RESPONSES_FAMILY:
-                if not referenced:
-                    referenced.append(response_items_resolved(account_id=account_id, body=given))
-                given = referenced[0]
+            given = translated_from
             if not translation.upstream_family.takes_image_links:
                 if not inlined:
                     inlined.append(image_links_inlined(body=given, family=family))
@@ -434,19 +431,19 @@ def _produce(
     resolved: ResolvedTextModel,
     family: Family,
     priced: PricedRoutes,
-    items_kept_for: int | None,
+    thread: ResponseThread | None,
 ) -> StoredResponse:
     """Limits, the hold for the ceiling, the upstream call, and the capture of the exact cost of the
-    usage the upstream reported. A translated answer's output items are kept for the account
-    `items_kept_for` (before the charge: a call that cannot keep them is not charged)."""
+    usage the upstream reported. A translated Responses answer is kept in its `thread` (before the
+    charge: a call that cannot keep it is not charged)."""
     answered: list[Route] = []  # the route of the attempt that answered
 
     def call() -> StoredResponse:
         reply, route, upstream = _call(usage=usage, resolved=resolved, routes=priced.routes)
         answered.append(route)
         answer = _answer(reply, route, upstream, family=family)
-        if items_kept_for is not None and route.translator is not None:
-            response_items_keep(account_id=items_kept_for, items=route.translator.output_items)
+        if thread is not None and route.translator is not None:
+            response_keep(thread=thread, answer=route.translator.responses_answer)
         return answer
 
     def charge(answer: StoredResponse) -> Decimal | None:

@@ -53,7 +53,7 @@ from chat.access import ResolvedTextModel
 from chat.answers import refusal_for_caller, tokens_charge
 from chat.families import RESPONSES_FAMILY, Family, StreamTracker
 from chat.output_count import output_tokens_counted
-from chat.response_items import response_items_keep
+from chat.response_store import ResponseThread, response_keep
 from chat.tokenizers import output_encoder
 from chat.translation import Route
 from core.errors import ApiError, UpstreamFailed, compatible_body, native_body
@@ -201,7 +201,7 @@ def text_stream_relay(
     caller: CallerSocket | None = None,
     upstream_family: Family | None = None,
     translator: Translator | None = None,
-    items_kept_for: int | None = None,
+    thread: ResponseThread | None = None,
 ) -> Iterator[bytes]:
     """The response body of a streamed text call. `owned` holds the usage scope and the hold and is
     closed when the stream ends, however it ends (api/stream_relay.py). A complete stream leaves its
@@ -211,8 +211,7 @@ def text_stream_relay(
     event. `input_ceiling` (the hold's input tokens) is the input charged to a caller who leaves
     before the upstream has reported its input. `upstream_family` is the family the upstream speaks
     (the caller's when None), and `translator` turns a translated call's events into the caller's;
-    a complete translated Responses answer's items are kept for the account `items_kept_for`
-    when given."""
+    a complete translated Responses answer is kept in its `thread` when given."""
     relay = _TextRelay(
         owned=owned,
         meter=meter,
@@ -225,7 +224,7 @@ def text_stream_relay(
         after=after,
         upstream_family=upstream_family or family,
         translator=translator,
-        items_kept_for=items_kept_for,
+        thread=thread,
     )
     return stream_settled(
         relay.body(caller),
@@ -246,11 +245,11 @@ class _TextRelay:
         "carried",
         "family",
         "input_ceiling",
-        "items_kept_for",
         "opened",
         "reply",
         "resolved",
         "settlement",
+        "thread",
         "tracker",
         "translator",
         "usage",
@@ -270,7 +269,7 @@ class _TextRelay:
         after: ExitStack,
         upstream_family: Family,
         translator: Translator | None,
-        items_kept_for: int | None,
+        thread: ResponseThread | None,
     ) -> None:
         assert upstream_family.tracker is not None
         # The upstream's events are tracked in its own family; a translated stream always asks its
@@ -288,7 +287,7 @@ class _TextRelay:
         self.tracker = tracker
         self.reply = opened.reply
         self.translator = translator
-        self.items_kept_for = items_kept_for
+        self.thread = thread
         if translator is None:
             self.reply.skim = self.tracker.skim  # runs of events with nothing to follow go on unparsed
         self.batch: list[bytes] = []  # events read together, sent together
@@ -402,10 +401,10 @@ class _TextRelay:
         return out, True
 
     def settle(self) -> None:
-        """Keep a translated Responses answer's items, charge the usage the upstream reported, and end
-        the call."""
-        if self.items_kept_for is not None and self.translator is not None:
-            response_items_keep(account_id=self.items_kept_for, items=self.translator.output_items)
+        """Keep a translated Responses answer, charge the usage the upstream reported, and end the
+        call."""
+        if self.thread is not None and self.translator is not None:
+            response_keep(thread=self.thread, answer=self.translator.responses_answer)
         tokens = self.tracker.tokens
         self.settlement.charge(tokens_charge(usage=self.usage, resolved=self.resolved, tokens=tokens))
 

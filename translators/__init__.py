@@ -5,7 +5,7 @@ upstream.
 A translator is a small object made per call with four steps: the request body (what the caller
 sent, made into what the upstream reads), the answer (a whole body, or a stream one upstream event
 at a time, giving back the caller's bytes), the usage it saw (`tokens`), and an error body. It keeps
-only the state a stream needs (and a Responses caller's output items) and does no I/O, logging or
+only the state a stream needs (and a Responses caller's answer) and does no I/O, logging or
 locking; it imports nothing of Django or of the gateway's apps, so it runs inside the stream relay's
 loop. The pipeline calls it.
 """
@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["TranslatedCall", "TranslatedTokens", "TranslationRefused", "Translator"]
+__all__ = ["ResponsesAnswer", "TranslatedCall", "TranslatedTokens", "TranslationRefused", "Translator"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +57,15 @@ class TranslatedTokens:
     reasoning: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class ResponsesAnswer:
+    """A Responses caller's answer so far, as it was given it: its id and output items (what the
+    gateway keeps for a later `previous_response_id` or `item_reference`)."""
+
+    response_id: str
+    items: Sequence[Mapping[str, Any]]
+
+
 class Translator(Protocol):
     """What every translator offers the pipeline: made per call from its TranslatedCall."""
 
@@ -65,9 +74,8 @@ class Translator(Protocol):
         """The usage the upstream reported, once seen (every bucket, as billing reads it)."""
 
     @property
-    def output_items(self) -> Sequence[Mapping[str, Any]]:
-        """A Responses caller's answer's output items so far, as it was given them (what the gateway
-        keeps for an `item_reference`); none for a caller of another family."""
+    def responses_answer(self) -> ResponsesAnswer | None:
+        """A Responses caller's answer so far; None for a caller of another family."""
 
     def request_body(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """The upstream's body for the caller's; raises TranslationRefused."""

@@ -9,10 +9,10 @@ made on the usage the upstream reported, every bucket kept, which `tokens` gives
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from translators import TranslatedCall, TranslatedTokens, Translator
+from translators import ResponsesAnswer, TranslatedCall, TranslatedTokens, Translator
 
 
 def _chat_events(raw: bytes) -> Iterator[str]:
@@ -39,8 +39,8 @@ class Chained:
         return self.inner.tokens
 
     @property
-    def output_items(self) -> Sequence[Mapping[str, Any]]:
-        return self.outer.output_items
+    def responses_answer(self) -> ResponsesAnswer | None:
+        return self.outer.responses_answer
 
     def request_body(self, body: Mapping[str, Any]) -> dict[str, Any]:
         return self.inner.request_body(self.outer.request_body(body))

@@ -38,10 +38,10 @@ import base64
 import json
 import re
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from translators import TranslatedCall, TranslatedTokens, TranslationRefused
+from translators import ResponsesAnswer, TranslatedCall, TranslatedTokens, TranslationRefused
 from translators.chat_wire import ChatChunks, chat_usage, sse_data
 from translators.values import (
     arguments_parsed,
@@ -258,7 +258,7 @@ def _finish(reason: Any, *, called: bool) -> str:
 class ChatViaGemini:
     """One `/v1/chat/completions` call on a Gemini upstream."""
 
-    output_items: Sequence[Mapping[str, Any]] = ()  # a caller of another family keeps no items
+    responses_answer: ResponsesAnswer | None = None  # a caller of another family
 
     def __init__(self, call: TranslatedCall) -> None:
         self.model = call.model

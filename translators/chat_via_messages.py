@@ -44,10 +44,10 @@ chunk with the finish reason, the usage chunk when `stream_options.include_usage
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from translators import TranslatedCall, TranslatedTokens, TranslationRefused
+from translators import ResponsesAnswer, TranslatedCall, TranslatedTokens, TranslationRefused
 from translators.chat_wire import ChatChunks, chat_usage, sse_data
 from translators.values import (
     arguments_parsed,
@@ -292,7 +292,7 @@ def _tool_loop_open(turns: list[dict[str, Any]]) -> bool:
 class ChatViaMessages:
     """One `/v1/chat/completions` call on a Messages upstream."""
 
-    output_items: Sequence[Mapping[str, Any]] = ()  # a caller of another family keeps no items
+    responses_answer: ResponsesAnswer | None = None  # a caller of another family
 
     def __init__(self, call: TranslatedCall) -> None:
         self.model = call.model

@@ -6,10 +6,10 @@ translators/chained.py goes), so the count is Gemini's for what the call would s
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from translators import TranslatedCall, TranslatedTokens
+from translators import ResponsesAnswer, TranslatedCall, TranslatedTokens
 from translators.chat_via_gemini import ChatViaGemini
 from translators.messages_via_chat import MessagesViaChat
 from translators.values import count, error_message, obj
@@ -22,7 +22,7 @@ class CountTokensViaGemini:
     """One token count of a Messages body on a Gemini upstream."""
 
     tokens: TranslatedTokens | None = None  # counting is free: no usage to bill
-    output_items: Sequence[Mapping[str, Any]] = ()  # a caller of another family keeps no items
+    responses_answer: ResponsesAnswer | None = None  # a caller of another family
 
     def __init__(self, call: TranslatedCall) -> None:
         self.call = call

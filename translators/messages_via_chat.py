@@ -50,10 +50,10 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from translators import TranslatedCall, TranslatedTokens, TranslationRefused
+from translators import ResponsesAnswer, TranslatedCall, TranslatedTokens, TranslationRefused
 from translators.chat_wire import ToolOutput, chat_tokens
 from translators.values import (
     arguments_parsed,
@@ -356,7 +356,7 @@ class MessagesViaChat:
     """One `/v1/messages` call on a Chat Completions upstream: OpenAI itself (the `openai` kind) or a
     compatible server."""
 
-    output_items: Sequence[Mapping[str, Any]] = ()  # a caller of another family keeps no items
+    responses_answer: ResponsesAnswer | None = None  # a caller of another family
 
     def __init__(self, call: TranslatedCall) -> None:
         self.model = call.model

@@ -18,12 +18,12 @@ Request (Responses → Chat Completions):
 - Dropped, as hints a Chat Completions server has no use for: `store`, `include`, `reasoning`,
   `prompt_cache_key`, `client_metadata`, `metadata`, `service_tier`, `truncation`,
   `text.verbosity`, `safety_identifier`, `stream_options`.
-- Refused with a 400 naming the field, as what only OpenAI's Responses API can do:
-  `previous_response_id`, `conversation`, `background`, server tools (web search, file search,
-  code interpreter, computer use, image generation, MCP, custom tools), an `input_file` given by id
-  or URL (one given by its bytes is a `file` part) and audio parts,
-  and other item types (an `item_reference` the gateway resolved is the item itself by then:
-  chat/response_items.py).
+- `previous_response_id` is echoed in the answer: the gateway has put the conversation it names in
+  `input` by then, as it does each `item_reference`'s item (chat/response_store.py).
+- Refused with a 400 naming the field, as what only OpenAI's Responses API can do: `conversation`,
+  `background`, server tools (web search, file search, code interpreter, computer use, image
+  generation, MCP, custom tools), an `input_file` given by id or URL (one given by its bytes is a
+  `file` part) and audio parts, and other item types.
 
 Answer (Chat Completions → Responses): a `response` object whose `output` holds a reasoning item for
 `reasoning_content` (DeepSeek, vLLM), a message item with the text, and a `function_call` item per
@@ -39,15 +39,14 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from translators import TranslatedCall, TranslatedTokens, TranslationRefused
+from translators import ResponsesAnswer, TranslatedCall, TranslatedTokens, TranslationRefused
 from translators.chat_wire import ToolOutput, chat_tokens
 from translators.values import error_message, event_object, json_bytes, obj, string
 
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
-_REFUSED = ("previous_response_id", "conversation")
 
 
 def _message_content(content: Any, *, role: str, param: str) -> str | list[dict[str, Any]]:
@@ -273,15 +272,16 @@ class ResponsesViaChat:
         self._finish: str | None = None
 
     @property
-    def output_items(self) -> Sequence[Mapping[str, Any]]:
-        return self._items
+    def responses_answer(self) -> ResponsesAnswer | None:
+        return ResponsesAnswer(response_id=self._id, items=self._items)
 
     def request_body(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        for field in _REFUSED:
-            if body.get(field) is not None:
-                raise TranslationRefused(
-                    f"`{field}` needs OpenAI's Responses API; send the whole conversation.", param=field
-                )
+        if body.get("conversation") is not None:
+            raise TranslationRefused(
+                "`conversation` needs OpenAI's Responses API; send the whole conversation, or continue "
+                "it by `previous_response_id`.",
+                param="conversation",
+            )
         if body.get("background") is True:
             raise TranslationRefused("Background responses need OpenAI's Responses API.", param="background")
         out: dict[str, Any] = {"model": self.upstream_model, "messages": _messages(body)}
@@ -314,6 +314,8 @@ class ResponsesViaChat:
             "tools": body.get("tools") if isinstance(body.get("tools"), list) else [],
             "tool_choice": body.get("tool_choice") or "auto",
             "parallel_tool_calls": body.get("parallel_tool_calls") is not False,
+            "previous_response_id": string(body.get("previous_response_id")),
+            "store": body.get("store") is not False,
         }
         return out
 

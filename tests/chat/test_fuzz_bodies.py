@@ -32,6 +32,7 @@ MEANINGFUL = [
     "parameters", "input_schema", "properties", "required", "json_schema", "json_object", "schema",
     "format", "object", "string", "user", "assistant", "tool", "system", "developer", "any", "auto",
     "none", "function_call_output", "minItems", "include_usage", "$schema", "item_reference", "id",
+    "previous_response_id", "store",
 ]  # fmt: skip
 TEXTS = texts(MEANINGFUL)
 JSON_VALUES = json_values(TEXTS, max_leaves=16)

@@ -263,8 +263,10 @@ def _langchain_loop(chat_model) -> LoopResult:
 
 
 def langchain_openai_tool_loop(
-    base_url: str, key: str, model: str, *, responses_api: bool = False
+    base_url: str, key: str, model: str, *, responses_api: bool = False, previous_response_id: bool = False
 ) -> LoopResult:
+    """With `previous_response_id` (on the Responses API), each call sends only the messages after the
+    last answer, and that answer's id (`use_previous_response_id`)."""
     from langchain_openai import ChatOpenAI
 
     chat = ChatOpenAI(
@@ -275,6 +277,7 @@ def langchain_openai_tool_loop(
         timeout=60,
         max_completion_tokens=512,
         use_responses_api=responses_api,
+        use_previous_response_id=previous_response_id,
     )
     return _langchain_loop(chat)
 
@@ -291,8 +294,13 @@ def langchain_anthropic_tool_loop(base_url: str, key: str, model: str) -> LoopRe
 # --- OpenAI Agents SDK -----------------------------------------------------------------------------
 
 
-def agents_tool_loop(base_url: str, key: str, model: str, *, chat_completions: bool = False) -> LoopResult:
-    """An agent with one function tool, on the Responses API (the SDK's default) or Chat Completions."""
+def agents_tool_loop(
+    base_url: str, key: str, model: str, *, chat_completions: bool = False, follow_up: str | None = None
+) -> LoopResult:
+    """An agent with one function tool, on the Responses API (the SDK's default) or Chat Completions.
+    With `follow_up` (Responses), the calls are chained by `previous_response_id`
+    (`auto_previous_response_id`: each sends only what is new), and a second run continues the first
+    by its `last_response_id`; the result counts both runs' calls."""
     import asyncio
 
     from agents import (
@@ -328,9 +336,18 @@ def agents_tool_loop(base_url: str, key: str, model: str, *, chat_completions: b
                 model=kind(model=model, openai_client=client),
                 model_settings=ModelSettings(max_tokens=512),
             )
-            result = await Runner.run(agent, PROMPT, max_turns=4)
-        tool_calls = sum(1 for item in result.new_items if item.type == "tool_call_item")
-        return LoopResult(str(result.final_output), len(result.raw_responses), tool_calls)
+            if follow_up is None:
+                result = await Runner.run(agent, PROMPT, max_turns=4)
+                runs = [result]
+            else:
+                first = await Runner.run(agent, PROMPT, max_turns=4, auto_previous_response_id=True)
+                result = await Runner.run(
+                    agent, follow_up, max_turns=4, previous_response_id=first.last_response_id
+                )
+                runs = [first, result]
+        tool_calls = sum(1 for run in runs for item in run.new_items if item.type == "tool_call_item")
+        calls = sum(len(run.raw_responses) for run in runs)
+        return LoopResult(str(result.final_output), calls, tool_calls)
 
     return asyncio.run(run())
 

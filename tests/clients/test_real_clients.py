@@ -27,6 +27,7 @@ from django.db import connection
 
 from billing.models import Hold, LedgerEntry, UsageRecord, Wallet
 from billing.selectors import ledger_check
+from chat.models import KeptResponse
 from groups.models import Group
 from tests.clients import drivers
 from tests.clients.conftest import Demo, demo_build
@@ -517,6 +518,63 @@ def test_openai_agents_sdk_runs_its_tool_and_is_billed_per_call(live, chat_compl
     billing.assert_each_call_billed_once(calls=result.calls, endpoints={endpoint}, model="demo-chat")
 
 
+def _assert_one_chain(live: Live, *, responses: int) -> None:
+    """The gateway kept `responses` answers as one conversation, each continuing the one before."""
+    kept = list(KeptResponse.objects.filter(account=live.demo.account).order_by("created_at", "id"))
+    assert [k.depth for k in kept] == list(range(responses))
+    assert [k.previous_response_id for k in kept[1:]] == [k.response_id for k in kept[:-1]]
+    assert {k.root_id for k in kept} == {k.response_id for k in kept[:1]}
+
+
+CHAINED_MODELS = [
+    pytest.param("demo-chat", id="native"),
+    pytest.param(VIA_CHAT_MODEL, id="translated", marks=needs_own_connections),
+]
+
+
+@pytest.mark.parametrize("model", CHAINED_MODELS)
+def test_openai_agents_sdk_chains_its_calls_by_previous_response_id(live, model):
+    """`auto_previous_response_id`, then a second run continuing the first: each call sends only what
+    is new. A translated model's upstream keeps nothing; the gateway sends the conversation it kept
+    (chat/response_store.py)."""
+    KeptResponse.objects.filter(account=live.demo.account).delete()
+    billing = Billing(live)
+
+    result = drivers.agents_tool_loop(
+        f"{live.url}/v1", live.demo.key, model, follow_up="Thanks. And tomorrow?"
+    )
+
+    assert result.tool_calls >= 1 and result.calls == result.tool_calls + 2
+    assert result.answer.startswith(DEMO_REPLY), result.answer
+    translated = model == VIA_CHAT_MODEL
+    records = billing.assert_each_call_billed_once(
+        calls=result.calls * (2 if translated else 1),
+        endpoints={"responses", "chat.completions"} if translated else {"responses"},
+        model=None,
+    )
+    assert [r.model_id for r in records if r.endpoint == "responses"] == [model] * result.calls
+    _assert_one_chain(live, responses=result.calls if translated else 0)
+
+
+@pytest.mark.parametrize("model", CHAINED_MODELS)
+def test_langchain_openai_chains_its_calls_by_previous_response_id(live, model):
+    KeptResponse.objects.filter(account=live.demo.account).delete()
+    billing = Billing(live)
+
+    result = drivers.langchain_openai_tool_loop(
+        f"{live.url}/v1", live.demo.key, model, responses_api=True, previous_response_id=True
+    )
+
+    _check_loop(result)
+    translated = model == VIA_CHAT_MODEL
+    billing.assert_each_call_billed_once(
+        calls=result.calls * (2 if translated else 1),
+        endpoints={"responses", "chat.completions"} if translated else {"responses"},
+        model=None,
+    )
+    _assert_one_chain(live, responses=result.calls if translated else 0)
+
+
 # --- the Vercel AI SDK (Node), multi-step with one tool -----------------------------------------------
 
 AI_SDK_MODELS = {"responses": "demo-chat", "chat": "demo-chat", "messages": "demo-claude"}
@@ -587,7 +645,7 @@ def test_ai_sdk_tool_loop_on_a_model_of_another_family_through_the_translator(
 def test_ai_sdk_conversation_goes_on_after_its_tool_loop_on_the_responses_api(live, model):
     """The second turn names the first turn's items by reference (`item_reference`, the SDK's
     default): a translated model's upstream keeps nothing, so the gateway puts back the items it
-    kept of its own answers (chat/response_items.py)."""
+    kept of its own answers (chat/response_store.py)."""
     _installed("the AI SDK", AI_SDK_PACKAGE)
     billing = Billing(live)
 

@@ -256,7 +256,6 @@ def test_openai_itself_gets_max_completion_tokens():
 @pytest.mark.parametrize(
     ("body", "param"),
     [
-        ({"input": "x", "previous_response_id": "resp_1"}, "previous_response_id"),
         ({"input": "x", "conversation": "conv_1"}, "conversation"),
         ({"input": "x", "background": True}, "background"),
         (
@@ -338,13 +337,29 @@ def test_each_item_of_a_whole_answer_has_its_own_id_and_is_given_to_be_kept():
 
     ids = [item["id"] for item in response["output"]]
     assert len(ids) == len(set(ids)) == 3
-    assert list(step.output_items) == response["output"]
+    kept = step.responses_answer
+    assert kept is not None and kept.response_id == response["id"] and list(kept.items) == response["output"]
 
 
 def test_a_streams_items_are_given_to_be_kept_as_the_final_response_lists_them():
     step, raw = stream()
     completed = events_of(raw)[-1][1]["response"]
-    assert completed["output"] and list(step.output_items) == completed["output"]
+    kept = step.responses_answer
+    assert kept is not None and kept.response_id == completed["id"]
+    assert completed["output"] and list(kept.items) == completed["output"]
+
+
+def test_previous_response_id_and_store_are_echoed_in_the_answer():
+    step = translator()
+    sent = step.request_body({"input": "x", "previous_response_id": "resp_1", "store": False})
+    assert "previous_response_id" not in sent and "store" not in sent
+
+    response = step.response_body({"choices": [{"message": {"content": "y"}, "finish_reason": "stop"}]})
+
+    assert response["previous_response_id"] == "resp_1" and response["store"] is False
+    alone = translator()
+    alone.request_body({"input": "x"})
+    assert alone.response_body({})["previous_response_id"] is None
 
 
 def test_reasoning_tokens_the_chat_upstream_reports_reach_the_response_usage():

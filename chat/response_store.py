@@ -1,0 +1,225 @@
+"""What the gateway keeps of the `/v1/responses` answers it translated, so that later calls can go on
+from them as OpenAI's Responses API allows.
+
+OpenAI stores a response unless the caller sends `store: false`. A later call may then continue its
+conversation by `previous_response_id` (the OpenAI Agents SDK's `auto_previous_response_id`,
+LangChain's `use_previous_response_id`), or name any of its output items by reference (`{"type":
+"item_reference", "id": "msg_…"}`), which the Vercel AI SDK does by default. An upstream that speaks
+another API stores nothing, so the gateway keeps each answer it translated for the account that asked
+(a stream's once it completed): the call's own input, its references resolved, and its output items.
+Before a call is translated, each referenced item takes its reference's place and the conversation
+`previous_response_id` names goes before the call's input: each earlier response's input, then its
+output, oldest first (not their `instructions`, as OpenAI does). A call served by OpenAI's own
+Responses API is sent as it came: OpenAI keeps those.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Prefetch
+from django.utils import timezone
+
+from billing.usage import text_storable
+from chat.models import KeptResponse, ResponseItem
+from core.errors import InvalidRequest, NotFound
+from core.modelutils import queryset_delete_in_batches
+from translators import ResponsesAnswer
+
+# How deep a kept input may nest: a client's items nest a few levels (item, content, part, image);
+# the database's JSON encoder recurses, and a body may nest as deep as the parser allows.
+KEPT_DEPTH = 64
+PREVIOUS_NOT_FOUND = "previous_response_not_found"
+
+
+@dataclass(frozen=True)
+class ResponseThread:
+    """A translated Responses call as the gateway goes on from what it kept: `body` is what is
+    translated (the conversation before it and each referenced item in place); keeping its answer
+    takes the account, the call's own `input` as kept (its references resolved), the response it
+    continues (`previous`) and whether the caller asked for it to be kept (`stored`)."""
+
+    account_id: int
+    body: dict[str, Any]
+    input: list[Any]
+    previous: KeptResponse | None
+    stored: bool
+
+
+def response_thread_resolve(*, account_id: int, body: dict[str, Any]) -> ResponseThread:
+    """The call's thread: 400 for a `previous_response_id` that is not a string or names no response
+    kept for the account (or one whose conversation is no longer all kept), 404 naming the first
+    `item_reference` to an item not kept."""
+    stored = body.get("store") is not False
+    given = body.get("input")
+    if given is not None and not isinstance(given, (str, list)):  # what the translator refuses
+        return ResponseThread(account_id=account_id, body=body, input=[], previous=None, stored=False)
+    if isinstance(given, str):
+        own: list[Any] = [{"role": "user", "content": given}]
+    else:
+        own = _references_resolved(account_id=account_id, items=given or [])
+    previous_id = body.get("previous_response_id")
+    previous = None
+    if previous_id is not None:
+        if not isinstance(previous_id, str):
+            raise InvalidRequest(
+                "`previous_response_id` is the id of an earlier response.", param="previous_response_id"
+            )
+        previous, earlier = _conversation(account_id=account_id, response_id=previous_id)
+        body = {**body, "input": [*earlier, *own]}
+    elif isinstance(given, list) and own is not given:
+        body = {**body, "input": own}
+    return ResponseThread(
+        account_id=account_id,
+        body=body,
+        input=_storable(own, param="input") if stored else [],
+        previous=previous,
+        stored=stored,
+    )
+
+
+def _references_resolved(*, account_id: int, items: list[Any]) -> list[Any]:
+    """`items` with each `item_reference` replaced by the item kept for the account (`items` itself
+    when it has none); 404 naming the first reference to an item not kept."""
+    named: dict[int, str] = {}
+    for position, item in enumerate(items):
+        if isinstance(item, dict) and item.get("type") == "item_reference":
+            item_id = item.get("id")
+            if not isinstance(item_id, str):
+                raise InvalidRequest(
+                    "`id` of an item_reference is the id of an item of an earlier response.",
+                    param=f"input[{position}].id",
+                )
+            named[position] = item_id
+    if not named:
+        return items
+    wanted = {item_id for item_id in named.values() if "\x00" not in item_id}  # no text column holds NUL
+    kept = dict(
+        ResponseItem.objects.filter(account_id=account_id, item_id__in=wanted).values_list("item_id", "item")
+    )
+    for position, item_id in named.items():
+        if item_id not in kept:
+            raise NotFound(
+                f"Item with id {item_id!r} not found: an item is kept for "
+                f"{settings.GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS} days after a response with `store` "
+                "not false.",
+                param=f"input[{position}]",
+            )
+    return [kept[named[position]] if position in named else item for position, item in enumerate(items)]
+
+
+def _conversation(*, account_id: int, response_id: str) -> tuple[KeptResponse, list[Any]]:
+    """The response `response_id` names and its conversation's items up to it, oldest first: the
+    responses of its conversation no deeper than it, read at once, then followed back by their
+    `previous_response_id`s."""
+    named = KeptResponse.objects.filter(account_id=account_id, response_id=response_id)
+    conversation = KeptResponse.objects.filter(
+        account_id=account_id, root_id=named.values("root_id")[:1], depth__lte=named.values("depth")[:1]
+    ).prefetch_related(Prefetch("items", queryset=ResponseItem.objects.order_by("position")))
+    responses = (
+        {response.response_id: response for response in conversation}
+        if "\x00" not in response_id  # no text column holds NUL
+        else {}
+    )
+    previous = responses.get(response_id)
+    if previous is None:
+        raise InvalidRequest(
+            f"Previous response with id {response_id!r} not found: a response is kept for "
+            f"{settings.GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS} days unless it was made with `store: false`.",
+            param="previous_response_id",
+            code=PREVIOUS_NOT_FOUND,
+        )
+    turns = [previous]
+    while turns[-1].previous_response_id:
+        before = responses.get(turns[-1].previous_response_id)
+        if before is None or before.depth != turns[-1].depth - 1:
+            raise InvalidRequest(
+                f"Previous response with id {response_id!r} continues a response no longer kept "
+                f"(responses are kept {settings.GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS} days); send the "
+                "whole conversation.",
+                param="previous_response_id",
+                code=PREVIOUS_NOT_FOUND,
+            )
+        turns.append(before)
+    return previous, [
+        item for turn in reversed(turns) for item in (*turn.input, *(kept.item for kept in turn.items.all()))
+    ]
+
+
+def _storable(value: Any, *, param: str) -> Any:
+    """A copy of `value` with each character a database's text cannot hold (NUL; an upstream's text
+    may hold half of a surrogate pair) made U+FFFD, in its keys and strings. Iterative; 400 naming
+    `param` when nested deeper than KEPT_DEPTH."""
+    top: list[Any] = [None]
+    pending: list[tuple[Any, Any, Any, int]] = [(value, top, 0, 0)]  # value, where it goes, depth
+    while pending:
+        value, into, at, depth = pending.pop()
+        if depth > KEPT_DEPTH:
+            raise InvalidRequest(
+                f"`{param}` nests deeper than the {KEPT_DEPTH} levels a kept response may; send "
+                "`store: false`.",
+                param=param,
+            )
+        if isinstance(value, str):
+            into[at] = text_storable(value)
+        elif isinstance(value, dict):
+            copy: dict[str, Any] = {}
+            into[at] = copy
+            for key, item in value.items():
+                key = text_storable(key)
+                copy[key] = None  # in the order given
+                pending.append((item, copy, key, depth + 1))
+        elif isinstance(value, list):
+            listed: list[Any] = [None] * len(value)
+            into[at] = listed
+            pending.extend((item, listed, index, depth + 1) for index, item in enumerate(value))
+        else:
+            into[at] = value
+    return top[0]
+
+
+def response_keep(*, thread: ResponseThread, answer: ResponsesAnswer | None) -> None:
+    """Keep the answer (its id, the call's input, its output items) for the thread's account, when the
+    caller asked for it to be kept."""
+    if not thread.stored or answer is None:
+        return
+    previous = thread.previous
+    with transaction.atomic():
+        kept = KeptResponse.objects.create(
+            account_id=thread.account_id,
+            response_id=answer.response_id,
+            previous_response_id=previous.response_id if previous else "",
+            root_id=previous.root_id if previous else answer.response_id,
+            depth=previous.depth + 1 if previous else 0,
+            input=thread.input,
+        )
+        ResponseItem.objects.bulk_create(
+            [
+                ResponseItem(
+                    account_id=thread.account_id,
+                    response=kept,
+                    position=position,
+                    item_id=item["id"],
+                    item=_storable(item, param="output"),
+                )
+                for position, item in enumerate(answer.items)
+                if isinstance(item.get("id"), str)
+            ],
+            ignore_conflicts=True,  # an id already kept keeps its first item
+        )
+
+
+def response_store_purge(
+    *, older_than_days: int | None = None, now: datetime | None = None, batch_size: int = 5000
+) -> int:
+    """Delete the responses and items kept longer than GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS (or
+    `older_than_days`), in batches. Returns how many rows were deleted."""
+    days = older_than_days if older_than_days is not None else settings.GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS
+    cutoff = (now or timezone.now()) - timedelta(days=days)
+    return queryset_delete_in_batches(
+        KeptResponse.objects.filter(created_at__lt=cutoff), batch_size=batch_size
+    ) + queryset_delete_in_batches(ResponseItem.objects.filter(created_at__lt=cutoff), batch_size=batch_size)

@@ -1,0 +1,524 @@
+"""What the gateway keeps of a translated `/v1/responses` model's answers: each answer (the call's
+own input and its output items) is kept for the caller's account unless it sent `store: false`. A
+later call continuing it by `previous_response_id` (the OpenAI Agents SDK's and LangChain's chaining)
+is sent upstream with the conversation before it, and one naming an item by `item_reference` (the
+Vercel AI SDK's default) with the item in its place. What is not kept is a 400 or a 404 that reaches
+no upstream and charges nothing."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+from hypothesis import given
+
+from accounts.services import account_create, account_set_groups
+from billing.ledger import wallet_top_up
+from billing.models import Hold, UsageRecord
+from billing.selectors import ledger_check
+from chat.models import KeptResponse, ResponseItem
+from chat.response_store import KEPT_DEPTH
+from keys.services import api_key_create
+from tests.chat.conftest import ANTHROPIC_BASE, OPENAI_BASE, assert_in_family_shape, sent_json, sse_body
+from tests.chat.conftest import responses_post as post
+from tests.chat.test_fuzz_bodies import JSON_VALUES
+from tests.fuzz_values import fuzz_settings
+
+pytestmark = pytest.mark.django_db
+
+CHAT_URL = f"{OPENAI_BASE}/chat/completions"
+USAGE = {"prompt_tokens": 30, "completion_tokens": 8}
+
+
+def chat_answer(message: dict) -> dict:
+    return {
+        "choices": [{"message": {"role": "assistant", **message}, "finish_reason": "stop"}],
+        "usage": USAGE,
+    }
+
+
+def first_turn(client, upstream, key, **extra):
+    upstream.post(CHAT_URL, json=chat_answer({"content": "Hello, Tara.", "reasoning_content": "A greeting."}))
+    response = post(client, {"model": "alpha-deepseek", "input": "Hi, I am Tara.", **extra}, key)
+    assert response.status_code == 200, response.content
+    return response.json()["output"]
+
+
+def second_turn(output: list[dict]) -> dict:
+    """What the AI SDK sends next: the earlier answer's items by reference, then the new turn."""
+    return {
+        "model": "alpha-deepseek",
+        "input": [
+            {"role": "user", "content": [{"type": "input_text", "text": "Hi, I am Tara."}]},
+            *({"type": "item_reference", "id": item["id"]} for item in output),
+            {"role": "user", "content": [{"type": "input_text", "text": "What is my name?"}]},
+        ],
+    }
+
+
+def test_an_answers_items_are_kept_and_a_later_reference_sends_them_upstream(
+    client, upstream, deepseek, tara, tara_key
+):
+    output = first_turn(client, upstream, tara_key)
+    assert [item["type"] for item in output] == ["reasoning", "message"]
+    assert sorted(ResponseItem.objects.filter(account=tara).values_list("item_id", flat=True)) == sorted(
+        item["id"] for item in output
+    )
+    upstream.post(CHAT_URL, json=chat_answer({"content": "Your name is Tara."}))
+
+    response = post(client, second_turn(output), tara_key)
+
+    assert response.status_code == 200, response.content
+    assert response.json()["output"][0]["content"][0]["text"] == "Your name is Tara."
+    messages = sent_json(upstream.calls[1])["messages"]
+    assert messages[1] == {
+        "role": "assistant",
+        "content": "Hello, Tara.",
+        "reasoning_content": "A greeting.",  # as DeepSeek wants its reasoning back
+    }
+    assert [m["role"] for m in messages] == ["user", "assistant", "user"]
+    assert UsageRecord.objects.filter(status=200).count() == 2
+    assert not Hold.objects.filter(status=Hold.Status.OPEN).exists()
+    assert ledger_check() == []
+
+
+def test_a_streamed_answers_items_are_kept_once_it_completes(client, upstream, deepseek, tara, tara_key):
+    def chunk(delta=None, finish=None, usage=None):
+        body = {"choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return {**body, "usage": usage} if usage else body
+
+    calls = [{"index": 0, "id": "call_1", "function": {"name": "get_weather", "arguments": "{}"}}]
+    upstream.post(
+        CHAT_URL,
+        body=sse_body(
+            ("", chunk({"role": "assistant", "content": "Checking."})),
+            ("", chunk({"tool_calls": calls})),
+            ("", chunk({}, finish="tool_calls")),
+            ("", chunk(usage=USAGE)),
+            ("", "[DONE]"),
+        ),
+        content_type="text/event-stream",
+    )
+
+    response = post(client, {"model": "alpha-deepseek", "input": "Weather?", "stream": True}, tara_key)
+
+    text = b"".join(response.streaming_content).decode()
+    completed = json.loads(text.strip().split("\n\n")[-1].split("\ndata: ", 1)[1])
+    assert completed["type"] == "response.completed"
+    kept = {item.item_id: item.item for item in ResponseItem.objects.filter(account=tara)}
+    assert kept == {item["id"]: item for item in completed["response"]["output"]}
+    assert [item["type"] for item in kept.values()] == ["message", "function_call"]
+
+
+def test_an_answer_with_store_false_keeps_nothing_and_a_reference_to_it_is_a_404(
+    client, upstream, deepseek, tara, tara_key
+):
+    output = first_turn(client, upstream, tara_key, store=False)
+    assert not ResponseItem.objects.exists()
+
+    response = post(client, second_turn(output), tara_key)
+
+    assert response.status_code == 404
+    error = response.json()["error"]
+    assert (error["type"], error["param"]) == ("invalid_request_error", "input[1]")
+    assert f"Item with id '{output[0]['id']}' not found" in error["message"]
+    assert len(upstream.calls) == 1  # the second call reached no upstream
+    assert UsageRecord.objects.get(status=404).amount == 0
+    assert UsageRecord.objects.filter(status=200).count() == 1
+
+
+def test_an_item_is_kept_for_its_account_only(client, upstream, deepseek, tara, tara_key, chat_group):
+    output = first_turn(client, upstream, tara_key)
+    other = account_create(username="uma", email="uma@example.com", password="uma-password-1")
+    account_set_groups(account=other, allowed_groups=[chat_group], current_group=chat_group)
+    wallet_top_up(account=other, amount="1.00", reference="fixture")
+    _, other_key = api_key_create(account=other, group=chat_group, label="other")
+
+    response = post(client, second_turn(output), other_key)
+
+    assert response.status_code == 404
+    assert response.json()["error"]["param"] == "input[1]"
+    assert len(upstream.calls) == 1
+
+
+@pytest.mark.parametrize("reference", [{"type": "item_reference"}, {"type": "item_reference", "id": 7}])
+def test_a_reference_without_a_string_id_is_a_400_naming_it(
+    client, upstream, deepseek, tara, tara_key, reference
+):
+    response = post(client, {"model": "alpha-deepseek", "input": [reference]}, tara_key)
+
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "input[0].id"
+    assert len(upstream.calls) == 0
+
+
+def test_a_reference_holding_nul_is_a_404(client, upstream, deepseek, tara, tara_key):
+    response = post(
+        client, {"model": "alpha-deepseek", "input": [{"type": "item_reference", "id": "msg_\x00"}]}, tara_key
+    )
+
+    assert response.status_code == 404
+    assert len(upstream.calls) == 0
+
+
+def test_a_call_served_by_openais_responses_api_sends_what_it_names_as_it_came(
+    client, upstream, chat_model, tara, tara_key
+):
+    """OpenAI keeps the items of its own answers: nothing is kept here, and references go on."""
+    answer = {
+        "id": "resp_1",
+        "object": "response",
+        "status": "completed",
+        "output": [],
+        "usage": {"input_tokens": 10, "output_tokens": 2},
+    }
+    upstream.post(f"{OPENAI_BASE}/responses", json=answer)
+    body = {
+        "model": "alpha-chat",
+        "previous_response_id": "resp_at_openai",
+        "input": [{"type": "item_reference", "id": "msg_at_openai"}],
+    }
+
+    response = post(client, body, tara_key)
+
+    assert response.status_code == 200, response.content
+    sent = sent_json(upstream.calls[0])
+    assert (sent["previous_response_id"], sent["input"]) == (body["previous_response_id"], body["input"])
+    assert not ResponseItem.objects.exists() and not KeptResponse.objects.exists()
+
+
+def test_purge_response_items_deletes_what_is_older_than_the_retention(tara, settings):
+    settings.GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS = 30
+    for item_id, age in (("msg_old", 31), ("msg_recent", 29)):
+        item = ResponseItem.objects.create(account=tara, item_id=item_id, item={"id": item_id})
+        ResponseItem.objects.filter(pk=item.pk).update(created_at=timezone.now() - timedelta(days=age))
+    out = StringIO()
+
+    call_command("purge_response_items", stdout=out)
+
+    assert list(ResponseItem.objects.values_list("item_id", flat=True)) == ["msg_recent"]
+    assert "Deleted 1 kept response(s) and item(s) older than 30 days." in out.getvalue()
+
+
+def test_items_of_an_answer_translated_through_two_translators_are_kept(
+    client, upstream, claude_model, tara, tara_key
+):
+    """Responses → Chat Completions → Messages: the caller's items are the outer translator's."""
+    claude = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "vendor-claude-1",
+        "content": [{"type": "text", "text": "Hello, Tara."}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 12, "output_tokens": 4},
+    }
+    upstream.post(f"{ANTHROPIC_BASE}/messages", json=claude)
+    first = post(client, {"model": "alpha-claude", "input": "Hi, I am Tara."}, tara_key)
+    output = first.json()["output"]
+    assert [item.item_id for item in ResponseItem.objects.all()] == [output[0]["id"]]
+
+    response = post(client, {**second_turn(output), "model": "alpha-claude"}, tara_key)
+
+    assert response.status_code == 200, response.content
+    sent = sent_json(upstream.calls[1])["messages"]
+    assert sent[1] == {"role": "assistant", "content": [{"type": "text", "text": "Hello, Tara."}]}
+
+
+@fuzz_settings()
+@given(value=JSON_VALUES)
+def test_any_json_as_a_references_id_is_never_a_server_error(
+    client, upstream, deepseek, tara, tara_key, value
+):
+    upstream.post(CHAT_URL, json=chat_answer({"content": "ok"}))
+    body = {"model": "alpha-deepseek", "input": [{"type": "item_reference", "id": value}, "x", value]}
+
+    response = post(client, body, tara_key)
+
+    assert response.status_code in (400, 404), response.content[:500]
+    assert_in_family_shape(response, "compatible")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_an_answer_holding_what_no_text_column_can_is_kept_with_it_replaced(
+    client, upstream, deepseek, tara, tara_key, stream
+):
+    """An upstream's text may hold NUL or half of a surrogate pair, which PostgreSQL's jsonb refuses:
+    the answer is the caller's as it came, charged once, and its item is kept with U+FFFD there."""
+    odd = "a\x00b\ud800c"
+    if stream:
+        chunks = [
+            {
+                "choices": [
+                    {"index": 0, "delta": {"role": "assistant", "content": odd}, "finish_reason": None}
+                ]
+            },
+            {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": USAGE},
+        ]
+        upstream.post(
+            CHAT_URL,
+            body=sse_body(*(("", c) for c in chunks), ("", "[DONE]")),
+            content_type="text/event-stream",
+        )
+    else:
+        upstream.post(CHAT_URL, json=chat_answer({"content": odd}))
+
+    response = post(client, {"model": "alpha-deepseek", "input": "Hi", "stream": stream}, tara_key)
+
+    assert response.status_code == 200
+    if stream:
+        assert b"response.completed" in b"".join(response.streaming_content)
+    item = ResponseItem.objects.get(account=tara).item
+    assert item["content"][0]["text"] == "a\ufffdb\ufffdc"
+    assert UsageRecord.objects.get().status == 200
+    assert ledger_check() == []
+
+
+# --- previous_response_id ---------------------------------------------------------------------------
+
+
+def answered(client, upstream, key, message: dict, **body) -> dict:
+    """A call of alpha-deepseek that the upstream answers with `message`; its response."""
+    upstream.post(CHAT_URL, json=chat_answer(message))
+    response = post(client, {"model": "alpha-deepseek", **body}, key)
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def test_previous_response_id_sends_the_conversation_before_the_call_upstream(
+    client, upstream, deepseek, tara, tara_key
+):
+    """Each earlier response's input then output, oldest first; not their instructions (OpenAI's rule)."""
+    first = answered(
+        client,
+        upstream,
+        tara_key,
+        {"content": "Hello, Tara.", "reasoning_content": "A greeting."},
+        instructions="Be brief.",
+        input="Hi, I am Tara.",
+    )
+    second = answered(
+        client,
+        upstream,
+        tara_key,
+        {"content": "Your name is Tara."},
+        previous_response_id=first["id"],
+        input="What is my name?",
+    )
+    assert second["previous_response_id"] == first["id"]
+
+    third = answered(
+        client,
+        upstream,
+        tara_key,
+        {"content": "Bye."},
+        previous_response_id=second["id"],
+        input=[{"role": "user", "content": [{"type": "input_text", "text": "Thanks."}]}],
+    )
+
+    assert sent_json(upstream.calls[2])["messages"] == [
+        {"role": "user", "content": "Hi, I am Tara."},
+        {"role": "assistant", "content": "Hello, Tara.", "reasoning_content": "A greeting."},
+        {"role": "user", "content": "What is my name?"},
+        {"role": "assistant", "content": "Your name is Tara."},
+        {"role": "user", "content": "Thanks."},
+    ]
+    kept = list(KeptResponse.objects.filter(account=tara).order_by("depth"))
+    assert [(k.response_id, k.previous_response_id, k.root_id, k.depth) for k in kept] == [
+        (first["id"], "", first["id"], 0),
+        (second["id"], first["id"], first["id"], 1),
+        (third["id"], second["id"], first["id"], 2),
+    ]
+    assert kept[1].input == [{"role": "user", "content": "What is my name?"}]
+    assert [item.item_id for item in kept[0].items.order_by("position")] == [i["id"] for i in first["output"]]
+    assert UsageRecord.objects.filter(status=200).count() == 3
+    assert not Hold.objects.filter(status=Hold.Status.OPEN).exists()
+    assert ledger_check() == []
+
+
+def test_a_tool_loop_chained_by_previous_response_id_sends_the_call_before_its_output(
+    client, upstream, deepseek, tara, tara_key
+):
+    """The Agents SDK's chaining: the next call sends only the tool's output."""
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+    first = answered(client, upstream, tara_key, {"content": None, "tool_calls": [call]}, input="Weather?")
+    assert [item["type"] for item in first["output"]] == ["function_call"]
+
+    answered(
+        client,
+        upstream,
+        tara_key,
+        {"content": "Sunny."},
+        previous_response_id=first["id"],
+        input=[{"type": "function_call_output", "call_id": "call_1", "output": "sunny"}],
+    )
+
+    messages = sent_json(upstream.calls[1])["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+    assert messages[1]["tool_calls"][0]["id"] == "call_1"
+    assert messages[2] == {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}
+
+
+def test_a_branch_of_a_conversation_is_sent_without_its_siblings(client, upstream, deepseek, tara, tara_key):
+    root = answered(client, upstream, tara_key, {"content": "Hello."}, input="Hi.")
+    answered(client, upstream, tara_key, {"content": "A."}, previous_response_id=root["id"], input="Say A.")
+    b = answered(
+        client, upstream, tara_key, {"content": "B."}, previous_response_id=root["id"], input="Say B."
+    )
+
+    answered(client, upstream, tara_key, {"content": "C."}, previous_response_id=b["id"], input="Say C.")
+
+    texts = [m["content"] for m in sent_json(upstream.calls[3])["messages"]]
+    assert texts == ["Hi.", "Hello.", "Say B.", "B.", "Say C."]
+
+
+def test_a_streamed_answer_is_kept_and_continued_once_it_completes(
+    client, upstream, deepseek, tara, tara_key
+):
+    chunks = [
+        {
+            "choices": [
+                {"index": 0, "delta": {"role": "assistant", "content": "Hello."}, "finish_reason": None}
+            ]
+        },
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": USAGE},
+    ]
+    upstream.post(
+        CHAT_URL,
+        body=sse_body(*(("", c) for c in chunks), ("", "[DONE]")),
+        content_type="text/event-stream",
+    )
+    response = post(client, {"model": "alpha-deepseek", "input": "Hi.", "stream": True}, tara_key)
+    text = b"".join(response.streaming_content).decode()
+    completed = json.loads(text.strip().split("\n\n")[-1].split("\ndata: ", 1)[1])["response"]
+    assert KeptResponse.objects.get(account=tara).response_id == completed["id"]
+
+    answered(
+        client, upstream, tara_key, {"content": "Bye."}, previous_response_id=completed["id"], input="Bye."
+    )
+
+    texts = [m["content"] for m in sent_json(upstream.calls[1])["messages"]]
+    assert texts == ["Hi.", "Hello.", "Bye."]
+
+
+def uma_key(chat_group) -> str:
+    other = account_create(username="uma", email="uma@example.com", password="uma-password-1")
+    account_set_groups(account=other, allowed_groups=[chat_group], current_group=chat_group)
+    wallet_top_up(account=other, amount="1.00", reference="fixture")
+    return api_key_create(account=other, group=chat_group, label="other")[1]
+
+
+@pytest.mark.parametrize("case", ["unknown", "store-false", "other-account", "nul"])
+def test_a_previous_response_not_kept_for_the_caller_is_a_400_reaching_no_upstream(
+    client, upstream, deepseek, tara, tara_key, chat_group, case
+):
+    first = answered(
+        client, upstream, tara_key, {"content": "Hello."}, input="Hi.", store=case != "store-false"
+    )
+    previous = {"unknown": "resp_unknown", "nul": "resp_\x00"}.get(case, first["id"])
+    key = uma_key(chat_group) if case == "other-account" else tara_key
+
+    response = post(
+        client, {"model": "alpha-deepseek", "input": "Again.", "previous_response_id": previous}, key
+    )
+
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert (error["type"], error["code"], error["param"]) == (
+        "invalid_request_error",
+        "previous_response_not_found",
+        "previous_response_id",
+    )
+    assert f"Previous response with id {previous!r} not found" in error["message"]
+    assert len(upstream.calls) == 1
+    assert UsageRecord.objects.get(status=400).amount == 0
+    assert KeptResponse.objects.count() == (0 if case == "store-false" else 1)
+
+
+@pytest.mark.parametrize("previous", [7, True, [], {"id": "resp_1"}])
+def test_a_previous_response_id_not_a_string_is_a_400_naming_it(
+    client, upstream, deepseek, tara, tara_key, previous
+):
+    response = post(
+        client, {"model": "alpha-deepseek", "input": "x", "previous_response_id": previous}, tara_key
+    )
+
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "previous_response_id"
+    assert len(upstream.calls) == 0
+
+
+def test_a_conversation_whose_start_was_purged_is_a_400_asking_for_the_whole_conversation(
+    client, upstream, deepseek, tara, tara_key, settings
+):
+    settings.GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS = 30
+    first = answered(client, upstream, tara_key, {"content": "Hello."}, input="Hi.")
+    second = answered(
+        client, upstream, tara_key, {"content": "Yes."}, previous_response_id=first["id"], input="?"
+    )
+    aged = timezone.now() - timedelta(days=31)
+    KeptResponse.objects.filter(response_id=first["id"]).update(created_at=aged)
+    ResponseItem.objects.filter(response__response_id=first["id"]).update(created_at=aged)
+    out = StringIO()
+    call_command("purge_response_items", stdout=out)
+    assert "Deleted 2 kept response(s) and item(s)" in out.getvalue()  # the response and its message
+
+    response = post(
+        client, {"model": "alpha-deepseek", "input": "x", "previous_response_id": second["id"]}, tara_key
+    )
+
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert (error["code"], error["param"]) == ("previous_response_not_found", "previous_response_id")
+    assert "continues a response no longer kept" in error["message"]
+    assert len(upstream.calls) == 2
+
+
+def nested(depth: int) -> object:
+    value: object = "deep"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("depth", [KEPT_DEPTH, 700])
+def test_an_input_nested_deeper_than_a_response_is_kept_is_a_400_unless_not_stored(
+    client, upstream, deepseek, tara, tara_key, depth
+):
+    """A client's items nest a few levels; what an item carries beyond what the translator reads is
+    kept as it came, at any depth the parser allowed."""
+    item = {"role": "user", "content": "Hi.", "extra": nested(depth)}
+
+    refused = post(client, {"model": "alpha-deepseek", "input": [item]}, tara_key)
+    answer = answered(client, upstream, tara_key, {"content": "Hello."}, input=[item], store=False)
+
+    assert refused.status_code == 400
+    assert refused.json()["error"]["param"] == "input"
+    assert answer["store"] is False and not KeptResponse.objects.exists()
+    assert len(upstream.calls) == 1
+
+
+def test_a_shallower_input_is_kept_as_it_came(client, upstream, deepseek, tara, tara_key):
+    item = {"role": "user", "content": "Hi.", "extra": nested(KEPT_DEPTH - 3)}
+
+    answered(client, upstream, tara_key, {"content": "Hello."}, input=[item])
+
+    assert KeptResponse.objects.get().input == [item]
+
+
+@fuzz_settings()
+@given(value=JSON_VALUES)
+def test_any_json_as_previous_response_id_or_input_is_never_a_server_error(
+    client, upstream, deepseek, tara, tara_key, value
+):
+    upstream.post(CHAT_URL, json=chat_answer({"content": "ok"}))
+
+    for body in ({"previous_response_id": value, "input": "x"}, {"input": value}, {"input": [value]}):
+        response = post(client, {"model": "alpha-deepseek", **body}, tara_key)
+
+        assert response.status_code < 500, response.content[:500]
+        assert_in_family_shape(response, "compatible")
