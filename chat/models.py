@@ -106,10 +106,11 @@ class TextModel(models.Model):
 
 class KeptResponse(models.Model):
     """A translated `/v1/responses` answer kept for its account (`store` not false), so that a later
-    call can continue its conversation by `previous_response_id`, as OpenAI's Responses API allows:
-    the call's own input (its references resolved) and, as its ResponseItems, its output. A
-    conversation is the chain of `previous_response_id`s back to its first response (`root_id`), the
-    response `depth` links from it. Kept GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS days
+    call can continue its conversation by `previous_response_id` and the caller can retrieve or delete
+    it, as OpenAI's Responses API allows: the call's own input (its references resolved), the
+    response object as the caller got it with its `output` empty, and, as its ResponseItems, that
+    output. A conversation is the chain of `previous_response_id`s back to its first response
+    (`root_id`), the response `depth` links from it. Kept GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS days
     (`purge_response_items`)."""
 
     account = models.ForeignKey("accounts.Account", on_delete=models.CASCADE, related_name="+")
@@ -118,6 +119,7 @@ class KeptResponse(models.Model):
     root_id = models.CharField(max_length=200)
     depth = models.PositiveIntegerField(default=0)
     input = models.JSONField(default=list)
+    response = models.JSONField(default=dict)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:

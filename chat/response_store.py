@@ -9,8 +9,9 @@ another API stores nothing, so the gateway keeps each answer it translated for t
 (a stream's once it completed): the call's own input, its references resolved, and its output items.
 Before a call is translated, each referenced item takes its reference's place and the conversation
 `previous_response_id` names goes before the call's input: each earlier response's input, then its
-output, oldest first (not their `instructions`, as OpenAI does). A call served by OpenAI's own
-Responses API is sent as it came: OpenAI keeps those.
+output, oldest first (not their `instructions`, as OpenAI does). The caller may retrieve a kept
+response or delete it (GET and DELETE /v1/responses/{id}). A call served by OpenAI's own Responses
+API is sent as it came: OpenAI keeps those.
 """
 
 from __future__ import annotations
@@ -21,17 +22,20 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Prefetch
+from django.db.models import Prefetch, QuerySet
 from django.utils import timezone
 
 from billing.usage import text_storable
 from chat.models import KeptResponse, ResponseItem
 from core.errors import InvalidRequest, NotFound
 from core.modelutils import queryset_delete_in_batches
+from keys.credentials import Credential
+from keys.group_access import models_invoke_check
 from translators import ResponsesAnswer
 
-# How deep a kept input may nest: a client's items nest a few levels (item, content, part, image);
-# the database's JSON encoder recurses, and a body may nest as deep as the parser allows.
+# How deep a kept call's body may nest: a client's items nest a few levels (item, content, part,
+# image), a tool's schema a few more; the database's JSON encoder recurses, and a body may nest as
+# deep as the parser allows.
 KEPT_DEPTH = 64
 PREVIOUS_NOT_FOUND = "previous_response_not_found"
 
@@ -53,11 +57,14 @@ class ResponseThread:
 def response_thread_resolve(*, account_id: int, body: dict[str, Any]) -> ResponseThread:
     """The call's thread: 400 for a `previous_response_id` that is not a string or names no response
     kept for the account (or one whose conversation is no longer all kept), 404 naming the first
-    `item_reference` to an item not kept."""
+    `item_reference` to an item not kept, 400 naming the field for a body to be kept that nests
+    deeper than KEPT_DEPTH."""
     stored = body.get("store") is not False
     given = body.get("input")
     if given is not None and not isinstance(given, (str, list)):  # what the translator refuses
         return ResponseThread(account_id=account_id, body=body, input=[], previous=None, stored=False)
+    if stored:
+        _depth_check(body)
     if isinstance(given, str):
         own: list[Any] = [{"role": "user", "content": given}]
     else:
@@ -76,7 +83,7 @@ def response_thread_resolve(*, account_id: int, body: dict[str, Any]) -> Respons
     return ResponseThread(
         account_id=account_id,
         body=body,
-        input=_storable(own, param="input") if stored else [],
+        input=_storable(own) if stored else [],
         previous=previous,
         stored=stored,
     )
@@ -116,15 +123,11 @@ def _conversation(*, account_id: int, response_id: str) -> tuple[KeptResponse, l
     """The response `response_id` names and its conversation's items up to it, oldest first: the
     responses of its conversation no deeper than it, read at once, then followed back by their
     `previous_response_id`s."""
-    named = KeptResponse.objects.filter(account_id=account_id, response_id=response_id)
+    named = _kept(account_id=account_id, response_id=response_id)
     conversation = KeptResponse.objects.filter(
         account_id=account_id, root_id=named.values("root_id")[:1], depth__lte=named.values("depth")[:1]
     ).prefetch_related(Prefetch("items", queryset=ResponseItem.objects.order_by("position")))
-    responses = (
-        {response.response_id: response for response in conversation}
-        if "\x00" not in response_id  # no text column holds NUL
-        else {}
-    )
+    responses = {response.response_id: response for response in conversation}
     previous = responses.get(response_id)
     if previous is None:
         raise InvalidRequest(
@@ -150,20 +153,30 @@ def _conversation(*, account_id: int, response_id: str) -> tuple[KeptResponse, l
     ]
 
 
-def _storable(value: Any, *, param: str) -> Any:
-    """A copy of `value` with each character a database's text cannot hold (NUL; an upstream's text
-    may hold half of a surrogate pair) made U+FFFD, in its keys and strings. Iterative; 400 naming
-    `param` when nested deeper than KEPT_DEPTH."""
-    top: list[Any] = [None]
-    pending: list[tuple[Any, Any, Any, int]] = [(value, top, 0, 0)]  # value, where it goes, depth
+def _depth_check(body: dict[str, Any]) -> None:
+    """400 naming the field of `body` that nests deeper than KEPT_DEPTH (iterative)."""
+    pending: list[tuple[Any, int, str]] = [(value, 1, field) for field, value in body.items()]
     while pending:
-        value, into, at, depth = pending.pop()
+        value, depth, field = pending.pop()
         if depth > KEPT_DEPTH:
             raise InvalidRequest(
-                f"`{param}` nests deeper than the {KEPT_DEPTH} levels a kept response may; send "
+                f"`{field}` nests deeper than the {KEPT_DEPTH} levels a kept response may; send "
                 "`store: false`.",
-                param=param,
+                param=field,
             )
+        if isinstance(value, dict):
+            pending.extend((item, depth + 1, field) for item in value.values())
+        elif isinstance(value, list):
+            pending.extend((item, depth + 1, field) for item in value)
+
+
+def _storable(value: Any) -> Any:
+    """A copy of `value` with each character a database's text cannot hold (NUL; an upstream's text
+    may hold half of a surrogate pair) made U+FFFD, in its keys and strings (iterative)."""
+    top: list[Any] = [None]
+    pending: list[tuple[Any, Any, Any]] = [(value, top, 0)]  # a value, and where its copy goes
+    while pending:
+        value, into, at = pending.pop()
         if isinstance(value, str):
             into[at] = text_storable(value)
         elif isinstance(value, dict):
@@ -172,19 +185,19 @@ def _storable(value: Any, *, param: str) -> Any:
             for key, item in value.items():
                 key = text_storable(key)
                 copy[key] = None  # in the order given
-                pending.append((item, copy, key, depth + 1))
+                pending.append((item, copy, key))
         elif isinstance(value, list):
             listed: list[Any] = [None] * len(value)
             into[at] = listed
-            pending.extend((item, listed, index, depth + 1) for index, item in enumerate(value))
+            pending.extend((item, listed, index) for index, item in enumerate(value))
         else:
             into[at] = value
     return top[0]
 
 
 def response_keep(*, thread: ResponseThread, answer: ResponsesAnswer | None) -> None:
-    """Keep the answer (its id, the call's input, its output items) for the thread's account, when the
-    caller asked for it to be kept."""
+    """Keep the answer (its id, the call's input, its response object and output items) for the
+    thread's account, when the caller asked for it to be kept."""
     if not thread.stored or answer is None:
         return
     previous = thread.previous
@@ -196,6 +209,7 @@ def response_keep(*, thread: ResponseThread, answer: ResponsesAnswer | None) -> 
             root_id=previous.root_id if previous else answer.response_id,
             depth=previous.depth + 1 if previous else 0,
             input=thread.input,
+            response=_storable({**(answer.response or {}), "output": []}),
         )
         ResponseItem.objects.bulk_create(
             [
@@ -204,13 +218,52 @@ def response_keep(*, thread: ResponseThread, answer: ResponsesAnswer | None) -> 
                     response=kept,
                     position=position,
                     item_id=item["id"],
-                    item=_storable(item, param="output"),
+                    item=_storable(item),
                 )
                 for position, item in enumerate(answer.items)
                 if isinstance(item.get("id"), str)
             ],
             ignore_conflicts=True,  # an id already kept keeps its first item
         )
+
+
+def kept_response_get(*, credential: Credential, response_id: str) -> dict[str, Any]:
+    """The response kept for the credential's account as its caller got it, output included; 404
+    otherwise (403 for a credential that may not call models)."""
+    models_invoke_check(credential=credential)
+    kept = (
+        _kept(account_id=credential.account.pk, response_id=response_id)
+        .prefetch_related(Prefetch("items", queryset=ResponseItem.objects.order_by("position")))
+        .first()
+    )
+    if kept is None:
+        raise _response_not_found(response_id)
+    return {**kept.response, "output": [item.item for item in kept.items.all()]}
+
+
+def kept_response_delete(*, credential: Credential, response_id: str) -> None:
+    """Delete the response kept for the credential's account, and its items; 404 when there is none
+    (403 for a credential that may not call models). A later response continuing it can no longer
+    be continued."""
+    models_invoke_check(credential=credential)
+    deleted, _ = _kept(account_id=credential.account.pk, response_id=response_id).delete()
+    if not deleted:
+        raise _response_not_found(response_id)
+
+
+def _kept(*, account_id: int, response_id: str) -> QuerySet[KeptResponse]:
+    if "\x00" in response_id:  # no text column holds NUL
+        return KeptResponse.objects.none()
+    return KeptResponse.objects.filter(account_id=account_id, response_id=response_id)
+
+
+def _response_not_found(response_id: str) -> NotFound:
+    return NotFound(
+        f"Response with id {response_id!r} not found: the gateway keeps the responses of the models it "
+        f"translates for {settings.GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS} days (unless made with "
+        "`store: false`); one OpenAI served itself is kept by OpenAI.",
+        param="response_id",
+    )
 
 
 def response_store_purge(

@@ -10,12 +10,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 
 from api.openapi import (
     CALL_STATUSES,
     EVENT_STREAM,
     IDEMPOTENCY_KEY,
+    READ_STATUSES,
     component_register,
     error_responses,
     free_form,
@@ -189,4 +196,60 @@ count_tokens_schema = _text_schema(
     request=COUNT_TOKENS_REQUEST,
     shape="native",
     examples=[OpenApiExample("Count", value={"model": "demo-claude", "messages": _HELLO}, request_only=True)],
+)
+
+_RESPONSE_ID = OpenApiParameter(
+    "response_id",
+    str,
+    OpenApiParameter.PATH,
+    description="The id of a response the gateway kept: an answer of a model it translates, made with "
+    "`store` not false, within GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS.",
+)
+KEPT_RESPONSE = component_register(
+    "KeptResponse",
+    {
+        "type": "object",
+        "required": ["id", "object", "output"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"type": "string", "enum": ["response"]},
+            "output": {"type": "array", "items": {"type": "object", "additionalProperties": True}},
+        },
+        "additionalProperties": True,
+        "description": "The response object as its caller got it.",
+    },
+)
+RESPONSE_DELETED = component_register(
+    "ResponseDeleted",
+    {
+        "type": "object",
+        "required": ["id", "object", "deleted"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"type": "string", "enum": ["response.deleted"]},
+            "deleted": {"type": "boolean", "enum": [True]},
+        },
+    },
+)
+kept_response_schema = extend_schema_view(
+    get=extend_schema(
+        operation_id="responses_retrieve",
+        summary="A response the gateway kept (a translated model's)",
+        tags=["text"],
+        parameters=[_RESPONSE_ID],
+        responses={
+            200: OpenApiResponse(response=KEPT_RESPONSE, description="The response"),
+            **error_responses(("compatible",), READ_STATUSES),
+        },
+    ),
+    delete=extend_schema(
+        operation_id="responses_delete",
+        summary="Delete a response the gateway kept, and its items",
+        tags=["text"],
+        parameters=[_RESPONSE_ID],
+        responses={
+            200: OpenApiResponse(response=RESPONSE_DELETED, description="Deleted"),
+            **error_responses(("compatible",), READ_STATUSES),
+        },
+    ),
 )

@@ -1,16 +1,25 @@
 """The text endpoints: POST /v1/chat/completions, /v1/responses (OpenAI style, compatible error
-shape), /v1/messages and /v1/messages/count_tokens (Anthropic style, native error shape)."""
+shape), /v1/messages and /v1/messages/count_tokens (Anthropic style, native error shape); GET and
+DELETE /v1/responses/{id} for the responses the gateway kept."""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
 from rest_framework.request import Request
+from rest_framework.response import Response
 
 from api.base import GatewayAPIView
 from chat.families import CHAT, COUNT_TOKENS, MESSAGES_FAMILY, RESPONSES_FAMILY, Family
 from chat.pipeline import text_call_handle
-from chat.schema import chat_completions_schema, count_tokens_schema, messages_schema, responses_schema
+from chat.response_store import kept_response_delete, kept_response_get
+from chat.schema import (
+    chat_completions_schema,
+    count_tokens_schema,
+    kept_response_schema,
+    messages_schema,
+    responses_schema,
+)
 
 
 class TextView(GatewayAPIView):
@@ -48,3 +57,18 @@ class MessagesView(TextView):
 class CountTokensView(TextView):
     family = COUNT_TOKENS
     error_shape = "native"
+
+
+@kept_response_schema
+class KeptResponseView(GatewayAPIView):
+    """A response the gateway kept of a translated model (chat/response_store.py), for a credential of
+    its account that may call models."""
+
+    error_shape = "compatible"
+
+    def get(self, request: Request, response_id: str) -> Response:
+        return Response(kept_response_get(credential=self.credential, response_id=response_id))
+
+    def delete(self, request: Request, response_id: str) -> Response:
+        kept_response_delete(credential=self.credential, response_id=response_id)
+        return Response({"id": response_id, "object": "response.deleted", "deleted": True})

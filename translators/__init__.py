@@ -59,11 +59,13 @@ class TranslatedTokens:
 
 @dataclass(frozen=True, slots=True)
 class ResponsesAnswer:
-    """A Responses caller's answer so far, as it was given it: its id and output items (what the
-    gateway keeps for a later `previous_response_id` or `item_reference`)."""
+    """A Responses caller's answer so far, as it was given it: its id, output items and, once the
+    answer is whole, its response object (what the gateway keeps for a later `previous_response_id`,
+    `item_reference` or retrieval)."""
 
     response_id: str
     items: Sequence[Mapping[str, Any]]
+    response: Mapping[str, Any] | None = None
 
 
 class Translator(Protocol):

@@ -270,10 +270,11 @@ class ResponsesViaChat:
         self._open: dict[str, Any] | None = None
         self._calls: dict[int, dict[str, Any]] = {}  # the upstream's tool call index -> its item
         self._finish: str | None = None
+        self._whole: dict[str, Any] | None = None  # the final response object, once made
 
     @property
     def responses_answer(self) -> ResponsesAnswer | None:
-        return ResponsesAnswer(response_id=self._id, items=self._items)
+        return ResponsesAnswer(response_id=self._id, items=self._items, response=self._whole)
 
     def request_body(self, body: Mapping[str, Any]) -> dict[str, Any]:
         if body.get("conversation") is not None:
@@ -403,7 +404,7 @@ class ResponsesViaChat:
     def _response(self, *, output: list[dict[str, Any]], final: bool) -> dict[str, Any]:
         incomplete = final and self._finish == "length"
         status = "incomplete" if incomplete else ("completed" if final else "in_progress")
-        return {
+        response = {
             "id": self._id,
             "object": "response",
             "created_at": self.created,
@@ -418,6 +419,9 @@ class ResponsesViaChat:
             "text": {"format": {"type": "text"}},
             **self._echo,
         }
+        if final:
+            self._whole = response
+        return response
 
     def _reasoning_item(self, text: str) -> dict[str, Any]:
         return {

@@ -2,8 +2,9 @@
 own input and its output items) is kept for the caller's account unless it sent `store: false`. A
 later call continuing it by `previous_response_id` (the OpenAI Agents SDK's and LangChain's chaining)
 is sent upstream with the conversation before it, and one naming an item by `item_reference` (the
-Vercel AI SDK's default) with the item in its place. What is not kept is a 400 or a 404 that reaches
-no upstream and charges nothing."""
+Vercel AI SDK's default) with the item in its place; GET and DELETE /v1/responses/{id} retrieve and
+delete a kept response. What is not kept is a 400 or a 404 that reaches no upstream and charges
+nothing."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from billing.models import Hold, UsageRecord
 from billing.selectors import ledger_check
 from chat.models import KeptResponse, ResponseItem
 from chat.response_store import KEPT_DEPTH
-from keys.services import api_key_create
+from keys.services import api_key_create, oauth_token_create
 from tests.chat.conftest import ANTHROPIC_BASE, OPENAI_BASE, assert_in_family_shape, sent_json, sse_body
 from tests.chat.conftest import responses_post as post
 from tests.chat.test_fuzz_bodies import JSON_VALUES
@@ -522,3 +523,122 @@ def test_any_json_as_previous_response_id_or_input_is_never_a_server_error(
 
         assert response.status_code < 500, response.content[:500]
         assert_in_family_shape(response, "compatible")
+
+
+# --- GET and DELETE /v1/responses/{id} ---------------------------------------------------------------
+
+
+def kept(client, method: str, response_id: str, key: str):
+    return getattr(client, method)(f"/v1/responses/{response_id}", headers={"Authorization": f"Bearer {key}"})
+
+
+def test_a_kept_response_is_retrieved_as_its_caller_got_it(client, upstream, deepseek, tara, tara_key):
+    answer = answered(
+        client,
+        upstream,
+        tara_key,
+        {"content": "Hello, Tara.", "reasoning_content": "A greeting."},
+        instructions="Be brief.",
+        input="Hi.",
+    )
+
+    response = kept(client, "get", answer["id"], tara_key)
+
+    assert response.status_code == 200
+    assert response.json() == answer
+    assert [item["type"] for item in answer["output"]] == ["reasoning", "message"]
+    assert answer["instructions"] == "Be brief." and answer["usage"]["input_tokens"] == 30
+
+
+def test_a_streamed_response_is_retrieved_as_it_completed(client, upstream, deepseek, tara, tara_key):
+    chunks = [
+        {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hel"}, "finish_reason": None}]},
+        {"choices": [{"index": 0, "delta": {"content": "lo."}, "finish_reason": "stop"}]},
+        {"choices": [], "usage": USAGE},
+    ]
+    upstream.post(
+        CHAT_URL, body=sse_body(*(("", c) for c in chunks), ("", "[DONE]")), content_type="text/event-stream"
+    )
+    streamed = post(client, {"model": "alpha-deepseek", "input": "Hi.", "stream": True}, tara_key)
+    text = b"".join(streamed.streaming_content).decode()
+    completed = json.loads(text.strip().split("\n\n")[-1].split("\ndata: ", 1)[1])["response"]
+
+    response = kept(client, "get", completed["id"], tara_key)
+
+    assert response.status_code == 200
+    assert response.json() == completed
+    assert response.json()["output"][0]["content"][0]["text"] == "Hello."
+
+
+def test_a_deleted_response_is_gone_with_its_items_and_cannot_be_continued(
+    client, upstream, deepseek, tara, tara_key
+):
+    first = answered(client, upstream, tara_key, {"content": "Hello."}, input="Hi.")
+    second = answered(
+        client, upstream, tara_key, {"content": "Yes."}, previous_response_id=first["id"], input="?"
+    )
+
+    deleted = kept(client, "delete", first["id"], tara_key)
+
+    assert deleted.status_code == 200
+    assert deleted.json() == {"id": first["id"], "object": "response.deleted", "deleted": True}
+    assert kept(client, "get", first["id"], tara_key).status_code == 404
+    assert kept(client, "delete", first["id"], tara_key).status_code == 404
+    assert list(KeptResponse.objects.values_list("response_id", flat=True)) == [second["id"]]
+    assert not ResponseItem.objects.filter(item_id=first["output"][0]["id"]).exists()
+    again = post(
+        client, {"model": "alpha-deepseek", "input": "x", "previous_response_id": second["id"]}, tara_key
+    )
+    assert again.status_code == 400
+    assert again.json()["error"]["code"] == "previous_response_not_found"
+    assert len(upstream.calls) == 2
+
+
+@pytest.mark.parametrize("method", ["get", "delete"])
+@pytest.mark.parametrize("case", ["unknown", "store-false", "other-account", "native"])
+def test_a_response_not_kept_for_the_callers_account_is_a_404(
+    client, upstream, deepseek, chat_model, tara, tara_key, chat_group, method, case
+):
+    if case == "native":  # OpenAI itself answered: it keeps the response, the gateway does not
+        upstream.post(
+            f"{OPENAI_BASE}/responses",
+            json={
+                "id": "resp_at_openai",
+                "object": "response",
+                "status": "completed",
+                "output": [],
+                "usage": {"input_tokens": 3, "output_tokens": 1},
+            },
+        )
+        assert post(client, {"model": "alpha-chat", "input": "Hi."}, tara_key).status_code == 200
+        response_id = "resp_at_openai"
+    else:
+        answer = answered(
+            client, upstream, tara_key, {"content": "Hello."}, input="Hi.", store=case != "store-false"
+        )
+        response_id = "resp_unknown" if case == "unknown" else answer["id"]
+    key = uma_key(chat_group) if case == "other-account" else tara_key
+
+    response = kept(client, method, response_id, key)
+
+    assert response.status_code == 404
+    error = response.json()["error"]
+    assert (error["type"], error["param"]) == ("invalid_request_error", "response_id")
+    assert f"Response with id {response_id!r} not found" in error["message"]
+    assert KeptResponse.objects.count() == (1 if case in ("unknown", "other-account") else 0)
+
+
+@pytest.mark.parametrize("method", ["get", "delete"])
+def test_a_token_that_may_not_call_models_may_not_read_or_delete_responses(
+    client, upstream, deepseek, tara, tara_key, method
+):
+    answer = answered(client, upstream, tara_key, {"content": "Hello."}, input="Hi.")
+    _, token = oauth_token_create(account=tara, scopes=["profile:read"], expires_in_seconds=600)
+    _, invoking = oauth_token_create(account=tara, scopes=["models:invoke"], expires_in_seconds=600)
+
+    refused = kept(client, method, answer["id"], token)
+    allowed = kept(client, method, answer["id"], invoking)
+
+    assert refused.status_code == 403
+    assert refused.json()["error"]["code"] == "insufficient_scope"
+    assert allowed.status_code == 200

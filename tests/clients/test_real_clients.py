@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
+import openai
 import pytest
 from django.core.cache import cache
 from django.core.management import call_command
@@ -573,6 +574,22 @@ def test_langchain_openai_chains_its_calls_by_previous_response_id(live, model):
         model=None,
     )
     _assert_one_chain(live, responses=result.calls if translated else 0)
+
+
+@needs_own_connections
+def test_openai_sdk_retrieves_and_deletes_a_response_the_gateway_kept(live):
+    """`responses.retrieve` and `responses.delete` of an answer of a translated model."""
+    client = openai.OpenAI(base_url=f"{live.url}/v1", api_key=live.demo.key, max_retries=0, timeout=60)
+    created = client.responses.create(model=VIA_CHAT_MODEL, input="Hi.", max_output_tokens=256)
+
+    retrieved = client.responses.retrieve(created.id)
+    client.responses.delete(created.id)
+
+    assert retrieved.model_dump() == created.model_dump()
+    assert retrieved.output_text.startswith(DEMO_REPLY)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(created.id)
+    assert not KeptResponse.objects.filter(response_id=created.id).exists()
 
 
 # --- the Vercel AI SDK (Node), multi-step with one tool -----------------------------------------------

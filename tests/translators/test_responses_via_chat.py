@@ -339,13 +339,14 @@ def test_each_item_of_a_whole_answer_has_its_own_id_and_is_given_to_be_kept():
     assert len(ids) == len(set(ids)) == 3
     kept = step.responses_answer
     assert kept is not None and kept.response_id == response["id"] and list(kept.items) == response["output"]
+    assert kept.response == response
 
 
 def test_a_streams_items_are_given_to_be_kept_as_the_final_response_lists_them():
     step, raw = stream()
     completed = events_of(raw)[-1][1]["response"]
     kept = step.responses_answer
-    assert kept is not None and kept.response_id == completed["id"]
+    assert kept is not None and kept.response_id == completed["id"] and kept.response == completed
     assert completed["output"] and list(kept.items) == completed["output"]
 
 
