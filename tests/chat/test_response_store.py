@@ -335,6 +335,8 @@ def test_previous_response_id_sends_the_conversation_before_the_call_upstream(
         (third["id"], second["id"], first["id"], 2),
     ]
     assert kept[1].input == [{"role": "user", "content": "What is my name?"}]
+    holds = list(Hold.objects.order_by("id").values_list("amount", flat=True))
+    assert holds[2] > holds[1] > holds[0]  # each hold covers the conversation sent before the call
     assert [item.item_id for item in kept[0].items.order_by("position")] == [i["id"] for i in first["output"]]
     assert UsageRecord.objects.filter(status=200).count() == 3
     assert not Hold.objects.filter(status=Hold.Status.OPEN).exists()
