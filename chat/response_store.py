@@ -22,15 +22,14 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Prefetch, QuerySet
+from django.db.models import Count, Prefetch, QuerySet
+from django.db.models.fields.json import KT
 from django.utils import timezone
 
 from billing.usage import text_storable
 from chat.models import KeptResponse, ResponseItem
 from core.errors import InvalidRequest, NotFound
 from core.modelutils import queryset_delete_in_batches
-from keys.credentials import Credential
-from keys.group_access import models_invoke_check
 from translators import ResponsesAnswer
 
 # How deep a kept call's body may nest: a client's items nest a few levels (item, content, part,
@@ -227,12 +226,10 @@ def response_keep(*, thread: ResponseThread, answer: ResponsesAnswer | None) -> 
         )
 
 
-def kept_response_get(*, credential: Credential, response_id: str) -> dict[str, Any]:
-    """The response kept for the credential's account as its caller got it, output included; 404
-    otherwise (403 for a credential that may not call models)."""
-    models_invoke_check(credential=credential)
+def kept_response_get(*, account_id: int, response_id: str) -> dict[str, Any]:
+    """The response kept for the account as its caller got it, output included; 404 otherwise."""
     kept = (
-        _kept(account_id=credential.account.pk, response_id=response_id)
+        _kept(account_id=account_id, response_id=response_id)
         .prefetch_related(Prefetch("items", queryset=ResponseItem.objects.order_by("position")))
         .first()
     )
@@ -241,14 +238,49 @@ def kept_response_get(*, credential: Credential, response_id: str) -> dict[str, 
     return {**kept.response, "output": [item.item for item in kept.items.all()]}
 
 
-def kept_response_delete(*, credential: Credential, response_id: str) -> None:
-    """Delete the response kept for the credential's account, and its items; 404 when there is none
-    (403 for a credential that may not call models). A later response continuing it can no longer
-    be continued."""
-    models_invoke_check(credential=credential)
-    deleted, _ = _kept(account_id=credential.account.pk, response_id=response_id).delete()
+def kept_response_delete(*, account_id: int, response_id: str) -> None:
+    """Delete the response kept for the account, and its items; 404 when there is none. A later
+    response continuing it can no longer be continued."""
+    deleted, _ = _kept(account_id=account_id, response_id=response_id).delete()
     if not deleted:
         raise _response_not_found(response_id)
+
+
+@dataclass(frozen=True)
+class KeptResponseRow:
+    """A kept response as the console lists it: its id, model, when, its turn in its conversation
+    (1 for a first response) and how many output items it has."""
+
+    response_id: str
+    model: str
+    created_at: datetime
+    turn: int
+    items: int
+
+
+def kept_responses_recent(*, account_id: int, limit: int) -> tuple[list[KeptResponseRow], int]:
+    """The account's `limit` latest kept responses, and how many it has in all."""
+    kept = KeptResponse.objects.filter(account_id=account_id)
+    rows = (
+        kept.order_by("-created_at", "-id")
+        .annotate(model=KT("response__model"), item_count=Count("items"))
+        .values_list("response_id", "model", "created_at", "depth", "item_count")[:limit]
+    )
+    return [
+        KeptResponseRow(
+            response_id=response_id, model=model or "", created_at=at, turn=depth + 1, items=items
+        )
+        for response_id, model, at, depth, items in rows
+    ], kept.count()
+
+
+def kept_responses_delete_all(*, account_id: int) -> int:
+    """Delete every response and item kept for the account, in batches. Returns how many responses."""
+    kept = KeptResponse.objects.filter(account_id=account_id)
+    count = kept.count()
+    queryset_delete_in_batches(kept, batch_size=5000)
+    queryset_delete_in_batches(ResponseItem.objects.filter(account_id=account_id), batch_size=5000)
+    return count
 
 
 def _kept(*, account_id: int, response_id: str) -> QuerySet[KeptResponse]:

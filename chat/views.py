@@ -4,7 +4,7 @@ DELETE /v1/responses/{id} for the responses the gateway kept."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -20,6 +20,7 @@ from chat.schema import (
     messages_schema,
     responses_schema,
 )
+from keys.group_access import models_invoke_check
 
 
 class TextView(GatewayAPIView):
@@ -66,9 +67,13 @@ class KeptResponseView(GatewayAPIView):
 
     error_shape = "compatible"
 
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        models_invoke_check(credential=self.credential)
+
     def get(self, request: Request, response_id: str) -> Response:
-        return Response(kept_response_get(credential=self.credential, response_id=response_id))
+        return Response(kept_response_get(account_id=self.credential.account.pk, response_id=response_id))
 
     def delete(self, request: Request, response_id: str) -> Response:
-        kept_response_delete(credential=self.credential, response_id=response_id)
+        kept_response_delete(account_id=self.credential.account.pk, response_id=response_id)
         return Response({"id": response_id, "object": "response.deleted", "deleted": True})

@@ -13,6 +13,7 @@ from console.views import (
     overview,
     playground_chat,
     playground_images,
+    responses,
     usage,
 )
 
@@ -51,6 +52,13 @@ console_patterns = [
         "applications/operator/revoke/",
         applications.ApplicationRevokeView.as_view(),
         name="operator-tokens-revoke",
+    ),
+    path("responses/", responses.StoredResponsesView.as_view(), name="responses"),
+    path("responses/delete/", responses.StoredResponsesDeleteAllView.as_view(), name="responses-delete-all"),
+    path(
+        "responses/<str:response_id>/delete/",
+        responses.StoredResponseDeleteView.as_view(),
+        name="response-delete",
     ),
 ]
 

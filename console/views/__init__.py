@@ -1,5 +1,6 @@
 """The web console's pages, a module each: sign-in (auth), overview, keys, usage (and its CSV), the
-image and chat playgrounds, and the OAuth applications; base holds what every page shares.
+image and chat playgrounds, the OAuth applications and the stored responses; base holds what every
+page shares.
 
 Views are thin: they read through console.queries, write through the owning app's services
 (keys.services) and run playground calls through the image and text pipelines, so a playground call is

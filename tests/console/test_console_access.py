@@ -20,6 +20,9 @@ CONSOLE_PAGES = [
     ("console:applications", {}),
     ("console:application-revoke", {"application_id": 1}),
     ("console:operator-tokens-revoke", {}),
+    ("console:responses", {}),
+    ("console:responses-delete-all", {}),
+    ("console:response-delete", {"response_id": "resp_1"}),
 ]
 
 

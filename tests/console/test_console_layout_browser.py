@@ -14,6 +14,7 @@ from playwright.sync_api import expect
 from billing.models import UsageRecord
 from keys.services import oauth_token_create
 from tests.console.browser import browser_test, screenshot, sign_in
+from tests.console.test_responses_page import keep
 
 pytestmark = [browser_test, pytest.mark.django_db(transaction=True)]
 
@@ -28,6 +29,8 @@ PAGES = {
     "chat-playground": "/console/playground/chat/",
     "applications": "/console/applications/",
     "operator-revoke": "/console/applications/operator/revoke/",
+    "responses": "/console/responses/",
+    "response-delete": "/console/responses/resp_0123456789abcdef0123456789abcdef/delete/",
 }
 
 
@@ -35,6 +38,7 @@ PAGES = {
 def busy_alice(alice, alice_key, alpha_model):
     """alice with a key, an operator-issued token and calls of every kind, with long request ids."""
     oauth_token_create(account=alice, scopes=["profile:read"])
+    keep(alice, "resp_0123456789abcdef0123456789abcdef", items=2)
     api_key = alice_key[0]
     now = timezone.now()
     common = {"account": alice, "credential": f"api_key:{api_key.pk}", "latency_ms": 12, "billing": "balance"}
