@@ -56,7 +56,7 @@ FAMILIES: dict[str, tuple[dict[str, Any], str, list[tuple[Any, ...]]]] = {
         [
             ("input",), ("input", 0), ("input", 0, "content"), ("input", 0, "content", 0), ("tools",),
             ("tools", 0), ("tool_choice",), ("metadata",), ("instructions",), ("text",), ("reasoning",),
-            ("include",), ("max_output_tokens",), ("store",),
+            ("include",), ("max_output_tokens",), ("store",), ("previous_response_id",),
         ],
     ),
     "/v1/messages": (

@@ -16,6 +16,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 from hypothesis import given
+from hypothesis import strategies as st
 
 from accounts.services import account_create, account_set_groups
 from billing.ledger import wallet_top_up
@@ -26,7 +27,7 @@ from chat.response_store import KEPT_DEPTH
 from keys.services import api_key_create, oauth_token_create
 from tests.chat.conftest import ANTHROPIC_BASE, OPENAI_BASE, assert_in_family_shape, sent_json, sse_body
 from tests.chat.conftest import responses_post as post
-from tests.chat.test_fuzz_bodies import JSON_VALUES
+from tests.chat.test_fuzz_bodies import FAMILIES, JSON_VALUES, placed
 from tests.fuzz_values import fuzz_settings
 
 pytestmark = pytest.mark.django_db
@@ -514,17 +515,21 @@ def test_a_shallower_input_is_kept_as_it_came(client, upstream, deepseek, tara, 
 
 
 @fuzz_settings()
-@given(value=JSON_VALUES)
-def test_any_json_as_previous_response_id_or_input_is_never_a_server_error(
-    client, upstream, deepseek, tara, tara_key, value
+@given(data=st.data(), value=JSON_VALUES)
+def test_any_json_in_any_field_of_a_kept_call_is_never_a_server_error(
+    client, upstream, deepseek, tara, tara_key, data, value
 ):
+    """The body fuzz's fields (tests/chat/test_fuzz_bodies.py) on a translated model, whose answer is
+    kept: the thread is resolved, the body checked and the answer kept whatever the value."""
     upstream.post(CHAT_URL, json=chat_answer({"content": "ok"}))
+    base, shape, places = FAMILIES["/v1/responses"]
+    body = placed({**base, "model": "alpha-deepseek"}, data.draw(st.sampled_from(places)), value)
 
-    for body in ({"previous_response_id": value, "input": "x"}, {"input": value}, {"input": [value]}):
-        response = post(client, {"model": "alpha-deepseek", **body}, tara_key)
+    response = post(client, body, tara_key)
 
-        assert response.status_code < 500, response.content[:500]
-        assert_in_family_shape(response, "compatible")
+    assert response.status_code < 500, response.content[:500]
+    assert_in_family_shape(response, shape)
+    assert ledger_check() == []
 
 
 # --- GET and DELETE /v1/responses/{id} ---------------------------------------------------------------
