@@ -519,6 +519,18 @@ def test_openai_agents_sdk_runs_its_tool_and_is_billed_per_call(live, chat_compl
     billing.assert_each_call_billed_once(calls=result.calls, endpoints={endpoint}, model="demo-chat")
 
 
+def _assert_responses_billed(billing: Billing, *, model: str, calls: int) -> None:
+    """`calls` /v1/responses calls of `model` billed once each, and a translated model's once more
+    where each landed (the demo's chat completions)."""
+    translated = model == VIA_CHAT_MODEL
+    records = billing.assert_each_call_billed_once(
+        calls=calls * (2 if translated else 1),
+        endpoints={"responses", "chat.completions"} if translated else {"responses"},
+        model=None,
+    )
+    assert [r.model_id for r in records if r.endpoint == "responses"] == [model] * calls
+
+
 def _assert_one_chain(live: Live, *, responses: int) -> None:
     """The gateway kept `responses` answers as one conversation, each continuing the one before."""
     kept = list(KeptResponse.objects.filter(account=live.demo.account).order_by("created_at", "id"))
@@ -547,14 +559,8 @@ def test_openai_agents_sdk_chains_its_calls_by_previous_response_id(live, model)
 
     assert result.tool_calls >= 1 and result.calls == result.tool_calls + 2
     assert result.answer.startswith(DEMO_REPLY), result.answer
-    translated = model == VIA_CHAT_MODEL
-    records = billing.assert_each_call_billed_once(
-        calls=result.calls * (2 if translated else 1),
-        endpoints={"responses", "chat.completions"} if translated else {"responses"},
-        model=None,
-    )
-    assert [r.model_id for r in records if r.endpoint == "responses"] == [model] * result.calls
-    _assert_one_chain(live, responses=result.calls if translated else 0)
+    _assert_responses_billed(billing, model=model, calls=result.calls)
+    _assert_one_chain(live, responses=result.calls if model == VIA_CHAT_MODEL else 0)
 
 
 @pytest.mark.parametrize("model", CHAINED_MODELS)
@@ -567,13 +573,8 @@ def test_langchain_openai_chains_its_calls_by_previous_response_id(live, model):
     )
 
     _check_loop(result)
-    translated = model == VIA_CHAT_MODEL
-    billing.assert_each_call_billed_once(
-        calls=result.calls * (2 if translated else 1),
-        endpoints={"responses", "chat.completions"} if translated else {"responses"},
-        model=None,
-    )
-    _assert_one_chain(live, responses=result.calls if translated else 0)
+    _assert_responses_billed(billing, model=model, calls=result.calls)
+    _assert_one_chain(live, responses=result.calls if model == VIA_CHAT_MODEL else 0)
 
 
 @needs_own_connections
@@ -678,10 +679,4 @@ def test_ai_sdk_conversation_goes_on_after_its_tool_loop_on_the_responses_api(li
 
     assert result.tool_calls >= 1 and result.calls == result.tool_calls + 2
     assert result.answer.startswith(DEMO_REPLY), result.answer
-    translated = model == VIA_CHAT_MODEL
-    records = billing.assert_each_call_billed_once(
-        calls=result.calls * (2 if translated else 1),
-        endpoints={"responses", "chat.completions"} if translated else {"responses"},
-        model=None,
-    )
-    assert [r.model_id for r in records if r.endpoint == "responses"] == [model] * result.calls
+    _assert_responses_billed(billing, model=model, calls=result.calls)
