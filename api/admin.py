@@ -1,8 +1,8 @@
 """/v1/admin/...: the provisioning API for staff automation (docs/authentication.md, "Provisioning").
 
 Thin views: the body is checked by its pydantic model (core/validation.py maps a refusal),
-`keys.access.admin_provision_check` decides who may call, and the services of accounts, keys and
-billing do the writes (and the audit log lines).
+`keys.access.admin_provision_check` decides who may call, and the services of accounts, keys,
+billing and notifications do the writes (and the audit log lines).
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from accounts.models import Account, User
 from accounts.services import AccountExists, AccountGroupInactive, account_create_with_groups
 from api.admin_schema import (
     account_create_schema,
+    alerts_get_schema,
+    alerts_set_schema,
     key_create_schema,
     key_limits_schema,
     key_list_schema,
@@ -56,6 +58,8 @@ from keys.services import (
     api_key_models_check,
     api_key_revoke_by_staff,
 )
+from notifications.models import AlertSettings
+from notifications.services import AlertSettingsInput, alert_settings_get, alert_settings_set_by_staff
 
 USAGE_PAGE_DEFAULT = 100
 USAGE_PAGE_MAX = 1000
@@ -212,6 +216,38 @@ class TopUpBody(AdminBody):
     amount: str = Field(min_length=1, max_length=40, description='a string such as "10.00"')
     note: str = Field(min_length=1, max_length=1000)
     reference: str = Field("", max_length=200)
+
+
+class AlertSettingsBody(AdminBody):
+    """An account's alerts, each field optional: one not sent keeps its value. Their values are
+    checked by notifications.services' `alert_settings_clean` (a refusal names the field)."""
+
+    # A JSON string ("2.50"), parsed exactly; null: no floor.
+    balance_floor: str | None = Field(None, max_length=40, description='a string such as "2.50"; null: none')
+    percentages: list[int] = Field(default_factory=list, max_length=100)
+    webhook_url: str = Field("", max_length=500)
+    email_enabled: bool = True
+
+    def values(self, *, current: AlertSettings, sent: Collection[str]) -> AlertSettingsInput:
+        """The settings this body asks for, the current ones where a field is not among `sent`."""
+        return AlertSettingsInput(
+            balance_floor=self.balance_floor if "balance_floor" in sent else current.balance_floor,
+            percentages=self.percentages if "percentages" in sent else list(current.percentages),
+            webhook_url=self.webhook_url if "webhook_url" in sent else current.webhook_url,
+            email_enabled=self.email_enabled if "email_enabled" in sent else current.email_enabled,
+        )
+
+
+def _alerts_body(account: Account, row: AlertSettings) -> dict[str, Any]:
+    return {
+        "object": "alert_settings",
+        "account_id": account.pk,
+        "balance_floor": money_str(row.balance_floor) if row.balance_floor is not None else None,
+        "percentages": list(row.percentages),
+        "webhook_url": row.webhook_url,
+        "webhook_secret_set": bool(row.webhook_secret),
+        "email_enabled": row.email_enabled,
+    }
 
 
 def _account_body(account: Account) -> dict[str, Any]:
@@ -383,6 +419,24 @@ class AdminAccountKeysView(AdminAPIView):
             ) from None
         # The secret is in this answer only: only its HMAC is stored.
         return Response({**_key_body(api_key), "key": secret}, status=201)
+
+
+class AdminAlertSettingsView(AdminAPIView):
+    @alerts_get_schema
+    def get(self, request: Request, account_id: int) -> Response:
+        account = _account_get(account_id)
+        return Response(_alerts_body(account, alert_settings_get(account=account)))
+
+    @alerts_set_schema
+    def patch(self, request: Request, account_id: int) -> Response:
+        account = _account_get(account_id)
+        body = _valid(AlertSettingsBody, request.data)
+        sent = frozenset(request.data)  # a dict: the body validated as an object
+        values = body.values(current=alert_settings_get(account=account), sent=sent)
+        row, secret = alert_settings_set_by_staff(staff=self.staff, account=account, values=values)
+        answer = _alerts_body(account, row)
+        # A secret made now (a URL set where there was none) is in this answer only.
+        return Response({**answer, "webhook_secret": secret} if secret is not None else answer)
 
 
 def _api_key_get(key_id: int) -> ApiKey:

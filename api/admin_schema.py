@@ -215,6 +215,57 @@ ADMIN_USAGE = component_register(
     },
 )
 
+# An account's alerts (docs/billing.md, "Alerts").
+_ALERT_PROPERTIES = {
+    "balance_floor": {
+        "type": "string",
+        "nullable": True,
+        "example": "2.50",
+        "description": "An event when a charge leaves the available balance below it; null: none.",
+    },
+    "percentages": {
+        "type": "array",
+        "items": {"type": "integer", "minimum": 1, "maximum": 100},
+        "description": "Of each key budget and subscription cap: an event once per window at each.",
+    },
+    "webhook_url": {
+        "type": "string",
+        "description": 'Where events are posted, signed (request-forgery rules apply); "": none.',
+    },
+    "email_enabled": {"type": "boolean", "description": "Whether events are emailed to the account."},
+}
+ADMIN_ALERTS_SET = component_register(
+    "AdminAlertSettingsRequest",
+    {
+        "type": "object",
+        "description": (
+            "The settings to change: a field left out keeps its value, a field sent as null takes its "
+            "default (no floor, no percentage, no webhook, email on)."
+        ),
+        "properties": _ALERT_PROPERTIES,
+        "example": {
+            "balance_floor": "2.50",
+            "percentages": [80, 100],
+            "webhook_url": "https://ops.example/hook",
+        },
+    },
+)
+ADMIN_ALERTS = component_register(
+    "AdminAlertSettings",
+    {
+        "type": "object",
+        "properties": {
+            "object": {"type": "string", "enum": ["alert_settings"]},
+            "account_id": {"type": "integer"},
+            **_ALERT_PROPERTIES,
+            "webhook_secret_set": {"type": "boolean"},
+            "webhook_secret": {
+                "type": "string",
+                "description": "Only in the answer that made it (a URL set where there was none), once.",
+            },
+        },
+    },
+)
 _ACCOUNT_ID = OpenApiParameter("account_id", int, OpenApiParameter.PATH, description="The account's id.")
 _KEY_ID = OpenApiParameter("key_id", int, OpenApiParameter.PATH, description="The API key's id.")
 _WRITE_STATUSES = (400, 401, 403, 404, 500)
@@ -290,4 +341,19 @@ usage_schema = extend_schema(
         ),
     ],
     responses={200: OpenApiResponse(response=ADMIN_USAGE, description="Newest first"), **_errors()},
+)
+alerts_get_schema = extend_schema(
+    operation_id="admin_account_alerts_retrieve",
+    summary="An account's alert settings" + _SUMMARY_SUFFIX,
+    tags=_TAGS,
+    parameters=[_ACCOUNT_ID],
+    responses={200: OpenApiResponse(response=ADMIN_ALERTS, description="The settings"), **_errors()},
+)
+alerts_set_schema = extend_schema(
+    operation_id="admin_account_alerts_update",
+    summary="Change an account's alert settings" + _SUMMARY_SUFFIX,
+    tags=_TAGS,
+    parameters=[_ACCOUNT_ID],
+    request={"application/json": ADMIN_ALERTS_SET},
+    responses={200: OpenApiResponse(response=ADMIN_ALERTS, description="The settings, changed"), **_errors()},
 )

@@ -42,6 +42,7 @@ from core.errors import (
 )
 from groups import errors as groups
 from keys import errors as keys
+from notifications import errors as notifications
 from upstreams import errors as upstreams
 
 logger = logging.getLogger("gateway.errors")
@@ -94,6 +95,8 @@ DOMAIN_ERRORS: dict[type[DomainError], HttpError] = {
     keys.ModelNotAllowedForKey: HttpError(403, "permission_error", param="model"),
     keys.IpNotAllowed: _FORBIDDEN,
     keys.KeyLimitsInvalid: _BAD_REQUEST,
+    # notifications
+    notifications.AlertSettingsInvalid: _BAD_REQUEST,
     # upstreams: the retry policy's outcomes (one attempt's UpstreamError: api/upstream_errors.py)
     upstreams.NoUpstreamAvailable: _UPSTREAM_UNAVAILABLE,
     upstreams.UpstreamsCircuitOpen: _UPSTREAM_UNAVAILABLE,

@@ -5,6 +5,7 @@ from django.urls import path
 from api.admin import (
     AdminAccountCreateView,
     AdminAccountKeysView,
+    AdminAlertSettingsView,
     AdminKeyRevokeView,
     AdminKeyView,
     AdminTopUpView,
@@ -25,6 +26,11 @@ urlpatterns = [
     ),
     path("admin/accounts/<int:account_id>/topups", AdminTopUpView.as_view(), name="v1-admin-account-topups"),
     path("admin/accounts/<int:account_id>/usage", AdminUsageView.as_view(), name="v1-admin-account-usage"),
+    path(
+        "admin/accounts/<int:account_id>/alerts",
+        AdminAlertSettingsView.as_view(),
+        name="v1-admin-account-alerts",
+    ),
     path("admin/keys/<int:key_id>", AdminKeyView.as_view(), name="v1-admin-key"),
     path("admin/keys/<int:key_id>/revoke", AdminKeyRevokeView.as_view(), name="v1-admin-key-revoke"),
     # The OpenAPI 3 document of /v1, needing no credential (api/openapi.py); its page is /docs/.

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
+from urllib.parse import urlsplit
 
 from django.db import transaction
 from django.utils import timezone
 
-from accounts.models import Account
+from accounts.models import Account, User
 from billing.money import MoneyError, money_parse
 from core.modelutils import queryset_delete_in_batches
 from notifications.errors import AlertSettingsInvalid
@@ -18,6 +20,7 @@ from notifications.signing import webhook_secret_generate
 from notifications.targets import webhook_url_clean
 
 MAX_PERCENTAGES = 10
+audit_logger = logging.getLogger("gateway.audit")
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,24 @@ def alert_settings_set(*, account: Account, values: AlertSettingsInput) -> tuple
                     "updated_at",
                 ]
             )
+    return row, new_secret
+
+
+def alert_settings_set_by_staff(
+    *, staff: User, account: Account, values: AlertSettingsInput
+) -> tuple[AlertSettings, str | None]:
+    """`alert_settings_set` on a staff user's behalf (the provisioning API), logged to `gateway.audit`
+    (the webhook's host, never its secret)."""
+    row, new_secret = alert_settings_set(account=account, values=values)
+    audit_logger.info(
+        "staff=%s action=alert_settings_set target=account:%s floor=%s percentages=%s webhook=%s email=%s",
+        staff.get_username(),
+        account.pk,
+        row.balance_floor if row.balance_floor is not None else "-",
+        ",".join(str(p) for p in row.percentages) or "-",
+        urlsplit(row.webhook_url).hostname or "-",
+        "on" if row.email_enabled else "off",
+    )
     return row, new_secret
 
 

@@ -10,9 +10,10 @@ from billing import errors as billing
 from core.errors import DomainError
 from groups import errors as groups
 from keys import errors as keys
+from notifications import errors as notifications
 from upstreams import errors as upstreams
 
-DOMAIN_APPS = ("accounts", "billing", "groups", "keys", "upstreams")
+DOMAIN_APPS = ("accounts", "billing", "groups", "keys", "notifications", "upstreams")
 BAD, AUTH, DENIED = "invalid_request_error", "authentication_error", "permission_error"
 LIMITED, BILLING = "rate_limit_error", "billing_error"
 
@@ -78,6 +79,7 @@ ANSWERS: dict[type[DomainError], tuple[int, str, str, str]] = {
     keys.ModelNotAllowedForKey: (403, DENIED, DENIED, "model_not_allowed"),
     keys.IpNotAllowed: (403, DENIED, DENIED, "ip_not_allowed"),
     keys.KeyLimitsInvalid: (400, BAD, BAD, "invalid_value"),
+    notifications.AlertSettingsInvalid: (400, BAD, BAD, "invalid_value"),
     upstreams.NoUpstreamAvailable: (503, "upstream_error", "overloaded_error", "no_upstream_available"),
     upstreams.UpstreamsCircuitOpen: (503, "upstream_error", "overloaded_error", "upstreams_unavailable"),
     upstreams.UpstreamsOverloaded: (503, "upstream_error", "overloaded_error", "upstream_unavailable"),

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db
 MEANINGFUL = [
     "Alpha-Image", "Beta", "alice", "a@example.com", "5.00", "0", "-1", "1e3", "0.000000001",
     "daily", "monthly", "total", "10.0.0.0/8", "::1", "2026-01-01T00:00:00", "2026-13-40", "alpha-image-2",
-    "1e400", "9" * 30, "",
+    "1e400", "9" * 30, "", "http://127.0.0.1/h",
 ]  # fmt: skip
 TEXTS = texts(MEANINGFUL)
 JSON_VALUES = json_values(TEXTS, max_leaves=12)
@@ -37,6 +37,8 @@ BODIES: list[tuple[str, str, dict[str, Any], list[str]]] = [
     ("patch", "/v1/admin/keys/{key}", {}, [*LIMITS, "label"]),
     ("post", "/v1/admin/accounts/{account}/topups", {"amount": "1.00", "note": "fuzz"},
      ["amount", "note", "reference"]),
+    ("patch", "/v1/admin/accounts/{account}/alerts", {},
+     ["balance_floor", "percentages", "webhook_url", "email_enabled"]),
 ]  # fmt: skip
 NO_BODY = object()
 FUZZ = fuzz_settings()
