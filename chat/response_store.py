@@ -58,12 +58,14 @@ def response_thread_resolve(*, account_id: int, body: dict[str, Any]) -> Respons
     kept for the account (or one whose conversation is no longer all kept), 404 naming the first
     `item_reference` to an item not kept, 400 naming the field for a body to be kept that nests
     deeper than KEPT_DEPTH."""
-    stored = body.get("store") is not False
+    stored = body.get("store") is not False and settings.GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS > 0
     given = body.get("input")
     if given is not None and not isinstance(given, (str, list)):  # what the translator refuses
         return ResponseThread(account_id=account_id, body=body, input=[], previous=None, stored=False)
     if stored:
         _depth_check(body)
+    elif body.get("store") is not False:  # the operator keeps none: the answer says so
+        body = {**body, "store": False}
     if isinstance(given, str):
         own: list[Any] = [{"role": "user", "content": given}]
     else:
@@ -109,12 +111,7 @@ def _references_resolved(*, account_id: int, items: list[Any]) -> list[Any]:
     )
     for position, item_id in named.items():
         if item_id not in kept:
-            raise NotFound(
-                f"Item with id {item_id!r} not found: an item is kept for "
-                f"{settings.GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS} days after a response with `store` "
-                "not false.",
-                param=f"input[{position}]",
-            )
+            raise NotFound(f"Item with id {item_id!r} not found: {_keeping()}.", param=f"input[{position}]")
     return [kept[named[position]] if position in named else item for position, item in enumerate(items)]
 
 
@@ -130,8 +127,7 @@ def _conversation(*, account_id: int, response_id: str) -> tuple[KeptResponse, l
     previous = responses.get(response_id)
     if previous is None:
         raise InvalidRequest(
-            f"Previous response with id {response_id!r} not found: a response is kept for "
-            f"{settings.GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS} days unless it was made with `store: false`.",
+            f"Previous response with id {response_id!r} not found: {_keeping()}.",
             param="previous_response_id",
             code=PREVIOUS_NOT_FOUND,
         )
@@ -141,8 +137,7 @@ def _conversation(*, account_id: int, response_id: str) -> tuple[KeptResponse, l
         if before is None or before.depth != turns[-1].depth - 1:
             raise InvalidRequest(
                 f"Previous response with id {response_id!r} continues a response no longer kept "
-                f"(responses are kept {settings.GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS} days); send the "
-                "whole conversation.",
+                f"({_keeping()}); send the whole conversation.",
                 param="previous_response_id",
                 code=PREVIOUS_NOT_FOUND,
             )
@@ -292,10 +287,17 @@ def _kept(*, account_id: int, response_id: str) -> QuerySet[KeptResponse]:
 def _response_not_found(response_id: str) -> NotFound:
     return NotFound(
         f"Response with id {response_id!r} not found: the gateway keeps the responses of the models it "
-        f"translates for {settings.GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS} days (unless made with "
-        "`store: false`); one OpenAI served itself is kept by OpenAI.",
+        f"translates ({_keeping()}); one OpenAI served itself is kept by OpenAI.",
         param="response_id",
     )
+
+
+def _keeping() -> str:
+    """What the gateway keeps, for the caller told that something is not kept."""
+    days = settings.GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS
+    if days == 0:
+        return "this gateway keeps no response (GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS is 0)"
+    return f"a response and its items are kept {days} days unless it was made with `store: false`"
 
 
 def response_store_purge(

@@ -482,6 +482,36 @@ def test_a_conversation_whose_start_was_purged_is_a_400_asking_for_the_whole_con
     assert len(upstream.calls) == 2
 
 
+def test_an_operator_who_keeps_nothing_keeps_no_answer_and_refuses_a_continuation(
+    client, upstream, deepseek, tara, tara_key, settings
+):
+    settings.GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS = 0
+    answer = answered(client, upstream, tara_key, {"content": "Hello."}, input="Hi.")
+
+    continued = post(
+        client, {"model": "alpha-deepseek", "input": "x", "previous_response_id": answer["id"]}, tara_key
+    )
+    referenced = post(client, second_turn(answer["output"]), tara_key)
+
+    assert answer["store"] is False
+    assert not KeptResponse.objects.exists() and not ResponseItem.objects.exists()
+    assert continued.status_code == 400 and referenced.status_code == 404
+    for refused in (continued, referenced):
+        assert "this gateway keeps no response" in refused.json()["error"]["message"]
+    assert len(upstream.calls) == 1
+
+
+def test_purge_at_a_retention_of_zero_deletes_what_was_kept_before(
+    client, upstream, deepseek, tara_key, settings
+):
+    answered(client, upstream, tara_key, {"content": "Hello."}, input="Hi.")
+    settings.GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS = 0
+
+    call_command("purge_response_items", stdout=StringIO())
+
+    assert not KeptResponse.objects.exists() and not ResponseItem.objects.exists()
+
+
 def nested(depth: int) -> object:
     value: object = "deep"
     for _ in range(depth):

@@ -99,3 +99,11 @@ def test_deleting_all_deletes_the_accounts_responses_and_items_only(alice_client
     assert list(KeptResponse.objects.values_list("response_id", flat=True)) == ["resp_bob_1"]
     assert list(ResponseItem.objects.values_list("item_id", flat=True)) == ["msg_0_resp_bob_1"]
     assert [str(m) for m in get_messages(response.wsgi_request)] == ["Deleted 2 stored responses."]
+
+
+def test_it_says_when_the_gateway_keeps_none(alice_client, alice, settings):
+    settings.GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS = 0
+
+    response = alice_client.get("/console/responses/")
+
+    assert "This gateway keeps none now." in response.content.decode()
