@@ -337,6 +337,9 @@ class Family:
     tracker: type[StreamTracker] | None
     # Whether the family's API takes an image by link; else the gateway sends its bytes (chat/image_links.py).
     takes_image_links: bool = True
+    # Whether its bodies hold images as untyped parts with their bytes (Gemini's
+    # `contents[].parts[].inlineData`), which the input ceiling counts as images (chat/validation.py).
+    inline_image_parts: bool = False
     # Where a body names its conversation, first found first (a path of keys each): the key of
     # cache-aware routing (upstreams/affinity.py).
     conversation_fields: tuple[tuple[str, ...], ...] = ()
@@ -419,6 +422,7 @@ GEMINI_FAMILY = Family(
     tokens_of=_usage_of("usageMetadata", gemini_tokens),
     tracker=GeminiTracker,
     takes_image_links=False,
+    inline_image_parts=True,
 )
 # Gemini's countTokens, reached from /v1/messages/count_tokens through its translator.
 GEMINI_COUNT_FAMILY = Family(
@@ -431,6 +435,7 @@ GEMINI_COUNT_FAMILY = Family(
     tokens_of=lambda payload: None,
     tracker=None,
     takes_image_links=False,
+    inline_image_parts=True,
 )
 FAMILIES: tuple[Family, ...] = (CHAT, RESPONSES_FAMILY, MESSAGES_FAMILY, COUNT_TOKENS)
 FAMILY_BY_OPERATION: dict[str, Family] = {family.operation: family for family in FAMILIES}

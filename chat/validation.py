@@ -28,7 +28,7 @@ from pydantic import (
     field_validator,
 )
 
-from chat.families import FAMILIES, GEMINI_FAMILY, Family
+from chat.families import FAMILIES, Family
 from chat.snapshots import TextModelSnapshot
 from core.errors import InvalidRequest, PayloadTooLarge
 from core.validation import RequestBody, body_validate, context_of, refusal
@@ -159,15 +159,16 @@ def input_ceiling_tokens(*, body: dict[str, Any], family: Family | None = None) 
     per file sent by reference, and a fixed overhead for what the provider adds (chat templates,
     tool-use prompts). Iterative, so no nesting depth can exhaust the stack.
 
-    `family` is the family the body is in (a translated body's upstream family). A Gemini body's
-    images are untyped parts holding their bytes (`contents[].parts[].inlineData`): there, and only
-    there, such a part counts the image allowance like any image part, not its base64 text. Anywhere
-    else (a tool's schema may hold any object) an object shaped like one counts by its bytes."""
+    `family` is the family the body is in (a translated body's upstream family). Where it holds its
+    images as untyped parts with their bytes (Gemini's `contents[].parts[].inlineData`:
+    `inline_image_parts`), there, and only there, such a part counts the image allowance like any
+    image part, not its base64 text. Anywhere else (a tool's schema may hold any object) an object
+    shaped like one counts by its bytes."""
     total = settings.GATEWAY_TEXT_OVERHEAD_TOKENS
     image_tokens = settings.GATEWAY_TEXT_IMAGE_TOKENS
     file_tokens = settings.GATEWAY_TEXT_FILE_TOKENS
-    if family is GEMINI_FAMILY:
-        body, images = _gemini_images_apart(body)
+    if family is not None and family.inline_image_parts:
+        body, images = _inline_images_apart(body)
         total += images * image_tokens
     pending: list[Any] = [body]
     while pending:
@@ -196,8 +197,9 @@ def input_ceiling_tokens(*, body: dict[str, Any], family: Family | None = None) 
     return total
 
 
-def _gemini_images_apart(body: dict[str, Any]) -> tuple[dict[str, Any], int]:
-    """A Gemini body without the image parts of its turns (a shallow copy), and how many there were."""
+def _inline_images_apart(body: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """A Gemini-shaped body without the image parts of its turns (a shallow copy), and how many there
+    were."""
     contents = body.get("contents")
     if not isinstance(contents, list):
         return body, 0
@@ -208,13 +210,13 @@ def _gemini_images_apart(body: dict[str, Any]) -> tuple[dict[str, Any], int]:
         if not isinstance(parts, list):
             kept.append(content)
             continue
-        others = [part for part in parts if not _is_gemini_image(part)]
+        others = [part for part in parts if not _is_inline_image(part)]
         images += len(parts) - len(others)
         kept.append({**content, "parts": others})
     return {**body, "contents": kept}, images
 
 
-def _is_gemini_image(part: Any) -> bool:
+def _is_inline_image(part: Any) -> bool:
     inline = part.get("inlineData") if isinstance(part, dict) else None
     return (
         isinstance(inline, dict)
