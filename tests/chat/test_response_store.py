@@ -43,6 +43,30 @@ def chat_answer(message: dict) -> dict:
     }
 
 
+def chunk(delta=None, finish=None, usage=None) -> dict:
+    """A Chat Completions stream chunk: a delta (and its finish reason), or the usage alone."""
+    body = {"choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return {**body, "usage": usage} if usage else body
+
+
+def stream_answers(upstream, *chunks: dict) -> None:
+    """The upstream answers the next call with these chunks, as a stream."""
+    events = sse_body(*(("", c) for c in chunks), ("", "[DONE]"))
+    upstream.post(CHAT_URL, body=events, content_type="text/event-stream")
+
+
+def last_event(response) -> dict:
+    """The data of a streamed answer's last event (`response.completed` for a whole answer)."""
+    text = b"".join(response.streaming_content).decode()
+    return json.loads(text.strip().split("\n\n")[-1].split("\ndata: ", 1)[1])
+
+
+def continue_from(client, previous_response_id, key):
+    """A call continuing `previous_response_id`."""
+    body = {"model": "alpha-deepseek", "input": "Again.", "previous_response_id": previous_response_id}
+    return post(client, body, key)
+
+
 def first_turn(client, upstream, key, **extra):
     upstream.post(CHAT_URL, json=chat_answer({"content": "Hello, Tara.", "reasoning_content": "A greeting."}))
     response = post(client, {"model": "alpha-deepseek", "input": "Hi, I am Tara.", **extra}, key)
@@ -89,27 +113,18 @@ def test_an_answers_items_are_kept_and_a_later_reference_sends_them_upstream(
 
 
 def test_a_streamed_answers_items_are_kept_once_it_completes(client, upstream, deepseek, tara, tara_key):
-    def chunk(delta=None, finish=None, usage=None):
-        body = {"choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]}
-        return {**body, "usage": usage} if usage else body
-
     calls = [{"index": 0, "id": "call_1", "function": {"name": "get_weather", "arguments": "{}"}}]
-    upstream.post(
-        CHAT_URL,
-        body=sse_body(
-            ("", chunk({"role": "assistant", "content": "Checking."})),
-            ("", chunk({"tool_calls": calls})),
-            ("", chunk({}, finish="tool_calls")),
-            ("", chunk(usage=USAGE)),
-            ("", "[DONE]"),
-        ),
-        content_type="text/event-stream",
+    stream_answers(
+        upstream,
+        chunk({"role": "assistant", "content": "Checking."}),
+        chunk({"tool_calls": calls}),
+        chunk({}, finish="tool_calls"),
+        chunk(usage=USAGE),
     )
 
     response = post(client, {"model": "alpha-deepseek", "input": "Weather?", "stream": True}, tara_key)
 
-    text = b"".join(response.streaming_content).decode()
-    completed = json.loads(text.strip().split("\n\n")[-1].split("\ndata: ", 1)[1])
+    completed = last_event(response)
     assert completed["type"] == "response.completed"
     kept = {item.item_id: item.item for item in ResponseItem.objects.filter(account=tara)}
     assert kept == {item["id"]: item for item in completed["response"]["output"]}
@@ -253,18 +268,8 @@ def test_an_answer_holding_what_no_text_column_can_is_kept_with_it_replaced(
     the answer is the caller's as it came, charged once, and its item is kept with U+FFFD there."""
     odd = "a\x00b\ud800c"
     if stream:
-        chunks = [
-            {
-                "choices": [
-                    {"index": 0, "delta": {"role": "assistant", "content": odd}, "finish_reason": None}
-                ]
-            },
-            {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": USAGE},
-        ]
-        upstream.post(
-            CHAT_URL,
-            body=sse_body(*(("", c) for c in chunks), ("", "[DONE]")),
-            content_type="text/event-stream",
+        stream_answers(
+            upstream, chunk({"role": "assistant", "content": odd}), chunk({}, finish="stop", usage=USAGE)
         )
     else:
         upstream.post(CHAT_URL, json=chat_answer({"content": odd}))
@@ -383,22 +388,11 @@ def test_a_branch_of_a_conversation_is_sent_without_its_siblings(client, upstrea
 def test_a_streamed_answer_is_kept_and_continued_once_it_completes(
     client, upstream, deepseek, tara, tara_key
 ):
-    chunks = [
-        {
-            "choices": [
-                {"index": 0, "delta": {"role": "assistant", "content": "Hello."}, "finish_reason": None}
-            ]
-        },
-        {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": USAGE},
-    ]
-    upstream.post(
-        CHAT_URL,
-        body=sse_body(*(("", c) for c in chunks), ("", "[DONE]")),
-        content_type="text/event-stream",
+    stream_answers(
+        upstream, chunk({"role": "assistant", "content": "Hello."}), chunk({}, finish="stop", usage=USAGE)
     )
     response = post(client, {"model": "alpha-deepseek", "input": "Hi.", "stream": True}, tara_key)
-    text = b"".join(response.streaming_content).decode()
-    completed = json.loads(text.strip().split("\n\n")[-1].split("\ndata: ", 1)[1])["response"]
+    completed = last_event(response)["response"]
     assert KeptResponse.objects.get(account=tara).response_id == completed["id"]
 
     answered(
@@ -426,9 +420,7 @@ def test_a_previous_response_not_kept_for_the_caller_is_a_400_reaching_no_upstre
     previous = {"unknown": "resp_unknown", "nul": "resp_\x00"}.get(case, first["id"])
     key = uma_key(chat_group) if case == "other-account" else tara_key
 
-    response = post(
-        client, {"model": "alpha-deepseek", "input": "Again.", "previous_response_id": previous}, key
-    )
+    response = continue_from(client, previous, key)
 
     assert response.status_code == 400
     error = response.json()["error"]
@@ -447,9 +439,7 @@ def test_a_previous_response_not_kept_for_the_caller_is_a_400_reaching_no_upstre
 def test_a_previous_response_id_not_a_string_is_a_400_naming_it(
     client, upstream, deepseek, tara, tara_key, previous
 ):
-    response = post(
-        client, {"model": "alpha-deepseek", "input": "x", "previous_response_id": previous}, tara_key
-    )
+    response = continue_from(client, previous, tara_key)
 
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "previous_response_id"
@@ -471,9 +461,7 @@ def test_a_conversation_whose_start_was_purged_is_a_400_asking_for_the_whole_con
     call_command("purge_response_items", stdout=out)
     assert "Deleted 2 kept response(s) and item(s)" in out.getvalue()  # the response and its message
 
-    response = post(
-        client, {"model": "alpha-deepseek", "input": "x", "previous_response_id": second["id"]}, tara_key
-    )
+    response = continue_from(client, second["id"], tara_key)
 
     assert response.status_code == 400
     error = response.json()["error"]
@@ -488,9 +476,7 @@ def test_an_operator_who_keeps_nothing_keeps_no_answer_and_refuses_a_continuatio
     settings.GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS = 0
     answer = answered(client, upstream, tara_key, {"content": "Hello."}, input="Hi.")
 
-    continued = post(
-        client, {"model": "alpha-deepseek", "input": "x", "previous_response_id": answer["id"]}, tara_key
-    )
+    continued = continue_from(client, answer["id"], tara_key)
     referenced = post(client, second_turn(answer["output"]), tara_key)
 
     assert answer["store"] is False
@@ -588,17 +574,14 @@ def test_a_kept_response_is_retrieved_as_its_caller_got_it(client, upstream, dee
 
 
 def test_a_streamed_response_is_retrieved_as_it_completed(client, upstream, deepseek, tara, tara_key):
-    chunks = [
-        {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hel"}, "finish_reason": None}]},
-        {"choices": [{"index": 0, "delta": {"content": "lo."}, "finish_reason": "stop"}]},
-        {"choices": [], "usage": USAGE},
-    ]
-    upstream.post(
-        CHAT_URL, body=sse_body(*(("", c) for c in chunks), ("", "[DONE]")), content_type="text/event-stream"
+    stream_answers(
+        upstream,
+        chunk({"role": "assistant", "content": "Hel"}),
+        chunk({"content": "lo."}, finish="stop"),
+        chunk(usage=USAGE),
     )
     streamed = post(client, {"model": "alpha-deepseek", "input": "Hi.", "stream": True}, tara_key)
-    text = b"".join(streamed.streaming_content).decode()
-    completed = json.loads(text.strip().split("\n\n")[-1].split("\ndata: ", 1)[1])["response"]
+    completed = last_event(streamed)["response"]
 
     response = kept(client, "get", completed["id"], tara_key)
 
@@ -623,9 +606,7 @@ def test_a_deleted_response_is_gone_with_its_items_and_cannot_be_continued(
     assert kept(client, "delete", first["id"], tara_key).status_code == 404
     assert list(KeptResponse.objects.values_list("response_id", flat=True)) == [second["id"]]
     assert not ResponseItem.objects.filter(item_id=first["output"][0]["id"]).exists()
-    again = post(
-        client, {"model": "alpha-deepseek", "input": "x", "previous_response_id": second["id"]}, tara_key
-    )
+    again = continue_from(client, second["id"], tara_key)
     assert again.status_code == 400
     assert again.json()["error"]["code"] == "previous_response_not_found"
     assert len(upstream.calls) == 2
