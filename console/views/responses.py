@@ -38,10 +38,11 @@ class StoredResponseDeleteView(ConsoleView):
 
     def get(self, request: HttpRequest, response_id: str) -> HttpResponse:
         try:
-            kept_response_get(account_id=self.account.pk, response_id=response_id)
+            kept = kept_response_get(account_id=self.account.pk, response_id=response_id)
         except NotFound:
             raise Http404("No such stored response.") from None
-        return self.render("console/response_delete.html", {"response_id": response_id})
+        context = {"response_id": response_id, "model": kept.get("model"), "items": len(kept["output"])}
+        return self.render("console/response_delete.html", context)
 
     def post(self, request: HttpRequest, response_id: str) -> HttpResponse:
         try:

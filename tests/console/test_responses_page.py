@@ -62,6 +62,7 @@ def test_deleting_a_response_deletes_its_items_and_breaks_nothing_else(alice_cli
     response = alice_client.post("/console/responses/resp_alice_1/delete/")
 
     assert confirm.status_code == 200 and "resp_alice_1" in confirm.content.decode()
+    assert "An answer of alpha-deepseek with 1 output item." in " ".join(confirm.content.decode().split())
     assert response.status_code == 302 and response["Location"] == "/console/responses/"
     assert sorted(KeptResponse.objects.values_list("response_id", flat=True)) == [
         "resp_alice_2",
