@@ -468,6 +468,39 @@ def test_after_a_tool_result_each_family_answers_in_text(demo_upstream):
     assert message.content[0].text.startswith(expected)
 
 
+def test_a_tool_result_sent_as_text_parts_is_what_the_answer_speaks_to(demo_upstream):
+    """Chat Completions lets a tool message's content be text parts (Qwen Code sends them so)."""
+    chat = chat_call(
+        messages=[
+            {"role": "user", "content": ASKED},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": "{}"},
+                    }
+                ],
+            },
+            {
+                "role": "tool",
+                "tool_call_id": "call_1",
+                "content": [{"type": "text", "text": "Sunny,"}, {"type": "text", "text": "21 degrees"}],
+            },
+        ]
+    )
+
+    completion = openai.types.chat.ChatCompletion.model_validate(
+        answer(demo_upstream, CHAT_COMPLETIONS, chat)
+    )
+
+    assert completion.choices[0].message.content.startswith(
+        'Demo reply after the tool result: "Sunny, 21 degrees".'
+    )
+
+
 SCHEMA = {
     "type": "object",
     "properties": {"title": {"type": "string"}, "score": {"type": "integer", "minimum": 0, "maximum": 10}},

@@ -170,11 +170,13 @@ def _last_text(ask: DemoAsk) -> str:
 
 def _result_texts(message: dict[str, Any]) -> list[str]:
     content = message.get("content")
-    if isinstance(content, list):  # Anthropic: the tool_result blocks' content
-        return [
-            text for block in content if isinstance(block, dict) for text in texts_of(block.get("content"))
+    if isinstance(content, list):
+        results = [
+            block for block in content if isinstance(block, dict) and block.get("type") == "tool_result"
         ]
-    return texts_of(message)
+        if results:  # Anthropic: the tool_result blocks' content
+            return [text for block in results for text in texts_of(block.get("content"))]
+    return texts_of(message)  # a tool message's content (a string or text parts), a function call's output
 
 
 def _reply_text(prompt: str, *, after_tool_result: bool = False) -> str:
