@@ -1,6 +1,7 @@
 """The client recipes of docs/text.md ("Client recipes"), read from the doc itself so that the tests
-run them as written: each recipe's environment, command line and Codex's config.toml, with the
-doc's address and key put in place of the live gateway's.
+run them as written: each recipe's environment, command line and configuration files (Codex's
+config.toml, Qwen Code's settings.json), with the doc's address and key put in place of the live
+gateway's.
 
 The agent CLIs come from tests/clients/node (package.json pins them; `npm ci` there installs them).
 """
@@ -36,7 +37,7 @@ def _blocks(section: str, language: str) -> list[str]:
 class Recipe:
     env: dict[str, str]  # the exported variables, the live gateway's address and key in place
     argv: list[str]  # the command line, its program resolved in tests/clients/node
-    config_toml: str | None  # Codex's config.toml, if the recipe has one
+    files: dict[str, str]  # configuration files by their path under HOME (".codex/config.toml")
 
 
 def recipe(title: str, *, base_url: str, key: str, model: str | None = None) -> Recipe:
@@ -62,8 +63,18 @@ def recipe(title: str, *, base_url: str, key: str, model: str | None = None) -> 
                 env[name] = fill(value)
             else:
                 argv = [fill(w) for w in words]
-    tomls = _blocks(section, "toml")
-    return Recipe(env=env, argv=argv, config_toml=fill(tomls[0]) if tomls else None)
+    return Recipe(env=env, argv=argv, files={path: fill(text) for path, text in _files(section).items()})
+
+
+def _files(section: str) -> dict[str, str]:
+    """The recipe's TOML and JSON blocks, each under the last home path (`~/...`) named before it."""
+    files: dict[str, str] = {}
+    for block in re.finditer(r"```(?:toml|json)\n(.*?)```", section, flags=re.DOTALL):
+        named = re.findall(r"`~/([^`]+)`", section[: block.start()])
+        if not named:
+            raise ValueError(f"no `~/...` path names the file of this block: {block.group(1)[:60]!r}")
+        files[named[-1]] = block.group(1)
+    return files
 
 
 def cli_path(name: str) -> Path:
@@ -85,11 +96,9 @@ def cli_run(
     process's environment but PATH (no key or vendor setting leaks in); `prompt` replaces the doc's."""
     r = recipe(title, base_url=base_url, key=key, model=model)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8", **r.env}
-    if r.config_toml is not None:
-        codex_home = home / ".codex"
-        codex_home.mkdir(exist_ok=True)
-        (codex_home / "config.toml").write_text(r.config_toml)
-        env["CODEX_HOME"] = str(codex_home)
+    for path, text in r.files.items():
+        (home / path).parent.mkdir(parents=True, exist_ok=True)
+        (home / path).write_text(text)
     argv = [str(cli_path(r.argv[0])), *(prompt if prompt and w == DOC_PROMPT else w for w in r.argv[1:])]
     return subprocess.run(
         argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL

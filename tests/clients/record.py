@@ -33,6 +33,7 @@ KEY_PLACEHOLDER = "sk-placeholder"
 HOME_PLACEHOLDER = "/home/user"
 CWD_PLACEHOLDER = "/home/user/project"
 OPENAI_MODEL = "gpt-5.1"
+QWEN_MODEL = "qwen3-coder-plus"
 ANTHROPIC_MODEL = "claude-sonnet-4-6"
 # The AI SDK asks for its catalog's output maximum of a Claude model it knows when the caller sets
 # none: 128,000 for claude-sonnet-4-6, 64,000 for claude-sonnet-4-5, the id config/examples serves.
@@ -42,6 +43,7 @@ SAY_HELLO = "Say hello in five words"
 # its result, which is recorded with the rest.
 CLAUDE_TOOL_PROMPT = "List the files here: run ls with the Bash tool."
 CODEX_TOOL_PROMPT = "List the files here: run ls with the exec_command tool."
+QWEN_TOOL_PROMPT = "List the files here with the glob tool."
 
 
 def node_version(package: str) -> str:
@@ -105,6 +107,14 @@ RECORDINGS: list[tuple[str, str, str, Callable[[str, Path, Path], None]]] = [
     ("codex", node_version("@openai/codex"), "hello", _cli("Codex CLI", OPENAI_MODEL, None)),
     ("codex", node_version("@openai/codex"), "gateway-model", _cli("Codex CLI", None, None)),
     ("codex", node_version("@openai/codex"), "tool", _cli("Codex CLI", OPENAI_MODEL, CODEX_TOOL_PROMPT)),
+    ("qwen-code", node_version("@qwen-code/qwen-code"), "hello", _cli("Qwen Code", QWEN_MODEL, None)),
+    ("qwen-code", node_version("@qwen-code/qwen-code"), "gateway-model", _cli("Qwen Code", None, None)),
+    (
+        "qwen-code",
+        node_version("@qwen-code/qwen-code"),
+        "tool",
+        _cli("Qwen Code", QWEN_MODEL, QWEN_TOOL_PROMPT),
+    ),
     ("openai", version("openai"), "chat", _py(drivers.openai_chat_tool_loop, OPENAI_MODEL, stream=False)),
     (
         "openai",

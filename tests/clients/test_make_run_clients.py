@@ -115,8 +115,12 @@ def _assert_each_call_billed_once(make_run: MakeRun, *, after: int, before: dict
 
 @pytest.mark.parametrize(
     ("title", "program", "endpoint"),
-    [("Claude Code", "claude", "messages"), ("Codex CLI", "codex", "responses")],
-    ids=["claude-code", "codex"],
+    [
+        ("Claude Code", "claude", "messages"),
+        ("Codex CLI", "codex", "responses"),
+        ("Qwen Code", "qwen", "chat.completions"),
+    ],
+    ids=["claude-code", "codex", "qwen-code"],
 )
 def test_an_agent_cli_works_against_make_run_and_each_call_is_billed_once(
     make_run, tmp_path, title, program, endpoint

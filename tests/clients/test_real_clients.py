@@ -1,8 +1,8 @@
 """Real clients against a live gateway on the demo upstream, set up as `make run` sets it up
-(config/demo.toml, the demo text key): Claude Code and Codex CLI run the recipes of docs/text.md
-word for word; the openai and anthropic SDKs, LangChain, the OpenAI Agents SDK and the Vercel AI SDK
-run a tool loop (a call answered with a tool call, the tool's result sent back, a final answer in
-text).
+(config/demo.toml, the demo text key): Claude Code, Codex CLI and Qwen Code run the recipes of
+docs/text.md word for word; Qwen Code, the openai and anthropic SDKs, LangChain, the OpenAI Agents
+SDK and the Vercel AI SDK run a tool loop (a call answered with a tool call, the tool's result sent
+back, a final answer in text).
 
 Every HTTP call a client makes is billed once: one usage record with status 200, one ledger charge
 of its amount, and the wallet down by their sum.
@@ -14,6 +14,7 @@ AI SDK are skipped only when they are not installed (`npm ci --prefix tests/clie
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -298,11 +299,60 @@ def test_codex_exec_works_on_a_model_of_another_family_through_the_translator(
     )
 
 
+QWEN_TOOL_PROMPT = "List the files here with the glob tool."
+
+
+@pytest.mark.parametrize(
+    ("model", "inner_model"),
+    [
+        ("demo-chat", None),
+        pytest.param(VIA_MESSAGES_MODEL, "demo-claude", marks=needs_own_connections),
+    ],
+    ids=["native", "anthropic-upstream"],
+)
+def test_qwen_code_runs_its_tool_loop_through_the_gateway_and_each_call_is_billed_once(
+    live, tmp_path, model, inner_model
+):
+    """Qwen Code streams Chat Completions; asked to use its glob tool, the demo upstream calls it, Qwen
+    Code runs it and sends the result back (as text parts), and the answer speaks to that result. On
+    a model whose upstream speaks Anthropic's Messages, each call is billed once more where the
+    translated call lands."""
+    _installed("qwen")
+    billing = Billing(live)
+    (tmp_path / "home").mkdir()
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "notes.txt").write_text("a file for the glob tool to find\n")
+
+    done = cli_run(
+        "Qwen Code",
+        base_url=live.url,
+        key=live.demo.key,
+        home=tmp_path / "home",
+        cwd=tmp_path / "project",
+        model=model,
+        prompt=QWEN_TOOL_PROMPT,
+    )
+
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
+    assert "Demo reply after the tool result" in done.stdout
+    records = billing.records_settled()
+    outer = [r for r in records if r.endpoint == "chat.completions" and r.model_id == model]
+    assert len(outer) >= 2, "the call answered by a tool call, then the one sending its result"
+    if inner_model is None:
+        billing.assert_each_call_billed_once(calls=len(records), endpoints={"chat.completions"}, model=model)
+    else:
+        assert [r.model_id for r in records if r.endpoint == "messages"] == [inner_model] * len(outer)
+        billing.assert_each_call_billed_once(
+            calls=len(records), endpoints={"chat.completions", "messages"}, model=None
+        )
+
+
 def test_the_recipes_are_read_from_the_doc():
     """The recipes the CLIs run are the doc's, with the live address and key in its placeholders."""
     claude = recipe("Claude Code", base_url="http://gw.test", key="sk-live")
     codex = recipe("Codex CLI", base_url="http://gw.test", key="sk-live")
     openai_style = recipe("OpenAI-style clients", base_url="http://gw.test", key="sk-live")
+    qwen = recipe("Qwen Code", base_url="http://gw.test", key="sk-live")
 
     assert claude.env["ANTHROPIC_BASE_URL"] == "http://gw.test"
     assert claude.env["ANTHROPIC_API_KEY"] == "sk-live"
@@ -311,12 +361,19 @@ def test_the_recipes_are_read_from_the_doc():
     )
     assert claude.env["ANTHROPIC_DEFAULT_HAIKU_MODEL"] == "demo-claude"
     assert claude.argv[0] == "claude" and claude.argv[-2:] == ["--model", "demo-claude"]
-    assert 'base_url = "http://gw.test/v1"' in codex.config_toml
-    assert 'wire_api = "responses"' in codex.config_toml
+    assert 'base_url = "http://gw.test/v1"' in codex.files[".codex/config.toml"]
+    assert 'wire_api = "responses"' in codex.files[".codex/config.toml"]
     assert codex.env == {"GATEWAY_API_KEY": "sk-live"}
     assert codex.argv[:2] == ["codex", "exec"]
     assert openai_style.env["OPENAI_BASE_URL"] == "http://gw.test/v1"
     assert openai_style.env["ANTHROPIC_BASE_URL"] == "http://gw.test"
+    assert qwen.env == {"OPENAI_BASE_URL": "http://gw.test/v1", "OPENAI_API_KEY": "sk-live"}
+    assert qwen.argv[0] == "qwen" and qwen.argv[-2:] == ["--model", "demo-chat"]
+    assert json.loads(qwen.files[".qwen/settings.json"]) == {
+        "security": {"auth": {"selectedType": "openai"}},
+        "general": {"enableAutoUpdate": False},
+        "privacy": {"usageStatisticsEnabled": False},
+    }
 
 
 def test_the_sdks_reach_the_gateway_with_the_doc_s_environment_alone(live, monkeypatch):
