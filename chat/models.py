@@ -111,7 +111,7 @@ class KeptResponse(models.Model):
     response object as the caller got it with its `output` empty, and, as its ResponseItems, that
     output. A conversation is the chain of `previous_response_id`s back to its first response
     (`root_id`), the response `depth` links from it. Kept GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS days
-    (`purge_response_items`)."""
+    after the conversation's last response (`purge_response_items`)."""
 
     account = models.ForeignKey("accounts.Account", on_delete=models.CASCADE, related_name="+")
     response_id = models.CharField(max_length=200)
@@ -136,8 +136,8 @@ class ResponseItem(models.Model):
     """An output item of a translated `/v1/responses` answer, kept for its account so that a later call
     can name it by `item_reference`, as OpenAI's Responses API allows for a response stored (`store`
     not false; the Vercel AI SDK sends references by default), and `position`-th of its response's
-    output, which `previous_response_id` puts back. Kept GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS days
-    (`purge_response_items`)."""
+    output, which `previous_response_id` puts back. Kept as long as its response (an item kept before
+    its response was: GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS days)."""
 
     account = models.ForeignKey("accounts.Account", on_delete=models.CASCADE, related_name="+")
     # Null for an item kept before its response was.

@@ -22,7 +22,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Prefetch, QuerySet
+from django.db.models import Count, Exists, OuterRef, Prefetch, QuerySet
 from django.db.models.fields.json import KT
 from django.utils import timezone
 
@@ -297,16 +297,26 @@ def _keeping() -> str:
     days = settings.GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS
     if days == 0:
         return "this gateway keeps no response (GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS is 0)"
-    return f"a response and its items are kept {days} days unless it was made with `store: false`"
+    return (
+        f"a response and its items are kept {days} days after its conversation's last response, unless "
+        "it was made with `store: false`"
+    )
 
 
 def response_store_purge(
     *, older_than_days: int | None = None, now: datetime | None = None, batch_size: int = 5000
 ) -> int:
-    """Delete the responses and items kept longer than GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS (or
-    `older_than_days`), in batches. Returns how many rows were deleted."""
+    """Delete the conversations whose last response is older than GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS
+    (or `older_than_days`), every response of each with its items, in batches; a conversation still
+    being continued keeps its first turns, without which it could not go on. Items kept before their
+    responses were go by their own age. Returns how many rows were deleted."""
     days = older_than_days if older_than_days is not None else settings.GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS
     cutoff = (now or timezone.now()) - timedelta(days=days)
-    return queryset_delete_in_batches(
-        KeptResponse.objects.filter(created_at__lt=cutoff), batch_size=batch_size
-    ) + queryset_delete_in_batches(ResponseItem.objects.filter(created_at__lt=cutoff), batch_size=batch_size)
+    newer_in_conversation = KeptResponse.objects.filter(
+        account=OuterRef("account"), root_id=OuterRef("root_id"), created_at__gte=cutoff
+    )
+    stale = KeptResponse.objects.filter(created_at__lt=cutoff).exclude(Exists(newer_in_conversation))
+    unlinked = ResponseItem.objects.filter(response__isnull=True, created_at__lt=cutoff)
+    return queryset_delete_in_batches(stale, batch_size=batch_size) + queryset_delete_in_batches(
+        unlinked, batch_size=batch_size
+    )

@@ -203,7 +203,7 @@ _RESPONSE_ID = OpenApiParameter(
     str,
     OpenApiParameter.PATH,
     description="The id of a response the gateway kept: an answer of a model it translates, made with "
-    "`store` not false, within GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS.",
+    "`store` not false, within GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS of its conversation's last response.",
 )
 KEPT_RESPONSE = component_register(
     "KeptResponse",

@@ -55,11 +55,12 @@ def model_upsert(model: type[M], *, lookup: dict[str, Any], values: dict[str, An
 
 def queryset_delete_in_batches(queryset: models.QuerySet[Any], *, batch_size: int) -> int:
     """Delete the rows of `queryset` a batch of primary keys at a time, so that no single statement
-    locks a large part of the table for long. Returns how many rows were deleted."""
+    locks a large part of the table for long; a row that no longer matches when its batch is deleted
+    stays. Returns how many rows were deleted."""
     deleted = 0
     while True:
         ids = list(queryset.order_by("pk").values_list("pk", flat=True)[:batch_size])
         if not ids:
             return deleted
-        count, _ = queryset.model.objects.filter(pk__in=ids).delete()
+        count, _ = queryset.filter(pk__in=ids).delete()
         deleted += count

@@ -328,7 +328,8 @@ GATEWAY_TEXT_IMAGE_TOKENS = env_int("GATEWAY_TEXT_IMAGE_TOKENS", 3_000, minimum=
 GATEWAY_TEXT_FILE_TOKENS = env_int("GATEWAY_TEXT_FILE_TOKENS", 32_000, minimum=0)
 GATEWAY_TEXT_OVERHEAD_TOKENS = env_int("GATEWAY_TEXT_OVERHEAD_TOKENS", 1_000, minimum=0)
 # A translated /v1/responses answer stored (`store` not false: its input and output items), for a later
-# call's `previous_response_id` or `item_reference`: purge_response_items deletes those older than this.
+# call's `previous_response_id` or `item_reference`: purge_response_items deletes a conversation once its
+# last response is older than this.
 # 0: none is kept (previous_response_id and item_reference are then refused on translated models).
 GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS = env_int("GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS", 30, minimum=0)
 # Each uploaded file (image, image[], mask): larger is refused with 413 while it is being received.

@@ -208,7 +208,7 @@ def test_a_call_served_by_openais_responses_api_sends_what_it_names_as_it_came(
     assert not ResponseItem.objects.exists() and not KeptResponse.objects.exists()
 
 
-def test_purge_response_items_deletes_what_is_older_than_the_retention(tara, settings):
+def test_purge_response_items_deletes_items_kept_without_their_response_by_their_age(tara, settings):
     settings.GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS = 30
     for item_id, age in (("msg_old", 31), ("msg_recent", 29)):
         item = ResponseItem.objects.create(account=tara, item_id=item_id, item={"id": item_id})
@@ -218,7 +218,10 @@ def test_purge_response_items_deletes_what_is_older_than_the_retention(tara, set
     call_command("purge_response_items", stdout=out)
 
     assert list(ResponseItem.objects.values_list("item_id", flat=True)) == ["msg_recent"]
-    assert "Deleted 1 kept response(s) and item(s) older than 30 days." in out.getvalue()
+    assert (
+        "Deleted 1 kept response(s) and item(s) of conversations idle for more than 30 days."
+        in out.getvalue()
+    )
 
 
 def test_items_of_an_answer_translated_through_two_translators_are_kept(
@@ -294,6 +297,13 @@ def answered(client, upstream, key, message: dict, **body) -> dict:
     response = post(client, {"model": "alpha-deepseek", **body}, key)
     assert response.status_code == 200, response.content
     return response.json()
+
+
+def aged(response_id: str, *, days: int) -> None:
+    """The kept response, and its items, made `days` days old."""
+    when = timezone.now() - timedelta(days=days)
+    KeptResponse.objects.filter(response_id=response_id).update(created_at=when)
+    ResponseItem.objects.filter(response__response_id=response_id).update(created_at=when)
 
 
 def test_previous_response_id_sends_the_conversation_before_the_call_upstream(
@@ -446,7 +456,35 @@ def test_a_previous_response_id_not_a_string_is_a_400_naming_it(
     assert len(upstream.calls) == 0
 
 
-def test_a_conversation_whose_start_was_purged_is_a_400_asking_for_the_whole_conversation(
+def test_purge_keeps_an_old_conversation_still_continued_and_it_goes_on(
+    client, upstream, deepseek, tara, tara_key, settings
+):
+    """Retention counts from a conversation's last response: its first turns, older than that, are what
+    a continuation needs."""
+    settings.GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS = 30
+    first = answered(client, upstream, tara_key, {"content": "Hello."}, input="Hi.")
+    second = answered(
+        client, upstream, tara_key, {"content": "Yes."}, previous_response_id=first["id"], input="?"
+    )
+    aged(first["id"], days=31)
+    out = StringIO()
+
+    call_command("purge_response_items", stdout=out)
+    upstream.post(CHAT_URL, json=chat_answer({"content": "Still here."}))
+    response = continue_from(client, second["id"], tara_key)
+
+    assert "Deleted 0 kept response(s) and item(s)" in out.getvalue()
+    assert response.status_code == 200, response.content
+    assert [m["content"] for m in sent_json(upstream.calls[2])["messages"]] == [
+        "Hi.",
+        "Hello.",
+        "?",
+        "Yes.",
+        "Again.",
+    ]
+
+
+def test_purge_deletes_a_conversation_whose_last_response_is_older_than_the_retention(
     client, upstream, deepseek, tara, tara_key, settings
 ):
     settings.GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS = 30
@@ -454,20 +492,22 @@ def test_a_conversation_whose_start_was_purged_is_a_400_asking_for_the_whole_con
     second = answered(
         client, upstream, tara_key, {"content": "Yes."}, previous_response_id=first["id"], input="?"
     )
-    aged = timezone.now() - timedelta(days=31)
-    KeptResponse.objects.filter(response_id=first["id"]).update(created_at=aged)
-    ResponseItem.objects.filter(response__response_id=first["id"]).update(created_at=aged)
+    other = answered(client, upstream, tara_key, {"content": "Other."}, input="Another conversation.")
+    aged(first["id"], days=32)
+    aged(second["id"], days=31)
     out = StringIO()
-    call_command("purge_response_items", stdout=out)
-    assert "Deleted 2 kept response(s) and item(s)" in out.getvalue()  # the response and its message
 
+    call_command("purge_response_items", stdout=out)
     response = continue_from(client, second["id"], tara_key)
 
+    assert "Deleted 4 kept response(s) and item(s)" in out.getvalue()  # two responses, their messages
+    assert list(KeptResponse.objects.values_list("response_id", flat=True)) == [other["id"]]
+    assert list(ResponseItem.objects.values_list("item_id", flat=True)) == [other["output"][0]["id"]]
     assert response.status_code == 400
     error = response.json()["error"]
     assert (error["code"], error["param"]) == ("previous_response_not_found", "previous_response_id")
-    assert "continues a response no longer kept" in error["message"]
-    assert len(upstream.calls) == 2
+    assert "kept 30 days after its conversation's last response" in error["message"]
+    assert len(upstream.calls) == 3
 
 
 def test_an_operator_who_keeps_nothing_keeps_no_answer_and_refuses_a_continuation(
@@ -609,6 +649,7 @@ def test_a_deleted_response_is_gone_with_its_items_and_cannot_be_continued(
     again = continue_from(client, second["id"], tara_key)
     assert again.status_code == 400
     assert again.json()["error"]["code"] == "previous_response_not_found"
+    assert "continues a response no longer kept" in again.json()["error"]["message"]
     assert len(upstream.calls) == 2
 
 

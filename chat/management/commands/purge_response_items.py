@@ -9,8 +9,8 @@ from core.commands import BATCH_SIZE_MAX, DAYS_MAX, bounded_int
 
 class Command(BaseCommand):
     help = (
-        "Delete the kept responses and items of translated /v1/responses answers older than "
-        "GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS (or --days), in batches."
+        "Delete the kept responses and items of translated /v1/responses answers of each conversation "
+        "whose last response is older than GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS (or --days), in batches."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -20,4 +20,6 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, days: Any, batch_size: Any, **options: Any) -> None:
         deleted = response_store_purge(older_than_days=days, batch_size=batch_size)
-        self.stdout.write(f"Deleted {deleted} kept response(s) and item(s) older than {days} days.")
+        self.stdout.write(
+            f"Deleted {deleted} kept response(s) and item(s) of conversations idle for more than {days} days."
+        )
