@@ -43,7 +43,8 @@ SAY_HELLO = "Say hello in five words"
 # its result, which is recorded with the rest.
 CLAUDE_TOOL_PROMPT = "List the files here: run ls with the Bash tool."
 CODEX_TOOL_PROMPT = "List the files here: run ls with the exec_command tool."
-QWEN_TOOL_PROMPT = "List the files here with the glob tool."
+# Qwen Code and opencode: a read-only tool of theirs.
+GLOB_TOOL_PROMPT = "List the files here with the glob tool."
 
 
 def node_version(package: str) -> str:
@@ -113,8 +114,10 @@ RECORDINGS: list[tuple[str, str, str, Callable[[str, Path, Path], None]]] = [
         "qwen-code",
         node_version("@qwen-code/qwen-code"),
         "tool",
-        _cli("Qwen Code", QWEN_MODEL, QWEN_TOOL_PROMPT),
+        _cli("Qwen Code", QWEN_MODEL, GLOB_TOOL_PROMPT),
     ),
+    ("opencode", node_version("opencode-ai"), "hello", _cli("opencode", None, None)),
+    ("opencode", node_version("opencode-ai"), "tool", _cli("opencode", None, GLOB_TOOL_PROMPT)),
     ("openai", version("openai"), "chat", _py(drivers.openai_chat_tool_loop, OPENAI_MODEL, stream=False)),
     (
         "openai",

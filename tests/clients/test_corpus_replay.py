@@ -170,6 +170,7 @@ def test_the_corpus_holds_every_client_on_its_endpoints():
         ("claude-code", "/v1/messages"),
         ("codex", "/v1/responses"),
         ("qwen-code", "/v1/chat/completions"),
+        ("opencode", "/v1/chat/completions"),
         ("openai", "/v1/chat/completions"),
         ("openai", "/v1/responses"),
         ("anthropic", "/v1/messages"),

@@ -119,8 +119,9 @@ def _assert_each_call_billed_once(make_run: MakeRun, *, after: int, before: dict
         ("Claude Code", "claude", "messages"),
         ("Codex CLI", "codex", "responses"),
         ("Qwen Code", "qwen", "chat.completions"),
+        ("opencode", "opencode", "chat.completions"),
     ],
-    ids=["claude-code", "codex", "qwen-code"],
+    ids=["claude-code", "codex", "qwen-code", "opencode"],
 )
 def test_an_agent_cli_works_against_make_run_and_each_call_is_billed_once(
     make_run, tmp_path, title, program, endpoint

@@ -1,8 +1,8 @@
 """Real clients against a live gateway on the demo upstream, set up as `make run` sets it up
-(config/demo.toml, the demo text key): Claude Code, Codex CLI and Qwen Code run the recipes of
-docs/text.md word for word; Qwen Code, the openai and anthropic SDKs, LangChain, the OpenAI Agents
-SDK and the Vercel AI SDK run a tool loop (a call answered with a tool call, the tool's result sent
-back, a final answer in text).
+(config/demo.toml, the demo text key): Claude Code, Codex CLI, Qwen Code and opencode run the
+recipes of docs/text.md word for word; Qwen Code, opencode, the openai and anthropic SDKs, LangChain,
+the OpenAI Agents SDK and the Vercel AI SDK run a tool loop (a call answered with a tool call, the
+tool's result sent back, a final answer in text).
 
 Every HTTP call a client makes is billed once: one usage record with status 200, one ledger charge
 of its amount, and the wallet down by their sum.
@@ -299,9 +299,12 @@ def test_codex_exec_works_on_a_model_of_another_family_through_the_translator(
     )
 
 
-QWEN_TOOL_PROMPT = "List the files here with the glob tool."
+GLOB_TOOL_PROMPT = "List the files here with the glob tool."  # a read-only tool of each
 
 
+@pytest.mark.parametrize(
+    ("title", "program"), [("Qwen Code", "qwen"), ("opencode", "opencode")], ids=["qwen-code", "opencode"]
+)
 @pytest.mark.parametrize(
     ("model", "inner_model"),
     [
@@ -310,27 +313,27 @@ QWEN_TOOL_PROMPT = "List the files here with the glob tool."
     ],
     ids=["native", "anthropic-upstream"],
 )
-def test_qwen_code_runs_its_tool_loop_through_the_gateway_and_each_call_is_billed_once(
-    live, tmp_path, model, inner_model
+def test_a_chat_completions_agent_cli_runs_its_tool_loop_and_each_call_is_billed_once(
+    live, tmp_path, title, program, model, inner_model
 ):
-    """Qwen Code streams Chat Completions; asked to use its glob tool, the demo upstream calls it, Qwen
-    Code runs it and sends the result back (as text parts), and the answer speaks to that result. On
-    a model whose upstream speaks Anthropic's Messages, each call is billed once more where the
-    translated call lands."""
-    _installed("qwen")
+    """Qwen Code and opencode stream Chat Completions; asked to use their glob tool, the demo upstream
+    calls it, the CLI runs it and sends the result back (Qwen Code as text parts), and the answer
+    speaks to that result. On a model whose upstream speaks Anthropic's Messages, each call is billed
+    once more where the translated call lands."""
+    _installed(program)
     billing = Billing(live)
     (tmp_path / "home").mkdir()
     (tmp_path / "project").mkdir()
     (tmp_path / "project" / "notes.txt").write_text("a file for the glob tool to find\n")
 
     done = cli_run(
-        "Qwen Code",
+        title,
         base_url=live.url,
         key=live.demo.key,
         home=tmp_path / "home",
         cwd=tmp_path / "project",
         model=model,
-        prompt=QWEN_TOOL_PROMPT,
+        prompt=GLOB_TOOL_PROMPT,
     )
 
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
@@ -353,6 +356,7 @@ def test_the_recipes_are_read_from_the_doc():
     codex = recipe("Codex CLI", base_url="http://gw.test", key="sk-live")
     openai_style = recipe("OpenAI-style clients", base_url="http://gw.test", key="sk-live")
     qwen = recipe("Qwen Code", base_url="http://gw.test", key="sk-live")
+    opencode = recipe("opencode", base_url="http://gw.test", key="sk-live")
 
     assert claude.env["ANTHROPIC_BASE_URL"] == "http://gw.test"
     assert claude.env["ANTHROPIC_API_KEY"] == "sk-live"
@@ -374,6 +378,9 @@ def test_the_recipes_are_read_from_the_doc():
         "general": {"enableAutoUpdate": False},
         "privacy": {"usageStatisticsEnabled": False},
     }
+    opencode_config = json.loads(opencode.files[".config/opencode/opencode.json"])
+    assert opencode_config["provider"]["gateway"]["options"]["baseURL"] == "http://gw.test/v1"
+    assert opencode.env["GATEWAY_API_KEY"] == "sk-live" and opencode.argv[:2] == ["opencode", "run"]
 
 
 def test_the_sdks_reach_the_gateway_with_the_doc_s_environment_alone(live, monkeypatch):
