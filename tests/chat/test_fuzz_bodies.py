@@ -3,7 +3,9 @@ shape, and no money lost (no hold left open, the ledger's invariants kept).
 
 Hypothesis puts arbitrary JSON (objects with the keys the walkers look at, strings with NULs and
 unpaired surrogates, huge numbers) into each field the gateway or the demo upstream reads, and into
-a message's content parts, on every text endpoint, streamed and not.
+a message's content parts, on every text endpoint, streamed and not; and in place of any value at
+any depth of a body a real client sent (tests/clients/corpus): its tools' schemas, its history's
+parts, whatever that client puts where.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from hypothesis import strategies as st
 from billing.ledger import wallet_top_up
 from billing.selectors import ledger_check
 from tests.chat.conftest import assert_in_family_shape
+from tests.clients.conftest import corpus_body, corpus_index
 from tests.factories import text_model_make
 from tests.fuzz_values import fuzz_settings, json_values, texts
 
@@ -93,11 +96,16 @@ FORCED_TOOL = {
     },
 }
 FUZZ = fuzz_settings()
+RECORDED = {entry["file"]: (entry["endpoint"], corpus_body(entry)) for entry in corpus_index()}
+# Above the largest output limit a recorded client asks for (the AI SDK's 64,000 for a Claude).
+MAX_OUTPUT_TOKENS = 64000
 
 
 @pytest.fixture
 def fuzzed(chat_group, demo_upstream, tara, tara_key, client):
-    text_model_make(model_id="demo-chat", group=chat_group, upstreams=[demo_upstream])
+    text_model_make(
+        model_id="demo-chat", group=chat_group, upstreams=[demo_upstream], max_output_tokens=MAX_OUTPUT_TOKENS
+    )
     wallet_top_up(account=tara, amount="1000.00", reference="fuzz")
 
     def send(path: str, body: dict[str, Any]):
@@ -132,6 +140,37 @@ def placed(body: dict[str, Any], where: tuple[Any, ...], value: Any) -> dict[str
     return body
 
 
+def positions(value: Any) -> list[tuple[Any, ...]]:
+    """The path of every value inside `value`: each member of an object and item of a list, at any
+    depth (iterative)."""
+    found: list[tuple[Any, ...]] = []
+    pending: list[tuple[tuple[Any, ...], Any]] = [((), value)]
+    while pending:
+        path, node = pending.pop()
+        children = (
+            node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        )
+        for key, child in children:
+            found.append((*path, key))
+            pending.append(((*path, key), child))
+    return found
+
+
+def recorded_case(data: st.DataObject, value: Any, *, stream: bool) -> tuple[str, dict[str, Any]]:
+    """(endpoint, body): a recorded body, its model made `demo-chat` and streamed as asked, with
+    `value` in place of any one of its values."""
+    path, recorded = RECORDED[data.draw(st.sampled_from(sorted(RECORDED)))]
+    body = {**copy.deepcopy(recorded), "model": "demo-chat"}
+    if not path.endswith("count_tokens"):
+        body["stream"] = stream
+    *steps, last = data.draw(st.sampled_from(positions(body)))
+    holder: Any = body
+    for step in steps:
+        holder = holder[step]
+    holder[last] = value
+    return path, body
+
+
 def assert_answered_well(response, shape: str) -> None:
     assert response.status_code < 500, response.content[:500]
     assert_in_family_shape(response, shape)
@@ -148,6 +187,17 @@ def test_any_json_value_in_any_field_is_never_a_server_error(fuzzed, path, data,
         body["stream"] = True
 
     assert_answered_well(fuzzed(path, body), shape)
+    assert ledger_check() == []
+
+
+@FUZZ
+@given(data=st.data(), value=JSON_VALUES, stream=st.booleans())
+def test_any_json_value_anywhere_in_a_recorded_client_body_is_never_a_server_error(
+    fuzzed, data, value, stream
+):
+    path, body = recorded_case(data, value, stream=stream)
+
+    assert_answered_well(fuzzed(path, body), FAMILIES[path][1])
     assert ledger_check() == []
 
 

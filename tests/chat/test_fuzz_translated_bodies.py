@@ -17,7 +17,14 @@ from hypothesis import strategies as st
 from billing.ledger import wallet_top_up
 from billing.selectors import ledger_check
 from tests.chat.conftest import KEY_ENV, PROVIDER_KEY
-from tests.chat.test_fuzz_bodies import FAMILIES, JSON_VALUES, assert_answered_well, placed
+from tests.chat.test_fuzz_bodies import (
+    FAMILIES,
+    JSON_VALUES,
+    MAX_OUTPUT_TOKENS,
+    assert_answered_well,
+    placed,
+    recorded_case,
+)
 from tests.factories import text_model_make, upstream_make
 from tests.fuzz_values import fuzz_settings
 
@@ -111,7 +118,13 @@ def translated(request, chat_group, tara, tara_key, client, upstream, monkeypatc
     monkeypatch.setenv(KEY_ENV, PROVIDER_KEY)
     provider = upstream_make(name=f"fuzz-{kind}", base_url=base, api_key_env=KEY_ENV, kind=kind)
     # The fuzz sends `demo-chat` (tests/chat/test_fuzz_bodies.py): here it is served by `kind`.
-    text_model_make(model_id="demo-chat", group=chat_group, upstreams=[provider], upstream_model="m")
+    text_model_make(
+        model_id="demo-chat",
+        group=chat_group,
+        upstreams=[provider],
+        upstream_model="m",
+        max_output_tokens=MAX_OUTPUT_TOKENS,
+    )
     wallet_top_up(account=tara, amount="1000.00", reference="fuzz")
     upstream.add_callback("POST", re.compile(re.escape(base) + ".*"), callback=answer)
 
@@ -136,4 +149,16 @@ def test_any_json_value_in_any_field_of_a_translated_call_is_never_a_server_erro
         body["stream"] = True
 
     assert_answered_well(translated(path, body), shape)
+    assert ledger_check() == []
+
+
+@pytest.mark.parametrize("translated", list(KINDS), indirect=True)
+@FUZZ
+@given(data=st.data(), value=JSON_VALUES, stream=st.booleans())
+def test_any_json_value_anywhere_in_a_recorded_client_body_of_a_translated_call_is_never_a_server_error(
+    translated, data, value, stream
+):
+    path, body = recorded_case(data, value, stream=stream)
+
+    assert_answered_well(translated(path, body), FAMILIES[path][1])
     assert ledger_check() == []
