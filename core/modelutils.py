@@ -54,13 +54,17 @@ def model_upsert(model: type[M], *, lookup: dict[str, Any], values: dict[str, An
 
 
 def queryset_delete_in_batches(queryset: models.QuerySet[Any], *, batch_size: int) -> int:
-    """Delete the rows of `queryset` a batch of primary keys at a time, so that no single statement
-    locks a large part of the table for long; a row that no longer matches when its batch is deleted
-    stays. Returns how many rows were deleted."""
+    """Delete the rows of `queryset` a batch of primary keys at a time, in key order, so that no single
+    statement locks a large part of the table for long and no batch reads again the rows before it
+    that stay; a row that no longer matches when its batch is deleted stays. Returns how many rows
+    were deleted."""
     deleted = 0
+    after: Any = None
     while True:
-        ids = list(queryset.order_by("pk").values_list("pk", flat=True)[:batch_size])
+        rest = queryset if after is None else queryset.filter(pk__gt=after)
+        ids = list(rest.order_by("pk").values_list("pk", flat=True)[:batch_size])
         if not ids:
             return deleted
         count, _ = queryset.filter(pk__in=ids).delete()
         deleted += count
+        after = ids[-1]

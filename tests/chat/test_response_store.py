@@ -484,30 +484,39 @@ def test_purge_keeps_an_old_conversation_still_continued_and_it_goes_on(
     ]
 
 
+@pytest.mark.parametrize("batch_size", ["1", "5000"])
 def test_purge_deletes_a_conversation_whose_last_response_is_older_than_the_retention(
-    client, upstream, deepseek, tara, tara_key, settings
+    client, upstream, deepseek, tara, tara_key, settings, batch_size
 ):
+    """Conversations interleaved: the idle one goes whole, the one still continued stays whole, however
+    the purge batches them."""
     settings.GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS = 30
     first = answered(client, upstream, tara_key, {"content": "Hello."}, input="Hi.")
+    going_on = answered(client, upstream, tara_key, {"content": "Sure."}, input="Another conversation.")
     second = answered(
         client, upstream, tara_key, {"content": "Yes."}, previous_response_id=first["id"], input="?"
     )
-    other = answered(client, upstream, tara_key, {"content": "Other."}, input="Another conversation.")
+    latest = answered(
+        client, upstream, tara_key, {"content": "Right."}, previous_response_id=going_on["id"], input="!"
+    )
     aged(first["id"], days=32)
+    aged(going_on["id"], days=32)
     aged(second["id"], days=31)
     out = StringIO()
 
-    call_command("purge_response_items", stdout=out)
+    call_command("purge_response_items", "--batch-size", batch_size, stdout=out)
     response = continue_from(client, second["id"], tara_key)
 
     assert "Deleted 4 kept response(s) and item(s)" in out.getvalue()  # two responses, their messages
-    assert list(KeptResponse.objects.values_list("response_id", flat=True)) == [other["id"]]
-    assert list(ResponseItem.objects.values_list("item_id", flat=True)) == [other["output"][0]["id"]]
+    kept_ids = [going_on["id"], latest["id"]]
+    assert list(KeptResponse.objects.order_by("id").values_list("response_id", flat=True)) == kept_ids
+    assert ResponseItem.objects.filter(response__response_id__in=kept_ids).count() == 2
+    assert ResponseItem.objects.count() == 2
     assert response.status_code == 400
     error = response.json()["error"]
     assert (error["code"], error["param"]) == ("previous_response_not_found", "previous_response_id")
     assert "kept 30 days after its conversation's last response" in error["message"]
-    assert len(upstream.calls) == 3
+    assert len(upstream.calls) == 4
 
 
 def test_an_operator_who_keeps_nothing_keeps_no_answer_and_refuses_a_continuation(
