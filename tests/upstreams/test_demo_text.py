@@ -413,7 +413,12 @@ def test_without_a_forced_or_named_tool_the_answer_is_text(demo_upstream, operat
         assert call not in payload
 
 
-def test_after_a_tool_result_each_family_answers_in_text(demo_upstream):
+@pytest.mark.parametrize(
+    "chat_result",
+    ["Sunny, 21 degrees", [{"type": "text", "text": "Sunny,"}, {"type": "text", "text": "21 degrees"}]],
+    ids=["string", "text-parts"],  # Chat Completions takes either; Qwen Code sends parts
+)
+def test_after_a_tool_result_each_family_answers_in_text(demo_upstream, chat_result):
     chat = chat_call(
         messages=[
             {"role": "user", "content": ASKED},
@@ -428,7 +433,7 @@ def test_after_a_tool_result_each_family_answers_in_text(demo_upstream):
                     }
                 ],
             },
-            {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 21 degrees"},
+            {"role": "tool", "tool_call_id": "call_1", "content": chat_result},
         ]
     )
     responses = response_call(
@@ -466,39 +471,6 @@ def test_after_a_tool_result_each_family_answers_in_text(demo_upstream):
     assert response.output_text.startswith(expected)
     assert message.stop_reason == "end_turn"
     assert message.content[0].text.startswith(expected)
-
-
-def test_a_tool_result_sent_as_text_parts_is_what_the_answer_speaks_to(demo_upstream):
-    """Chat Completions lets a tool message's content be text parts (Qwen Code sends them so)."""
-    chat = chat_call(
-        messages=[
-            {"role": "user", "content": ASKED},
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": "call_1",
-                        "type": "function",
-                        "function": {"name": "get_weather", "arguments": "{}"},
-                    }
-                ],
-            },
-            {
-                "role": "tool",
-                "tool_call_id": "call_1",
-                "content": [{"type": "text", "text": "Sunny,"}, {"type": "text", "text": "21 degrees"}],
-            },
-        ]
-    )
-
-    completion = openai.types.chat.ChatCompletion.model_validate(
-        answer(demo_upstream, CHAT_COMPLETIONS, chat)
-    )
-
-    assert completion.choices[0].message.content.startswith(
-        'Demo reply after the tool result: "Sunny, 21 degrees".'
-    )
 
 
 SCHEMA = {
