@@ -14,7 +14,7 @@ After `keys.group_access.models_invoke_check` (OAuth tokens need `models:invoke`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from chat.families import FAMILIES, Family
 from chat.selectors import group_text_models_enabled, text_model_ids_enabled
@@ -44,6 +44,24 @@ class ResolvedTextModel:
     def translates(self) -> bool:
         """Some upstream of the model is sent a translated body."""
         return any(translation.translator is not None for translation in self.translations.values())
+
+    @property
+    def serves_natively(self) -> bool:
+        """Some upstream of the model is sent the caller's body as it came."""
+        return any(translation.translator is None for translation in self.translations.values())
+
+    def narrowed(self, *, translated: bool) -> ResolvedTextModel:
+        """The model with only its upstreams that are sent a translated body, or only the others."""
+        kinds = {
+            kind
+            for kind, translation in self.translations.items()
+            if (translation.translator is not None) is translated
+        }
+        return replace(
+            self,
+            upstreams=[upstream for upstream in self.upstreams if upstream.kind in kinds],
+            translations={kind: self.translations[kind] for kind in kinds},
+        )
 
     @property
     def counted_locally(self) -> bool:

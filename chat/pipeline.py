@@ -134,12 +134,17 @@ def text_call_run(
         usage.set_target(group=resolved.group, model_id=text_model.model_id)
         output_limit = output_limit_validate(body=parsed.body, family=family, text_model=text_model)
         # A translated Responses call goes on from the answers the gateway kept, and its answer is
-        # kept (chat/response_store.py).
-        thread = (
-            response_thread_resolve(account_id=credential.account.pk, body=parsed.body)
-            if family is RESPONSES_FAMILY and resolved.translates
-            else None
-        )
+        # kept (chat/response_store.py). On a model some of whose upstreams keep their own answers
+        # (OpenAI's Responses API), a call naming earlier ones goes only where they are kept.
+        thread = None
+        if family is RESPONSES_FAMILY and resolved.translates:
+            thread = response_thread_resolve(
+                account_id=credential.account.pk, body=parsed.body, kept_elsewhere=resolved.serves_natively
+            )
+            if thread is None:
+                resolved = resolved.narrowed(translated=False)
+            elif thread.continues and resolved.serves_natively:
+                resolved = resolved.narrowed(translated=True)
         translated_from = parsed.body if thread is None else thread.body
 
         def routed() -> dict[str, Route]:

@@ -39,25 +39,50 @@ KEPT_DEPTH = 64
 PREVIOUS_NOT_FOUND = "previous_response_not_found"
 
 
+class PreviousResponseNotKept(InvalidRequest):
+    """A `previous_response_id` naming no response the gateway keeps for the account."""
+
+    code = PREVIOUS_NOT_FOUND
+
+
+class ItemNotKept(NotFound):
+    """An `item_reference` naming no item the gateway keeps for the account."""
+
+
 @dataclass(frozen=True)
 class ResponseThread:
     """A translated Responses call as the gateway goes on from what it kept: `body` is what is
     translated (the conversation before it and each referenced item in place); keeping its answer
     takes the account, the call's own `input` as kept (its references resolved), the response it
-    continues (`previous`) and whether the caller asked for it to be kept (`stored`)."""
+    continues (`previous`) and whether the caller asked for it to be kept (`stored`). `continues`:
+    the call names responses or items the gateway kept, which only a translated upstream is sent."""
 
     account_id: int
     body: dict[str, Any]
     input: list[Any]
     previous: KeptResponse | None
     stored: bool
+    continues: bool = False
 
 
-def response_thread_resolve(*, account_id: int, body: dict[str, Any]) -> ResponseThread:
+def response_thread_resolve(
+    *, account_id: int, body: dict[str, Any], kept_elsewhere: bool = False
+) -> ResponseThread | None:
     """The call's thread: 400 for a `previous_response_id` that is not a string or names no response
     kept for the account (or one whose conversation is no longer all kept), 404 naming the first
     `item_reference` to an item not kept, 400 naming the field for a body to be kept that nests
-    deeper than KEPT_DEPTH."""
+    deeper than KEPT_DEPTH. With `kept_elsewhere` (some upstream of the model keeps its own answers:
+    OpenAI's Responses API), a response or item the gateway does not keep is theirs: None, not a
+    refusal."""
+    try:
+        return _thread(account_id=account_id, body=body)
+    except (PreviousResponseNotKept, ItemNotKept):
+        if kept_elsewhere:
+            return None
+        raise
+
+
+def _thread(*, account_id: int, body: dict[str, Any]) -> ResponseThread:
     stored = body.get("store") is not False and settings.GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS > 0
     given = body.get("input")
     if given is not None and not isinstance(given, (str, list)):  # what the translator refuses
@@ -87,6 +112,7 @@ def response_thread_resolve(*, account_id: int, body: dict[str, Any]) -> Respons
         input=_storable(own) if stored else [],
         previous=previous,
         stored=stored,
+        continues=previous is not None or (isinstance(given, list) and own is not given),
     )
 
 
@@ -111,7 +137,9 @@ def _references_resolved(*, account_id: int, items: list[Any]) -> list[Any]:
     )
     for position, item_id in named.items():
         if item_id not in kept:
-            raise NotFound(f"Item with id {item_id!r} not found: {_keeping()}.", param=f"input[{position}]")
+            raise ItemNotKept(
+                f"Item with id {item_id!r} not found: {_keeping()}.", param=f"input[{position}]"
+            )
     return [kept[named[position]] if position in named else item for position, item in enumerate(items)]
 
 
@@ -126,10 +154,9 @@ def _conversation(*, account_id: int, response_id: str) -> tuple[KeptResponse, l
     responses = {response.response_id: response for response in conversation}
     previous = responses.get(response_id)
     if previous is None:
-        raise InvalidRequest(
+        raise PreviousResponseNotKept(
             f"Previous response with id {response_id!r} not found: {_keeping()}.",
             param="previous_response_id",
-            code=PREVIOUS_NOT_FOUND,
         )
     turns = [previous]
     while turns[-1].previous_response_id:

@@ -25,9 +25,17 @@ from billing.selectors import ledger_check
 from chat.models import KeptResponse, ResponseItem
 from chat.response_store import KEPT_DEPTH
 from keys.services import api_key_create, oauth_token_create
-from tests.chat.conftest import ANTHROPIC_BASE, OPENAI_BASE, assert_in_family_shape, sent_json, sse_body
+from tests.chat.conftest import (
+    ANTHROPIC_BASE,
+    KEY_ENV,
+    OPENAI_BASE,
+    assert_in_family_shape,
+    sent_json,
+    sse_body,
+)
 from tests.chat.conftest import responses_post as post
 from tests.chat.test_fuzz_bodies import FAMILIES, JSON_VALUES, placed
+from tests.factories import text_model_make, upstream_make
 from tests.fuzz_values import fuzz_settings
 
 pytestmark = pytest.mark.django_db
@@ -710,3 +718,103 @@ def test_a_token_that_may_not_call_models_may_not_read_or_delete_responses(
     assert refused.status_code == 403
     assert refused.json()["error"]["code"] == "insufficient_scope"
     assert allowed.status_code == 200
+
+
+# --- a model served by OpenAI's Responses API and by a Chat Completions server --------------------
+
+COMPATIBLE_BASE = "https://compatible.test/v1"
+OPENAI_ANSWER = {
+    "id": "resp_from_openai",
+    "object": "response",
+    "status": "completed",
+    "output": [],
+    "usage": {"input_tokens": 10, "output_tokens": 2},
+}
+
+
+@pytest.fixture
+def openai_then_compatible(chat_group, openai_upstream, settings):
+    """`alpha-mixed`: OpenAI first, which keeps its own answers; an OpenAI-compatible server second,
+    whose answers the gateway keeps. Failover crosses them."""
+    settings.GATEWAY_RETRY = {**settings.GATEWAY_RETRY, "base_delay": 0.0, "max_retries": 1}
+    compatible = upstream_make(
+        name="compatible-second", base_url=COMPATIBLE_BASE, api_key_env=KEY_ENV, kind="openai-compatible"
+    )
+    openai_upstream.priority, compatible.priority = 0, 1
+    openai_upstream.save(update_fields=["priority"])
+    compatible.save(update_fields=["priority"])
+    return text_model_make(
+        model_id="alpha-mixed",
+        group=chat_group,
+        upstreams=[openai_upstream, compatible],
+        upstream_model="shared-name",
+        max_output_tokens=1000,
+    )
+
+
+def openai_overloaded(upstream) -> None:
+    upstream.post(f"{OPENAI_BASE}/responses", status=503, json={"error": {"message": "Overloaded"}})
+
+
+def test_on_a_mixed_model_a_call_naming_what_openai_keeps_goes_to_openai_alone(
+    client, upstream, openai_then_compatible, tara, tara_key
+):
+    """The id and the items are OpenAI's: sent there as they came, never to the server behind it,
+    which could not go on from them (nor the gateway for it): OpenAI down, the call fails."""
+    upstream.post(f"{OPENAI_BASE}/responses", json=OPENAI_ANSWER)
+    body = {
+        "model": "alpha-mixed",
+        "previous_response_id": "resp_at_openai",
+        "input": [{"type": "item_reference", "id": "msg_at_openai"}, {"role": "user", "content": "And?"}],
+    }
+
+    answered_by_openai = post(client, body, tara_key)
+    upstream.replace(
+        "POST", f"{OPENAI_BASE}/responses", status=503, json={"error": {"message": "Overloaded"}}
+    )
+    openai_down = post(client, body, tara_key)
+
+    assert answered_by_openai.status_code == 200, answered_by_openai.content
+    sent = sent_json(upstream.calls[0])
+    assert (sent["previous_response_id"], sent["input"]) == (body["previous_response_id"], body["input"])
+    assert openai_down.status_code >= 500
+    assert {call.request.url for call in upstream.calls} == {f"{OPENAI_BASE}/responses"}
+    assert not KeptResponse.objects.exists() and not ResponseItem.objects.exists()
+
+
+def test_on_a_mixed_model_a_call_continuing_what_the_gateway_keeps_goes_to_the_translated_server(
+    client, upstream, openai_then_compatible, tara, tara_key
+):
+    """OpenAI overloaded, the first turn failed over to the Chat Completions server, whose answer the
+    gateway kept: the next turn goes there, with the conversation, though OpenAI is first again."""
+    openai_overloaded(upstream)
+    upstream.post(f"{COMPATIBLE_BASE}/chat/completions", json=chat_answer({"content": "Hello."}))
+    first = post(client, {"model": "alpha-mixed", "input": "Hi."}, tara_key)
+    assert first.status_code == 200, first.content
+    upstream.replace("POST", f"{OPENAI_BASE}/responses", json=OPENAI_ANSWER)
+    upstream.replace("POST", f"{COMPATIBLE_BASE}/chat/completions", json=chat_answer({"content": "Sure."}))
+
+    response = post(
+        client,
+        {"model": "alpha-mixed", "previous_response_id": first.json()["id"], "input": "Go on."},
+        tara_key,
+    )
+
+    assert response.status_code == 200, response.content
+    assert response.json()["previous_response_id"] == first.json()["id"]
+    urls = [call.request.url for call in upstream.calls]
+    assert urls == [f"{OPENAI_BASE}/responses", *[f"{COMPATIBLE_BASE}/chat/completions"] * 2]
+    assert [m["content"] for m in sent_json(upstream.calls[2])["messages"]] == ["Hi.", "Hello.", "Go on."]
+    assert KeptResponse.objects.count() == 2
+
+
+def test_on_a_mixed_model_a_call_naming_nothing_earlier_goes_to_either(
+    client, upstream, openai_then_compatible, tara, tara_key
+):
+    upstream.post(f"{OPENAI_BASE}/responses", json=OPENAI_ANSWER)
+
+    response = post(client, {"model": "alpha-mixed", "input": "Hi."}, tara_key)
+
+    assert response.status_code == 200, response.content
+    assert response.json()["id"] == "resp_from_openai"
+    assert not KeptResponse.objects.exists()
