@@ -78,6 +78,19 @@ def named(events: list[SSEEvent], adapter: TypeAdapter) -> list:
 # --- each family's shape ---------------------------------------------------------------------------
 
 
+def test_the_answer_speaks_to_the_last_text_of_the_callers_message_not_its_reminders(demo_upstream):
+    """Agent CLIs (Claude Code, Qwen Code) send their reminders as earlier text parts of the prompt's
+    message; the demo echoes the prompt, as `make run` users of those CLIs see it."""
+    reminder = {"type": "text", "text": "<system-reminder>Skills: batch, review.</system-reminder>"}
+    body = {**CHAT, "messages": [{"role": "user", "content": [reminder, {"type": "text", "text": "Say hi"}]}]}
+
+    completion = openai.types.chat.ChatCompletion.model_validate(
+        answer(demo_upstream, CHAT_COMPLETIONS, body)
+    )
+
+    assert completion.choices[0].message.content.startswith('Demo reply to: "Say hi". ')
+
+
 def test_a_chat_completion_is_what_the_openai_sdk_parses(demo_upstream, mocked):
     completion = openai.types.chat.ChatCompletion.model_validate(
         answer(demo_upstream, CHAT_COMPLETIONS, CHAT)

@@ -161,10 +161,14 @@ def _content(ask: DemoAsk) -> tuple[str, bool]:
 
 
 def _last_text(ask: DemoAsk) -> str:
-    """The text the answer speaks to: the last message's (a tool's result, or the caller's words)."""
+    """The text the answer speaks to: the last message's tool results, or the last text of the
+    caller's last message (agent clients put their reminders in earlier parts of it)."""
     for message in reversed(ask.messages):
-        if isinstance(message, dict) and (ask.after_tool_result or message.get("role") == "user"):
-            return " ".join(_result_texts(message) if ask.after_tool_result else texts_of(message))
+        if isinstance(message, dict) and ask.after_tool_result:
+            return " ".join(_result_texts(message))
+        if isinstance(message, dict) and message.get("role") == "user":
+            texts = texts_of(message)
+            return texts[-1] if texts else ""
     return ""
 
 
