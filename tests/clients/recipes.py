@@ -1,7 +1,7 @@
 """The client recipes of docs/text.md ("Client recipes"), read from the doc itself so that the tests
 run them as written: each recipe's environment, command line and configuration files (Codex's
-config.toml, Qwen Code's settings.json), with the doc's address and key put in place of the live
-gateway's.
+config.toml, Qwen Code's settings.json, opencode's opencode.json), with the doc's address and key
+put in place of the live gateway's.
 
 The agent CLIs come from tests/clients/node (package.json pins them; `npm ci` there installs them).
 """

@@ -34,6 +34,7 @@ from groups.models import Group
 from tests.clients import drivers
 from tests.clients.conftest import Demo, demo_build
 from tests.clients.recipes import cli_path, cli_run, recipe
+from tests.clients.record import GLOB_TOOL_PROMPT
 from tests.factories import text_model_make, upstream_make
 from tests.gunicorn_server import gunicorn_serving
 
@@ -297,9 +298,6 @@ def test_codex_exec_works_on_a_model_of_another_family_through_the_translator(
     billing.assert_each_call_billed_once(
         calls=len(records), endpoints={"responses", inner_endpoint}, model=None
     )
-
-
-GLOB_TOOL_PROMPT = "List the files here with the glob tool."  # a read-only tool of each
 
 
 @pytest.mark.parametrize(
