@@ -42,6 +42,13 @@ pytestmark = pytest.mark.django_db
 
 CHAT_URL = f"{OPENAI_BASE}/chat/completions"
 USAGE = {"prompt_tokens": 30, "completion_tokens": 8}
+OPENAI_ANSWER = {  # an answer of OpenAI's own Responses API
+    "id": "resp_from_openai",
+    "object": "response",
+    "status": "completed",
+    "output": [],
+    "usage": {"input_tokens": 10, "output_tokens": 2},
+}
 
 
 def chat_answer(message: dict) -> dict:
@@ -194,14 +201,7 @@ def test_a_call_served_by_openais_responses_api_sends_what_it_names_as_it_came(
     client, upstream, chat_model, tara, tara_key
 ):
     """OpenAI keeps the items of its own answers: nothing is kept here, and references go on."""
-    answer = {
-        "id": "resp_1",
-        "object": "response",
-        "status": "completed",
-        "output": [],
-        "usage": {"input_tokens": 10, "output_tokens": 2},
-    }
-    upstream.post(f"{OPENAI_BASE}/responses", json=answer)
+    upstream.post(f"{OPENAI_BASE}/responses", json=OPENAI_ANSWER)
     body = {
         "model": "alpha-chat",
         "previous_response_id": "resp_at_openai",
@@ -723,13 +723,6 @@ def test_a_token_that_may_not_call_models_may_not_read_or_delete_responses(
 # --- a model served by OpenAI's Responses API and by a Chat Completions server --------------------
 
 COMPATIBLE_BASE = "https://compatible.test/v1"
-OPENAI_ANSWER = {
-    "id": "resp_from_openai",
-    "object": "response",
-    "status": "completed",
-    "output": [],
-    "usage": {"input_tokens": 10, "output_tokens": 2},
-}
 
 
 @pytest.fixture
