@@ -87,9 +87,8 @@ def _thread(*, account_id: int, body: dict[str, Any]) -> ResponseThread:
     given = body.get("input")
     if given is not None and not isinstance(given, (str, list)):  # what the translator refuses
         return ResponseThread(account_id=account_id, body=body, input=[], previous=None, stored=False)
-    if stored:
-        _depth_check(body)
-    elif body.get("store") is not False:  # the operator keeps none: the answer says so
+    asked = body
+    if not stored and body.get("store") is not False:  # the operator keeps none: the answer says so
         body = {**body, "store": False}
     if isinstance(given, str):
         own: list[Any] = [{"role": "user", "content": given}]
@@ -106,6 +105,8 @@ def _thread(*, account_id: int, body: dict[str, Any]) -> ResponseThread:
         body = {**body, "input": [*earlier, *own]}
     elif isinstance(given, list) and own is not given:
         body = {**body, "input": own}
+    if stored:  # once what it names is found: a call naming what others keep is theirs, not kept here
+        _depth_check(asked)
     return ResponseThread(
         account_id=account_id,
         body=body,

@@ -811,3 +811,40 @@ def test_on_a_mixed_model_a_call_naming_nothing_earlier_goes_to_either(
     assert response.status_code == 200, response.content
     assert response.json()["id"] == "resp_from_openai"
     assert not KeptResponse.objects.exists()
+
+
+def test_on_a_mixed_model_a_deep_body_naming_what_openai_keeps_goes_to_openai(
+    client, upstream, openai_then_compatible, tara, tara_key
+):
+    """The gateway refuses to keep a body nested deeper than KEPT_DEPTH; one OpenAI goes on with is
+    not kept here, so it is sent."""
+    upstream.post(f"{OPENAI_BASE}/responses", json=OPENAI_ANSWER)
+    item = {"role": "user", "content": "Hi.", "extra": nested(KEPT_DEPTH + 10)}
+
+    response = post(
+        client, {"model": "alpha-mixed", "previous_response_id": "resp_at_openai", "input": [item]}, tara_key
+    )
+
+    assert response.status_code == 200, response.content
+    assert [call.request.url for call in upstream.calls] == [f"{OPENAI_BASE}/responses"]
+    assert not KeptResponse.objects.exists()
+
+
+@fuzz_settings()
+@given(data=st.data(), value=JSON_VALUES, previous=st.sampled_from([None, "resp_at_openai"]))
+def test_any_json_in_any_field_of_a_call_on_a_mixed_model_is_never_a_server_error(
+    client, upstream, openai_then_compatible, tara, tara_key, data, value, previous
+):
+    """The body fuzz's fields on a model served by OpenAI and by a Chat Completions server, naming
+    OpenAI's response or none: whichever side the call goes to, a refusal in the family's shape."""
+    upstream.post(f"{OPENAI_BASE}/responses", json=OPENAI_ANSWER)
+    upstream.post(f"{COMPATIBLE_BASE}/chat/completions", json=chat_answer({"content": "ok"}))
+    base, shape, places = FAMILIES["/v1/responses"]
+    extra = {} if previous is None else {"previous_response_id": previous}
+    body = placed({**base, "model": "alpha-mixed", **extra}, data.draw(st.sampled_from(places)), value)
+
+    response = post(client, body, tara_key)
+
+    assert response.status_code < 500, response.content[:500]
+    assert_in_family_shape(response, shape)
+    assert ledger_check() == []
