@@ -731,11 +731,12 @@ def openai_then_compatible(chat_group, openai_upstream, settings):
     whose answers the gateway keeps. Failover crosses them."""
     settings.GATEWAY_RETRY = {**settings.GATEWAY_RETRY, "base_delay": 0.0, "max_retries": 1}
     compatible = upstream_make(
-        name="compatible-second", base_url=COMPATIBLE_BASE, api_key_env=KEY_ENV, kind="openai-compatible"
+        name="compatible-second",
+        base_url=COMPATIBLE_BASE,
+        api_key_env=KEY_ENV,
+        kind="openai-compatible",
+        priority=1,  # after OpenAI's 0
     )
-    openai_upstream.priority, compatible.priority = 0, 1
-    openai_upstream.save(update_fields=["priority"])
-    compatible.save(update_fields=["priority"])
     return text_model_make(
         model_id="alpha-mixed",
         group=chat_group,
