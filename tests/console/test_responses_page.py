@@ -108,3 +108,11 @@ def test_it_says_when_the_gateway_keeps_none(alice_client, alice, settings):
     response = alice_client.get("/console/responses/")
 
     assert "This gateway keeps none now." in response.content.decode()
+
+
+def test_it_says_a_conversation_is_kept_from_its_last_response(alice_client, alice, settings):
+    settings.GATEWAY_RESPONSE_ITEMS_RETENTION_DAYS = 30
+
+    response = alice_client.get("/console/responses/")
+
+    assert "Each is kept 30 days after its conversation's last response." in response.content.decode()
